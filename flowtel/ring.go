@@ -1,0 +1,102 @@
+package flowtel
+
+import (
+	"fmt"
+	"sync/atomic"
+)
+
+const cacheLine = 64
+
+// Ring is a bounded single-producer single-consumer queue of Records.
+//
+// One goroutine pushes (the producer: a progress engine or a collective
+// caller) and one drains (the Collector). The producer never locks and never
+// waits: when the ring is full it drops the record and counts it, and the next
+// record it manages to push is preceded by a KindLost record carrying the
+// number dropped, so the consumer sees the loss in order.
+type Ring struct {
+	_    [cacheLine]byte
+	head atomic.Uint64 // next slot to read; written by the consumer
+	_    [cacheLine - 8]byte
+	tail atomic.Uint64 // next slot to write; written by the producer
+	_    [cacheLine - 8]byte
+
+	// Producer-local state.
+	cachedHead  uint64 // producer's last view of head
+	pendingLost uint64 // dropped records not yet reported in band
+	_           [cacheLine - 16]byte
+
+	dropped atomic.Uint64 // total records dropped by the producer
+	wake    func()        // called when the ring crosses half full; may be nil
+	mask    uint64
+	buf     []Record
+}
+
+// NewRing returns a ring holding capacity records; capacity must be a power
+// of two of at least 2.
+func NewRing(capacity int) (*Ring, error) {
+	if capacity < 2 || capacity&(capacity-1) != 0 {
+		return nil, fmt.Errorf("flowtel: ring capacity %d is not a power of two >= 2", capacity)
+	}
+	return &Ring{mask: uint64(capacity - 1), buf: make([]Record, capacity)}, nil
+}
+
+// Cap returns the ring's capacity in records.
+func (r *Ring) Cap() int { return len(r.buf) }
+
+// Len returns the number of records waiting to be drained.
+func (r *Ring) Len() int { return int(r.tail.Load() - r.head.Load()) }
+
+// Dropped returns how many records the producer has dropped so far.
+func (r *Ring) Dropped() uint64 { return r.dropped.Load() }
+
+// Push appends rec; it reports false, and counts the record as dropped, when
+// the ring is full. Only the producer goroutine may call Push.
+func (r *Ring) Push(rec *Record) bool {
+	t := r.tail.Load()
+	need := uint64(1)
+	if r.pendingLost != 0 {
+		need = 2
+	}
+	size := uint64(len(r.buf))
+	if t+need-r.cachedHead > size {
+		r.cachedHead = r.head.Load()
+		if t+need-r.cachedHead > size {
+			r.pendingLost++
+			r.dropped.Add(1)
+			return false
+		}
+	}
+	if r.pendingLost != 0 {
+		r.buf[t&r.mask] = Record{TsNs: rec.TsNs, Kind: KindLost, Rank: rec.Rank, Peer: -1, Comm: rec.Comm, Bytes: r.pendingLost}
+		r.pendingLost = 0
+		t++
+	}
+	r.buf[t&r.mask] = *rec
+	r.tail.Store(t + 1)
+	if r.wake != nil && t+1-r.cachedHead == size/2 {
+		r.wake()
+	}
+	return true
+}
+
+// Drain moves up to len(dst) records into dst, oldest first, and returns how
+// many it moved. Only the consumer goroutine may call Drain.
+func (r *Ring) Drain(dst []Record) int {
+	h := r.head.Load()
+	n := r.tail.Load() - h
+	if n == 0 {
+		return 0
+	}
+	if n > uint64(len(dst)) {
+		n = uint64(len(dst))
+	}
+	start := h & r.mask
+	first := min(n, uint64(len(r.buf))-start)
+	copy(dst, r.buf[start:start+first])
+	if first < n {
+		copy(dst[first:n], r.buf[:n-first])
+	}
+	r.head.Store(h + n)
+	return int(n)
+}

@@ -1,0 +1,3 @@
+module github.com/vccl-go/vccl
+
+go 1.26
