@@ -1,0 +1,159 @@
+package transport
+
+import (
+	"sync"
+	"sync/atomic"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// Core is the bookkeeping every backend shares: the completion queue that
+// backend goroutines fill and the owner drains, the outstanding-WR depth, and
+// the telemetry records. Backends embed or hold one per QP.
+//
+// Methods marked owner run on the QP's owner goroutine, the single producer
+// of its Recorder; Complete and Granted may be called from any goroutine, and
+// their records are written by the owner at its next Poll, stamped with the
+// time the event happened.
+type Core struct {
+	cfg     Config
+	backend string
+
+	npend   atomic.Int32 // events in pending; lets an idle Poll skip the lock
+	mu      sync.Mutex
+	pending []event
+	spare   []event
+
+	// Owner-local.
+	ready   []event // drained from pending, not yet returned
+	readyAt int
+	depth   int
+	sendSeq uint64
+	recvSeq uint64
+}
+
+type event struct {
+	wc    WC
+	telID uint64
+	tag   Tag
+	grant bool // a credit grant for a waiting send, not a completion
+	bytes int
+}
+
+// NewCore returns the core of a QP of the named backend.
+func NewCore(backend string, cfg Config) *Core {
+	return &Core{cfg: cfg, backend: backend}
+}
+
+// Config returns the QP's configuration.
+func (c *Core) Config() Config { return c.cfg }
+
+// Info returns the QP's description with the given addresses.
+func (c *Core) Info(local, remote string) Info {
+	return Info{Backend: c.backend, Rank: c.cfg.Rank, Peer: c.cfg.Peer, QPID: c.cfg.QPID,
+		Channel: c.cfg.Channel, Path: c.cfg.Path, Local: local, Remote: remote}
+}
+
+// Now returns the time on the QP's telemetry time base.
+func (c *Core) Now() int64 { return c.cfg.Recorder.Now() }
+
+// Posted accounts a WR just accepted by PostSend or PostRecv and returns its
+// telemetry id, which the backend hands back to Complete. Owner only.
+func (c *Core) Posted(op Opcode, wr *WR) uint64 {
+	var id uint64
+	if op == OpRecv {
+		id = flowtel.WRID(c.recvSeq, true)
+		c.recvSeq++
+	} else {
+		id = flowtel.WRID(c.sendSeq, false)
+		c.sendSeq++
+	}
+	c.depth++
+	if c.cfg.Recorder.Enabled() {
+		c.stamp(flowtel.KindWRPost, flowtel.StatusOK, 0, id, &wr.Tag, len(wr.Buf))
+	}
+	return id
+}
+
+// CreditWait records that the send with telemetry id telID found no credit
+// and waits. Owner only.
+func (c *Core) CreditWait(telID uint64, wr *WR) {
+	if c.cfg.Recorder.Enabled() {
+		c.stamp(flowtel.KindCreditWait, flowtel.StatusOK, 0, telID, &wr.Tag, len(wr.Buf))
+	}
+}
+
+// Granted notes that the waiting send telID got its credit. Any goroutine.
+func (c *Core) Granted(telID uint64, tag Tag, bytes int) {
+	if !c.cfg.Recorder.Enabled() {
+		return
+	}
+	c.push(event{telID: telID, tag: tag, grant: true, bytes: bytes, wc: WC{TsNs: c.Now()}})
+}
+
+// Complete queues a completion for the owner to poll. Any goroutine.
+func (c *Core) Complete(wc WC, telID uint64, tag Tag) {
+	if wc.TsNs == 0 {
+		wc.TsNs = c.Now()
+	}
+	c.push(event{wc: wc, telID: telID, tag: tag})
+	c.cfg.Notifier.Signal()
+}
+
+func (c *Core) push(e event) {
+	c.mu.Lock()
+	c.pending = append(c.pending, e)
+	c.npend.Add(1)
+	c.mu.Unlock()
+}
+
+// Poll moves completions into dst, writing their records. Owner only.
+func (c *Core) Poll(dst []WC) int {
+	if c.readyAt == len(c.ready) {
+		if c.npend.Load() == 0 {
+			return 0
+		}
+		c.mu.Lock()
+		c.ready, c.pending = c.pending, c.spare[:0]
+		c.npend.Store(0)
+		c.mu.Unlock()
+		c.readyAt = 0
+	}
+	n := 0
+	for n < len(dst) && c.readyAt < len(c.ready) {
+		e := &c.ready[c.readyAt]
+		c.readyAt++
+		if e.grant {
+			c.stamp(flowtel.KindCreditGrant, flowtel.StatusOK, e.wc.TsNs, e.telID, &e.tag, e.bytes)
+			continue
+		}
+		c.depth--
+		if c.cfg.Recorder.Enabled() {
+			c.stamp(flowtel.KindWC, e.wc.Status, e.wc.TsNs, e.telID, &e.tag, e.wc.Bytes)
+		}
+		dst[n] = e.wc
+		n++
+	}
+	if c.readyAt == len(c.ready) {
+		// Hand the drained slice back for the next swap.
+		clear(c.ready)
+		c.spare = c.ready[:0]
+		c.ready = c.ready[:0]
+		c.readyAt = 0
+	}
+	return n
+}
+
+// Outstanding returns the WRs posted and not yet polled. Owner only.
+func (c *Core) Outstanding() int { return c.depth }
+
+func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, id uint64, tag *Tag, bytes int) {
+	r := flowtel.Record{
+		TsNs: ts, Kind: kind, Status: st,
+		Rank: c.cfg.Rank, Peer: c.cfg.Peer, QP: c.cfg.QPID, Comm: c.cfg.Comm,
+		Channel: c.cfg.Channel, Path: c.cfg.Path,
+		CollSeq: tag.CollSeq, Step: tag.Step, Op: tag.Op, Algo: tag.Algo, Dtype: tag.Dtype,
+		WrID: id, Bytes: uint64(bytes), Depth: uint32(max(c.depth, 0)),
+	}
+	c.cfg.Recorder.Record(&r)
+}

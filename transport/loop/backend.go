@@ -1,0 +1,146 @@
+package loop
+
+import (
+	"context"
+	"fmt"
+	"sync"
+	"sync/atomic"
+
+	"github.com/vccl-go/vccl/transport"
+)
+
+// Name is the backend's name.
+const Name = "loop"
+
+// Backend is the in-process backend. Its zero value is ready to use; all
+// Backends of a process share one address space of listeners.
+type Backend struct{}
+
+var _ transport.Backend = Backend{}
+
+// Name returns "loop".
+func (Backend) Name() string { return Name }
+
+var (
+	registryMu sync.Mutex
+	registry   = map[string]*listener{}
+	nextAddr   atomic.Uint64
+)
+
+// Listen registers a listener at lc.Addr, or at a fresh "loop:N" address.
+func (Backend) Listen(_ context.Context, lc transport.ListenConfig) (transport.Listener, error) {
+	addr := lc.Addr
+	if addr == "" {
+		addr = fmt.Sprintf("loop:%d", nextAddr.Add(1))
+	}
+	l := &listener{addr: addr, token: lc.Token, arrived: map[string][]*link{}, waiters: map[string]chan struct{}{}}
+	registryMu.Lock()
+	defer registryMu.Unlock()
+	if _, dup := registry[addr]; dup {
+		return nil, fmt.Errorf("loop: address %q already in use", addr)
+	}
+	registry[addr] = l
+	return l, nil
+}
+
+// Dial connects to the listener at addr under key. The QP is usable at once;
+// its sends wait for credit until the other end accepts and posts receives.
+func (Backend) Dial(ctx context.Context, addr, key string, cfg transport.Config) (transport.QP, error) {
+	registryMu.Lock()
+	l := registry[addr]
+	registryMu.Unlock()
+	if l == nil {
+		return nil, fmt.Errorf("loop: no listener at %q", addr)
+	}
+	if cfg.Token != l.token {
+		return nil, fmt.Errorf("%w: %s refused key %q", transport.ErrBadToken, addr, key)
+	}
+	lk := &link{}
+	qp := newQP(lk, 0, cfg, addr)
+	if err := l.offer(key, lk); err != nil {
+		return nil, err
+	}
+	return qp, ctx.Err()
+}
+
+type listener struct {
+	addr  string
+	token string
+
+	mu      sync.Mutex
+	closed  bool
+	arrived map[string][]*link
+	waiters map[string]chan struct{}
+}
+
+func (l *listener) Addr() string { return l.addr }
+
+func (l *listener) offer(key string, lk *link) error {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return fmt.Errorf("%w: loop listener %s", transport.ErrClosed, l.addr)
+	}
+	l.arrived[key] = append(l.arrived[key], lk)
+	if w, ok := l.waiters[key]; ok {
+		close(w)
+		delete(l.waiters, key)
+	}
+	return nil
+}
+
+func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config) (transport.QP, error) {
+	for {
+		l.mu.Lock()
+		if q := l.arrived[key]; len(q) > 0 {
+			lk := q[0]
+			if len(q) == 1 {
+				delete(l.arrived, key)
+			} else {
+				l.arrived[key] = q[1:]
+			}
+			l.mu.Unlock()
+			return newQP(lk, 1, cfg, l.addr), nil
+		}
+		if l.closed {
+			l.mu.Unlock()
+			return nil, fmt.Errorf("%w: loop listener %s", transport.ErrClosed, l.addr)
+		}
+		w, ok := l.waiters[key]
+		if !ok {
+			w = make(chan struct{})
+			l.waiters[key] = w
+		}
+		l.mu.Unlock()
+		select {
+		case <-w:
+		case <-ctx.Done():
+			return nil, fmt.Errorf("%w %q on %s: %w", transport.ErrNotAccepted, key, l.addr, ctx.Err())
+		}
+	}
+}
+
+func (l *listener) Close() error {
+	registryMu.Lock()
+	if registry[l.addr] == l {
+		delete(registry, l.addr)
+	}
+	registryMu.Unlock()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.closed {
+		return nil
+	}
+	l.closed = true
+	for _, w := range l.waiters {
+		close(w)
+	}
+	l.waiters = nil
+	for _, q := range l.arrived {
+		for _, lk := range q {
+			lk.hangUp(1)
+		}
+	}
+	l.arrived = nil
+	return nil
+}

@@ -1,0 +1,156 @@
+package transport
+
+import (
+	"context"
+	"errors"
+	"fmt"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// Opcode says what a WR does.
+type Opcode uint8
+
+const (
+	OpSend Opcode = iota
+	OpRecv
+)
+
+func (o Opcode) String() string {
+	if o == OpRecv {
+		return "recv"
+	}
+	return "send"
+}
+
+// Tag labels a WR for telemetry: the collective it belongs to and its step.
+type Tag struct {
+	CollSeq uint64
+	Step    uint32
+	Op      uint8
+	Algo    uint8
+	Dtype   uint8
+}
+
+// WR is a work request. For a send, Buf holds the payload; for a receive,
+// Buf is where the payload lands and its length is the most it accepts. The
+// caller must not touch Buf until the WR's completion has been polled.
+type WR struct {
+	ID  uint64 // the caller's id, returned in the WC
+	Buf []byte
+	MR  *MR // registered region holding Buf, or nil for unregistered memory
+	Tag Tag
+}
+
+// WC is a work completion.
+type WC struct {
+	ID     uint64 // the WR's ID
+	Op     Opcode
+	Status flowtel.Status
+	Bytes  int   // bytes moved (for a receive, the message length)
+	Err    error // why Status is not OK
+	TsNs   int64 // when the backend completed it, on the recorder's time base
+}
+
+// QP is a connected queue pair to one peer.
+type QP interface {
+	// PostSend queues a send. It never blocks; it fails only for a closed
+	// QP or an invalid WR. Transfer errors arrive as WCs.
+	PostSend(wr WR) error
+	// PostRecv queues a receive and grants the peer one credit.
+	PostRecv(wr WR) error
+	// Poll moves up to len(dst) completions into dst and returns how many.
+	Poll(dst []WC) int
+	// Outstanding returns the WRs posted and not yet polled.
+	Outstanding() int
+	// Info describes the QP.
+	Info() Info
+	// Close flushes outstanding WRs (they complete with StatusFlushed) and
+	// releases the connection. It is safe from any goroutine and idempotent.
+	Close() error
+}
+
+// Info describes a QP.
+type Info struct {
+	Backend string
+	Rank    int32
+	Peer    int32
+	QPID    uint32
+	Channel uint16
+	Path    uint8
+	Local   string // local address, where the backend has one
+	Remote  string // remote address, where the backend has one
+}
+
+// Config sets up one QP.
+type Config struct {
+	Rank     int32
+	Peer     int32
+	QPID     uint32
+	Comm     uint32
+	Channel  uint16
+	Path     uint8
+	Recorder *flowtel.Recorder // nil: telemetry off
+	Notifier *Notifier         // signalled when completions arrive; may be nil
+	Token    string            // job token presented in the handshake
+}
+
+// ListenConfig sets up a listener.
+type ListenConfig struct {
+	Addr  string // backend-specific; "" picks a default (free port, fresh name)
+	Token string // connections presenting another token are refused
+}
+
+// Listener accepts QPs dialled by peers. Connections are matched by key, a
+// string both ends agree on (for example "comm/channel/from->to"), so many
+// peers may dial at once in any order.
+type Listener interface {
+	Addr() string
+	Accept(ctx context.Context, key string, cfg Config) (QP, error)
+	Close() error
+}
+
+// Backend creates QPs of one kind.
+type Backend interface {
+	Name() string
+	Listen(ctx context.Context, lc ListenConfig) (Listener, error)
+	Dial(ctx context.Context, addr, key string, cfg Config) (QP, error)
+}
+
+// Errors shared by every backend. Completions wrap them, so errors.Is works.
+var (
+	ErrClosed      = errors.New("transport: queue pair closed")
+	ErrPeerDead    = errors.New("transport: peer connection lost")
+	ErrTooLarge    = errors.New("transport: message larger than the posted receive")
+	ErrBadToken    = errors.New("transport: job token mismatch")
+	ErrMRMismatch  = errors.New("transport: buffer outside its memory region")
+	ErrNotAccepted = errors.New("transport: no connection for key")
+)
+
+// TooLargeError is the error of a message that does not fit the receive
+// posted for it; it names both sizes.
+func TooLargeError(msg, buf int) error {
+	return fmt.Errorf("%w: message of %d bytes, receive buffer of %d bytes", ErrTooLarge, msg, buf)
+}
+
+// Notifier wakes a progress engine that sleeps between polls. Backends signal
+// it when a completion is queued; a signal is never blocked on and repeated
+// signals coalesce.
+type Notifier struct{ ch chan struct{} }
+
+// NewNotifier returns a notifier.
+func NewNotifier() *Notifier { return &Notifier{ch: make(chan struct{}, 1)} }
+
+// Signal wakes the waiter, if any. It is safe on a nil Notifier.
+func (n *Notifier) Signal() {
+	if n == nil {
+		return
+	}
+	select {
+	case n.ch <- struct{}{}:
+	default:
+	}
+}
+
+// C returns the channel a waiter selects on.
+func (n *Notifier) C() <-chan struct{} { return n.ch }
