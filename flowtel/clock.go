@@ -18,8 +18,22 @@ func Monotonic() int64 { return nanotime() }
 // common clock, which is rank 0's. The offset is measured elsewhere (at
 // bootstrap) and set here; the zero Clock reads the host's monotonic clock.
 type Clock struct {
-	offset int64 // added to the monotonic reading
-	errNs  int64 // uncertainty of offset (half the best round trip)
+	offset int64      // added to the monotonic reading
+	errNs  int64      // uncertainty of offset (half the best round trip)
+	src    TimeSource // nil: the host's monotonic clock
+}
+
+// TimeSource is a monotonic nanosecond time source a Clock can read instead
+// of the host's monotonic clock. Tests use it to inject a fake clock
+// (flowteltest.FakeClock); production code never needs one.
+type TimeSource interface {
+	Nanotime() int64
+}
+
+// NewClockFrom returns a clock reading src (nil: the host's monotonic clock)
+// offset by offsetNs, with errNs the uncertainty of that offset.
+func NewClockFrom(src TimeSource, offsetNs, errNs int64) *Clock {
+	return &Clock{offset: offsetNs, errNs: errNs, src: src}
 }
 
 // NewClock returns a clock offset by offsetNs from the host's monotonic clock,
@@ -30,6 +44,9 @@ func NewClock(offsetNs, errNs int64) *Clock { return &Clock{offset: offsetNs, er
 func (c *Clock) Now() int64 {
 	if c == nil {
 		return nanotime()
+	}
+	if c.src != nil {
+		return c.src.Nanotime() + c.offset
 	}
 	return nanotime() + c.offset
 }

@@ -54,6 +54,7 @@ func (r *Ring) Dropped() uint64 { return r.dropped.Load() }
 // the ring is full. Only the producer goroutine may call Push.
 func (r *Ring) Push(rec *Record) bool {
 	t := r.tail.Load()
+	t0 := t
 	need := uint64(1)
 	if r.pendingLost != 0 {
 		need = 2
@@ -74,8 +75,20 @@ func (r *Ring) Push(rec *Record) bool {
 	}
 	r.buf[t&r.mask] = *rec
 	r.tail.Store(t + 1)
-	if r.wake != nil && t+1-r.cachedHead == size/2 {
-		r.wake()
+	if r.wake != nil {
+		// Wake the consumer when the ring crosses half full. The producer's
+		// view of head is stale (it overestimates the fill), so on an
+		// apparent crossing refresh it and wake only on a real one; the
+		// check runs at most once per half ring of pushes. (A plain
+		// equality test would miss the crossing when a KindLost record
+		// and a record are written together.)
+		half := size / 2
+		if t0-r.cachedHead < half && t+1-r.cachedHead >= half {
+			r.cachedHead = r.head.Load()
+			if t+1-r.cachedHead >= half {
+				r.wake()
+			}
+		}
 	}
 	return true
 }
