@@ -5,7 +5,9 @@ import (
 	"time"
 )
 
-func rec(seq uint64) Record { return Record{TsNs: int64(seq) + 1, CollSeq: seq, Kind: KindWRPost, Rank: 3} }
+func rec(seq uint64) Record {
+	return Record{TsNs: int64(seq) + 1, CollSeq: seq, Kind: KindWRPost, Rank: 3}
+}
 
 func TestNewRingCapacity(t *testing.T) {
 	for _, tc := range []struct {
@@ -26,7 +28,7 @@ func TestNewRingCapacity(t *testing.T) {
 // positions wrap many times and Drain's copy splits at the end of the buffer.
 func TestRingWraparound(t *testing.T) {
 	for _, tc := range []struct {
-		name            string
+		name             string
 		cap, push, drain int
 	}{
 		{"cap2", 2, 1, 1},
@@ -111,9 +113,9 @@ func TestRingFullDropsAndLost(t *testing.T) {
 			dropped: 2,
 		},
 		{
-			name:    "two separate losses",
-			cap:     2,
-			steps:   []step{{push: 3, drain: 2}, {push: 3, drain: 2}, {push: 1, drain: 2}},
+			name:  "two separate losses",
+			cap:   2,
+			steps: []step{{push: 3, drain: 2}, {push: 3, drain: 2}, {push: 1, drain: 2}},
 			// seq 2 drops; lost(1)+3 then fill the ring, so 4 and 5 drop.
 			want:    []any{uint64(0), uint64(1), lost(1), uint64(3), lost(2), uint64(6)},
 			dropped: 3,
