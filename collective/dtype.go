@@ -54,7 +54,9 @@ func (d Datatype) String() string {
 }
 
 // IsFloat reports whether d is a floating-point type.
-func (d Datatype) IsFloat() bool { return d == Float16 || d == BFloat16 || d == Float32 || d == Float64 }
+func (d Datatype) IsFloat() bool {
+	return d == Float16 || d == BFloat16 || d == Float32 || d == Float64
+}
 
 // ParseDatatype returns the datatype named s ("float32", "bf16", "half", …).
 func ParseDatatype(s string) (Datatype, error) {

@@ -213,7 +213,12 @@ func (c *Collector) Clock() *Clock { return c.cfg.clock }
 // Recorder writing into it with the collector's clock. The recorder belongs
 // to one producer goroutine. It may be called before or after Start; after
 // Shutdown it returns nil, the disabled recorder.
-func (c *Collector) NewRecorder() *Recorder {
+func (c *Collector) NewRecorder() *Recorder { return c.NewRecorderClock(c.cfg.clock) }
+
+// NewRecorderClock is NewRecorder with the recorder's own clock: a
+// communicator stamps with the offset to rank 0 it measured at bootstrap,
+// whatever collector it shares.
+func (c *Collector) NewRecorderClock(clk *Clock) *Recorder {
 	ring, err := NewRing(c.cfg.ringCap)
 	if err != nil {
 		panic(err) // unreachable: the capacity is a power of two
@@ -229,7 +234,7 @@ func (c *Collector) NewRecorder() *Recorder {
 	copy(rings, old)
 	rings = append(rings, &ringState{ring: ring, lastRank: -1})
 	c.rings.Store(&rings)
-	return NewRecorder(ring, c.cfg.clock)
+	return NewRecorder(ring, clk)
 }
 
 // wakeup is the rings' half-full hook: a non-blocking send.

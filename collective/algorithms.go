@@ -1,0 +1,591 @@
+package collective
+
+import "fmt"
+
+// call is one rank's view of one collective on one channel: everything an
+// algorithm needs to build its schedule.
+type call struct {
+	op      Op
+	rank    int
+	n       int // ranks
+	root    int
+	count   int // elements; per rank for allgather/reducescatter, per peer for alltoall
+	esize   int
+	redop   ReduceOp
+	inPlace bool
+	chunk   int // bytes per pipeline chunk
+
+	// alltoallv, in elements
+	sendCounts, sendDispls, recvCounts, recvDispls []int
+	// grouped point-to-point
+	p2p []p2pOp
+}
+
+// p2pOp is one send or receive of a grouped call, on a buffer of its own.
+type p2pOp struct {
+	recv bool
+	peer int
+	buf  bufID
+	n    int
+}
+
+func mod(a, n int) int { return ((a % n) + n) % n }
+
+// block returns the byte range of block i when count elements are split into
+// n near-equal blocks.
+func (c *call) block(i, count int) (off, n int) {
+	base, rem := count/c.n, count%c.n
+	start := i*base + min(i, rem)
+	size := base
+	if i < rem {
+		size++
+	}
+	return start * c.esize, size * c.esize
+}
+
+// chunks splits n bytes into pipeline chunks: [offset, length) pairs.
+func (c *call) chunks(n int) [][2]int {
+	size := max(c.chunk/c.esize, 1) * c.esize
+	if n == 0 {
+		return [][2]int{{0, 0}}
+	}
+	out := make([][2]int, 0, (n+size-1)/size)
+	for off := 0; off < n; off += size {
+		out = append(out, [2]int{off, min(size, n-off)})
+	}
+	return out
+}
+
+func in(off int) ref      { return ref{bufIn, off} }
+func out(off int) ref     { return ref{bufOut, off} }
+func scratch(off int) ref { return ref{bufScratch, off} }
+
+// build returns the schedule of c with algorithm a.
+func build(c *call, a Algorithm) (*schedule, error) {
+	s := &schedule{algo: a}
+	if c.n == 1 {
+		buildSelf(c, s)
+		return s, nil
+	}
+	switch c.op {
+	case OpAllReduce:
+		switch a {
+		case AlgoRing:
+			ringAllReduce(c, s)
+		case AlgoTree:
+			treeAllReduce(c, s)
+		case AlgoRecursiveDoubling:
+			rdAllReduce(c, s)
+		default:
+			return nil, unsupported(c.op, a)
+		}
+	case OpAllGather:
+		if a != AlgoRing {
+			return nil, unsupported(c.op, a)
+		}
+		ringAllGather(c, s)
+	case OpReduceScatter:
+		if a != AlgoRing {
+			return nil, unsupported(c.op, a)
+		}
+		ringReduceScatter(c, s)
+	case OpBroadcast:
+		switch a {
+		case AlgoRing:
+			chainBroadcast(c, s)
+		case AlgoTree:
+			treeBroadcast(c, s, c.root, in(0), true)
+		default:
+			return nil, unsupported(c.op, a)
+		}
+	case OpReduce:
+		switch a {
+		case AlgoRing:
+			chainReduce(c, s)
+		case AlgoTree:
+			treeReduce(c, s, c.root)
+		default:
+			return nil, unsupported(c.op, a)
+		}
+	case OpAllToAll, OpAllToAllv, OpGather, OpScatter, OpSend, OpRecv, OpGroup:
+		if a != AlgoDirect {
+			return nil, unsupported(c.op, a)
+		}
+		direct(c, s)
+	case OpBarrier:
+		dissemination(c, s)
+	default:
+		return nil, fmt.Errorf("collective: no schedule for %v", c.op)
+	}
+	return s, nil
+}
+
+func unsupported(op Op, a Algorithm) error {
+	return fmt.Errorf("collective: algorithm %v does not implement %v", a, op)
+}
+
+// buildSelf is every collective on one rank: a copy at most.
+func buildSelf(c *call, s *schedule) {
+	switch c.op {
+	case OpAllReduce, OpBroadcast, OpReduce, OpAllGather, OpReduceScatter, OpAllToAll, OpGather, OpScatter:
+		if !c.inPlace && c.count > 0 {
+			s.copyTo(out(0), in(0), c.count*c.esize, 0)
+		}
+	case OpAllToAllv:
+		if n := c.sendCounts[0] * c.esize; n > 0 {
+			s.copyTo(out(c.recvDispls[0]*c.esize), in(c.sendDispls[0]*c.esize), n, 0)
+		}
+	case OpGroup, OpSend, OpRecv:
+		direct(c, s)
+	}
+}
+
+// ringAllReduce is reduce-scatter then all-gather around the ring, each block
+// cut into chunks that pipeline from one step to the next. Out of place, a
+// block is received straight into the output and reduced there; in place, it
+// lands in a scratch slot first.
+func ringAllReduce(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	next, prev := mod(r+1, n), mod(r-1, n)
+	total := c.count
+	maxChunks := len(c.chunks(blockLen(c, total)))
+	// last[b][k]: the last primitive that touched chunk k of block b in out.
+	last := make([][]int32, n)
+	for b := range last {
+		last[b] = make([]int32, maxChunks)
+		for k := range last[b] {
+			last[b][k] = -1
+		}
+	}
+	const slots = 8
+	slotLast := make([]int32, slots)
+	for i := range slotLast {
+		slotLast[i] = -1
+	}
+	if c.inPlace {
+		s.scratch = slots * max(c.chunk/c.esize, 1) * c.esize
+	}
+	slot := 0
+	step := uint32(0)
+	// Reduce-scatter: at step k send block r-k-1, receive and reduce block
+	// r-k-2; rank r ends owning block r.
+	for k := 0; k < n-1; k++ {
+		sb, rb := mod(r-k-1, n), mod(r-k-2, n)
+		soff, slen := c.block(sb, total)
+		for i, ch := range c.chunks(slen) {
+			src := out(soff + ch[0])
+			if k == 0 {
+				src = in(soff + ch[0])
+			}
+			last[sb][i] = s.send(next, src, ch[1], step, deps(last[sb][i])...)
+		}
+		roff, rlen := c.block(rb, total)
+		for i, ch := range c.chunks(rlen) {
+			at := roff + ch[0]
+			if c.inPlace {
+				sl := scratch(slot * max(c.chunk/c.esize, 1) * c.esize)
+				rv := s.recv(prev, sl, ch[1], step, deps(slotLast[slot])...)
+				red := s.reduce(out(at), in(at), sl, ch[1], step, deps(rv, last[rb][i])...)
+				slotLast[slot] = red
+				slot = (slot + 1) % slots
+				last[rb][i] = red
+			} else {
+				rv := s.recv(prev, out(at), ch[1], step, deps(last[rb][i])...)
+				last[rb][i] = s.reduce(out(at), out(at), in(at), ch[1], step, rv)
+			}
+		}
+		step++
+	}
+	if c.redop == Avg {
+		off, l := c.block(r, total)
+		for i, ch := range c.chunks(l) {
+			last[r][i] = s.scale(out(off+ch[0]), ch[1], step, last[r][i])
+		}
+	}
+	// All-gather: at step k send block r-k, receive block r-k-1 in place.
+	for k := 0; k < n-1; k++ {
+		sb, rb := mod(r-k, n), mod(r-k-1, n)
+		soff, slen := c.block(sb, total)
+		for i, ch := range c.chunks(slen) {
+			last[sb][i] = s.send(next, out(soff+ch[0]), ch[1], step, deps(last[sb][i])...)
+		}
+		roff, rlen := c.block(rb, total)
+		for i, ch := range c.chunks(rlen) {
+			last[rb][i] = s.recv(prev, out(roff+ch[0]), ch[1], step, deps(last[rb][i])...)
+		}
+		step++
+	}
+}
+
+// blockLen is the largest block of count elements over n ranks, in bytes.
+func blockLen(c *call, count int) int {
+	_, l := c.block(0, count)
+	return l
+}
+
+// ringAllGather passes each rank's block around the ring.
+func ringAllGather(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	next, prev := mod(r+1, n), mod(r-1, n)
+	bl := c.count * c.esize
+	chunks := c.chunks(bl)
+	prevRecv := make([]int32, len(chunks))
+	for i := range prevRecv {
+		prevRecv[i] = -1
+	}
+	if !c.inPlace && bl > 0 {
+		s.copyTo(out(r*bl), in(0), bl, 0)
+	}
+	for k := 0; k < n-1; k++ {
+		sb, rb := mod(r-k, n), mod(r-k-1, n)
+		for i, ch := range chunks {
+			src := out(sb*bl + ch[0])
+			if k == 0 {
+				src = in(ch[0])
+			}
+			s.send(next, src, ch[1], uint32(k), deps(prevRecv[i])...)
+		}
+		for i, ch := range chunks {
+			prevRecv[i] = s.recv(prev, out(rb*bl+ch[0]), ch[1], uint32(k))
+		}
+	}
+}
+
+// ringReduceScatter reduces block b along the ring ending at rank b. Partial
+// sums travel in two alternating scratch areas of one block each.
+func ringReduceScatter(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	next, prev := mod(r+1, n), mod(r-1, n)
+	bl := c.count * c.esize
+	chunks := c.chunks(bl)
+	s.scratch = 2 * bl
+	lastSend := [2][]int32{make([]int32, len(chunks)), make([]int32, len(chunks))}
+	for a := range lastSend {
+		for i := range lastSend[a] {
+			lastSend[a][i] = -1
+		}
+	}
+	reduced := make([]int32, len(chunks))
+	for k := 0; k < n-1; k++ {
+		sb, rb := mod(r-k-1, n), mod(r-k-2, n)
+		for i, ch := range chunks {
+			if k == 0 {
+				s.send(next, in(sb*bl+ch[0]), ch[1], uint32(k))
+			} else {
+				area := (k - 1) % 2
+				lastSend[area][i] = s.send(next, scratch(area*bl+ch[0]), ch[1], uint32(k), reduced[i])
+			}
+		}
+		area := k % 2
+		for i, ch := range chunks {
+			sl := scratch(area*bl + ch[0])
+			rv := s.recv(prev, sl, ch[1], uint32(k), deps(lastSend[area][i])...)
+			if k == n-2 {
+				red := s.reduce(out(ch[0]), sl, in(rb*bl+ch[0]), ch[1], uint32(k), rv)
+				if c.redop == Avg {
+					s.scale(out(ch[0]), ch[1], uint32(k), red)
+				}
+			} else {
+				reduced[i] = s.reduce(sl, sl, in(rb*bl+ch[0]), ch[1], uint32(k), rv)
+			}
+		}
+	}
+}
+
+// chainBroadcast pipelines chunks down the chain root, root+1, ….
+func chainBroadcast(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	v := mod(r-c.root, n)
+	next, prev := mod(r+1, n), mod(r-1, n)
+	bl := c.count * c.esize
+	for _, ch := range c.chunks(bl) {
+		if v == 0 {
+			s.send(next, in(ch[0]), ch[1], 0)
+			continue
+		}
+		rv := s.recv(prev, out(ch[0]), ch[1], uint32(v-1))
+		if v < n-1 {
+			s.send(next, out(ch[0]), ch[1], uint32(v), rv)
+		}
+	}
+	if v == 0 && !c.inPlace && bl > 0 {
+		s.copyTo(out(0), in(0), bl, 0)
+	}
+}
+
+// chainReduce pipelines partial sums up the chain from root+n-1 to root.
+func chainReduce(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	v := mod(r-c.root, n)
+	toward, from := mod(r-1, n), mod(r+1, n)
+	bl := c.count * c.esize
+	if v != n-1 && (v != 0 || c.inPlace) {
+		s.scratch = bl
+	}
+	for _, ch := range c.chunks(bl) {
+		switch {
+		case v == n-1:
+			s.send(toward, in(ch[0]), ch[1], 0)
+		case v == 0:
+			// In place, the output is the input: receive beside it.
+			land := out(ch[0])
+			if c.inPlace {
+				land = scratch(ch[0])
+			}
+			rv := s.recv(from, land, ch[1], uint32(n-2))
+			red := s.reduce(out(ch[0]), land, in(ch[0]), ch[1], uint32(n-2), rv)
+			if c.redop == Avg {
+				s.scale(out(ch[0]), ch[1], uint32(n-2), red)
+			}
+		default:
+			st := uint32(n - 1 - v)
+			rv := s.recv(from, scratch(ch[0]), ch[1], st-1)
+			red := s.reduce(scratch(ch[0]), scratch(ch[0]), in(ch[0]), ch[1], st, rv)
+			s.send(toward, scratch(ch[0]), ch[1], st, red)
+		}
+	}
+}
+
+// treeReduce is a binomial-tree reduction to root. Non-root ranks accumulate
+// in scratch; children's contributions land in scratch slots.
+func treeReduce(c *call, s *schedule, root int) {
+	r, n := c.rank, c.n
+	v := mod(r-root, n)
+	bl := c.count * c.esize
+	var children []int
+	parent := -1
+	for mask := 1; mask < n; mask <<= 1 {
+		if v&mask != 0 {
+			parent = mod(v-mask+root, n)
+			break
+		}
+		if v+mask < n {
+			children = append(children, mod(v+mask+root, n))
+		}
+	}
+	acc := out(0)
+	if v != 0 {
+		acc = scratch(len(children) * bl)
+	}
+	s.scratch = len(children) * bl
+	if v != 0 && len(children) > 0 {
+		s.scratch += bl
+	}
+	cur := in(0) // where the running result is
+	var last int32 = -1
+	for i, child := range children {
+		sl := scratch(i * bl)
+		rv := s.recv(child, sl, bl, uint32(i))
+		last = s.reduce(acc, cur, sl, bl, uint32(i), deps(rv, last)...)
+		cur = acc
+	}
+	if v == 0 {
+		if len(children) == 0 && !c.inPlace {
+			last = s.copyTo(out(0), in(0), bl, 0)
+		}
+		if c.redop == Avg && c.op == OpReduce {
+			s.scale(out(0), bl, uint32(len(children)), deps(last)...)
+		}
+		return
+	}
+	s.send(parent, cur, bl, uint32(len(children)), deps(last)...)
+}
+
+// treeBroadcast is a binomial-tree broadcast from root; src is where the
+// root's data is, and copyOut asks the root to copy it to out.
+func treeBroadcast(c *call, s *schedule, root int, src ref, copyOut bool) {
+	r, n := c.rank, c.n
+	v := mod(r-root, n)
+	bl := c.count * c.esize
+	mask := 1
+	var got int32 = -1
+	for ; mask < n; mask <<= 1 {
+		if v&mask != 0 {
+			got = s.recv(mod(v-mask+root, n), out(0), bl, 0)
+			src = out(0)
+			break
+		}
+	}
+	for mask >>= 1; mask > 0; mask >>= 1 {
+		if v+mask < n {
+			s.send(mod(v+mask+root, n), src, bl, 1, deps(got)...)
+		}
+	}
+	if v == 0 && copyOut && !c.inPlace && bl > 0 {
+		s.copyTo(out(0), src, bl, 0)
+	}
+}
+
+// treeAllReduce reduces to rank 0 over a binomial tree, then broadcasts.
+func treeAllReduce(c *call, s *schedule) {
+	treeReduce(c, s, 0)
+	bl := c.count * c.esize
+	lastReduce := int32(len(s.prims) - 1)
+	if c.rank == 0 && c.redop == Avg {
+		lastReduce = s.scale(out(0), bl, 0, deps(lastReduce)...)
+	}
+	start := len(s.prims)
+	treeBroadcast(c, s, 0, out(0), false)
+	// The broadcast starts once the reduction is done (at the root) and
+	// once this rank's contribution has left (elsewhere: out is overwritten).
+	for i := start; i < len(s.prims); i++ {
+		if lastReduce >= 0 {
+			s.prims[i].deps = append(s.prims[i].deps, lastReduce)
+		}
+	}
+}
+
+// rdAllReduce is recursive doubling: log2(n) exchanges of the whole buffer.
+// With n not a power of two, the first 2·rem ranks pair up first so that a
+// power of two take part, and hand the result back at the end.
+func rdAllReduce(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	bl := c.count * c.esize
+	pof2 := 1
+	for pof2*2 <= n {
+		pof2 *= 2
+	}
+	rem := n - pof2
+	steps := 0
+	for m := 1; m < pof2; m <<= 1 {
+		steps++
+	}
+	s.scratch = (steps + 1) * bl
+	cur := in(0)
+	var last int32 = -1
+	newRank := r - rem
+	if r < 2*rem {
+		if r%2 == 0 {
+			// Folded out: hand the data to r+1, get the result back.
+			snd := s.send(r+1, in(0), bl, 0)
+			rv := s.recv(r+1, out(0), bl, uint32(steps+1), snd)
+			_ = rv
+			return
+		}
+		rv := s.recv(r-1, scratch(0), bl, 0)
+		last = s.reduce(out(0), in(0), scratch(0), bl, 0, rv)
+		cur = out(0)
+		newRank = r / 2
+	}
+	realRank := func(nr int) int {
+		if nr < rem {
+			return nr*2 + 1
+		}
+		return nr + rem
+	}
+	for k, mask := 1, 1; mask < pof2; k, mask = k+1, mask<<1 {
+		partner := realRank(newRank ^ mask)
+		sl := scratch(k * bl)
+		snd := s.send(partner, cur, bl, uint32(k), deps(last)...)
+		rv := s.recv(partner, sl, bl, uint32(k))
+		last = s.reduce(out(0), cur, sl, bl, uint32(k), rv, snd)
+		cur = out(0)
+	}
+	if cur != out(0) && bl > 0 { // pof2 == 1 cannot happen with n > 1
+		last = s.copyTo(out(0), cur, bl, 0)
+	}
+	if c.redop == Avg {
+		last = s.scale(out(0), bl, uint32(steps+1), deps(last)...)
+	}
+	if r < 2*rem {
+		s.send(r-1, out(0), bl, uint32(steps+1), deps(last)...)
+	}
+}
+
+// direct posts every transfer at once: all-to-all(v), gather, scatter and
+// grouped point-to-point. Receives go first so their credits are out early.
+func direct(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	bl := c.count * c.esize
+	switch c.op {
+	case OpAllToAll:
+		if c.inPlace {
+			// Block p is both sent to p and received from p: land the
+			// incoming copy beside it until the outgoing one has left.
+			s.scratch = n * bl
+			rv := make([]int32, n)
+			for k := 1; k < n; k++ {
+				p := mod(r-k, n)
+				rv[p] = s.recv(p, scratch(p*bl), bl, uint32(k))
+			}
+			for k := 1; k < n; k++ {
+				p := mod(r+k, n)
+				snd := s.send(p, in(p*bl), bl, uint32(k))
+				s.copyTo(out(p*bl), scratch(p*bl), bl, uint32(k), snd, rv[p])
+			}
+			return
+		}
+		for k := 1; k < n; k++ {
+			p := mod(r-k, n)
+			s.recv(p, out(p*bl), bl, uint32(k))
+		}
+		for k := 1; k < n; k++ {
+			p := mod(r+k, n)
+			s.send(p, in(p*bl), bl, uint32(k))
+		}
+		if bl > 0 {
+			s.copyTo(out(r*bl), in(r*bl), bl, 0)
+		}
+	case OpAllToAllv:
+		e := c.esize
+		for k := 1; k < n; k++ {
+			p := mod(r-k, n)
+			s.recv(p, out(c.recvDispls[p]*e), c.recvCounts[p]*e, uint32(k))
+		}
+		for k := 1; k < n; k++ {
+			p := mod(r+k, n)
+			s.send(p, in(c.sendDispls[p]*e), c.sendCounts[p]*e, uint32(k))
+		}
+		if l := c.sendCounts[r] * e; l > 0 {
+			s.copyTo(out(c.recvDispls[r]*e), in(c.sendDispls[r]*e), l, 0)
+		}
+	case OpGather:
+		if r != c.root {
+			s.send(c.root, in(0), bl, 0)
+			return
+		}
+		for k := 1; k < n; k++ {
+			p := mod(r+k, n)
+			s.recv(p, out(p*bl), bl, 0)
+		}
+		if !c.inPlace && bl > 0 {
+			s.copyTo(out(r*bl), in(0), bl, 0)
+		}
+	case OpScatter:
+		if r != c.root {
+			s.recv(c.root, out(0), bl, 0)
+			return
+		}
+		for k := 1; k < n; k++ {
+			p := mod(r+k, n)
+			s.send(p, in(p*bl), bl, 0)
+		}
+		if !c.inPlace && bl > 0 {
+			s.copyTo(out(0), in(r*bl), bl, 0)
+		}
+	case OpSend, OpRecv, OpGroup:
+		for _, p := range c.p2p {
+			if p.recv {
+				s.recv(p.peer, ref{p.buf, 0}, p.n, 0)
+			}
+		}
+		for _, p := range c.p2p {
+			if !p.recv {
+				s.send(p.peer, ref{p.buf, 0}, p.n, 0)
+			}
+		}
+	}
+}
+
+// dissemination is the barrier: in round k every rank signals rank+2^k and
+// waits for rank-2^k, so after ceil(log2 n) rounds each has heard from all.
+func dissemination(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	var last int32 = -1
+	for k, d := uint32(0), 1; d < n; k, d = k+1, d<<1 {
+		snd := s.send(mod(r+d, n), in(0), 0, k, deps(last)...)
+		rv := s.recv(mod(r-d, n), out(0), 0, k, deps(last)...)
+		last = rv
+		_ = snd
+	}
+}

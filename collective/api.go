@@ -1,0 +1,457 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"unsafe"
+
+	"github.com/vccl-go/vccl/transport"
+)
+
+// Buffer is memory with its element type: the byte-buffer form of the API,
+// for memory that is not a typed Go slice (foreign memory, mmap'd regions).
+type Buffer struct {
+	Data []byte
+	Type Datatype
+}
+
+// Buf wraps a typed slice as a Buffer without copying.
+func Buf[T Element](s []T) Buffer { return Buffer{Data: AsBytes(s), Type: DatatypeOf[T]()} }
+
+// Bytes wraps raw memory holding elements of dt.
+func Bytes(b []byte, dt Datatype) Buffer { return Buffer{Data: b, Type: dt} }
+
+// Len returns the number of elements.
+func (b Buffer) Len() int {
+	if s := b.Type.Size(); s > 0 {
+		return len(b.Data) / s
+	}
+	return 0
+}
+
+// Handle is an operation in flight.
+type Handle struct {
+	tasks  []*task
+	cancel context.CancelFunc
+	comm   *Comm
+	err    error
+	waited bool
+}
+
+// Wait blocks until the operation finished or ctx ended, and returns its
+// error. If ctx ends first the operation goes on, bounded by the context it
+// was started with; Wait may be called again.
+func (h *Handle) Wait(ctx context.Context) error {
+	if h.waited {
+		return h.err
+	}
+	for _, t := range h.tasks {
+		select {
+		case <-t.done:
+		case <-ctx.Done():
+			return fmt.Errorf("collective: waiting for %v seq %d: %w", t.call.op, t.seq, ctx.Err())
+		}
+	}
+	h.waited = true
+	for _, t := range h.tasks {
+		if t.err != nil {
+			h.err = t.err
+			break
+		}
+	}
+	h.cancel()
+	h.comm.pending.Done()
+	return h.err
+}
+
+// Done is closed when the operation finished.
+func (h *Handle) Done() <-chan struct{} { return h.tasks[len(h.tasks)-1].done }
+
+// request is a call before it is split across channels.
+type request struct {
+	call    call
+	dt      Datatype
+	in, out []byte
+	extra   [][]byte // grouped point-to-point buffers, bufID numBufs on
+}
+
+func (c *Comm) check(b Buffer, what string) error {
+	if !b.Type.Valid() {
+		return fmt.Errorf("collective: %s buffer has invalid datatype %v", what, b.Type)
+	}
+	if len(b.Data)%b.Type.Size() != 0 {
+		return fmt.Errorf("collective: %s buffer of %d bytes is not a whole number of %v elements", what, len(b.Data), b.Type)
+	}
+	return nil
+}
+
+// start submits a request and returns its handle.
+func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
+	if !rq.call.redop.Valid() && rq.call.op.reduces() {
+		return nil, fmt.Errorf("collective: %v with invalid reduction %v", rq.call.op, rq.call.redop)
+	}
+	if rq.call.op.rooted() && (rq.call.root < 0 || rq.call.root >= c.size) {
+		return nil, fmt.Errorf("collective: %v root %d out of range for %d ranks", rq.call.op, rq.call.root, c.size)
+	}
+	cctx, cancel := ctx, context.CancelFunc(func() {})
+	if _, ok := ctx.Deadline(); !ok {
+		cctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+	}
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		cancel()
+		return nil, errEngineStopped
+	}
+	if err := c.failed(); err != nil {
+		c.mu.Unlock()
+		cancel()
+		return nil, err
+	}
+	var seq uint64
+	p2p := rq.call.op == OpSend || rq.call.op == OpRecv || rq.call.op == OpGroup
+	if p2p {
+		c.p2pSeq++
+		seq = 1<<63 | c.p2pSeq
+	} else {
+		c.seq++
+		seq = c.seq
+	}
+	rq.call.rank, rq.call.n = c.rank, c.size
+	rq.call.esize = rq.dt.Size()
+	algo := c.pickAlgo(rq.call.op, rq.call.count*rq.call.esize)
+	parts := c.splitChannels(&rq)
+	h := &Handle{cancel: cancel, comm: c}
+	for ch, part := range parts {
+		t, err := c.newTask(cctx, part, algo, seq, !p2p)
+		if err != nil {
+			c.mu.Unlock()
+			cancel()
+			// Tasks already queued on other channels run to completion
+			// harmlessly only if none was queued: splitting is uniform, so
+			// a build error happens on channel 0 first.
+			return nil, err
+		}
+		_ = ch
+		h.tasks = append(h.tasks, t)
+	}
+	c.pending.Add(1)
+	for ch, t := range h.tasks {
+		c.engines[ch].enqueue(t)
+	}
+	c.mu.Unlock()
+	return h, nil
+}
+
+// failed returns the first channel failure, which ends the communicator.
+func (c *Comm) failed() error {
+	for _, e := range c.engines {
+		if err := e.failure(); err != nil {
+			return err
+		}
+	}
+	return nil
+}
+
+// Err reports whether the communicator failed; after a failure every call
+// returns an error and the communicator should be aborted and recreated.
+func (c *Comm) Err() error { return c.failed() }
+
+func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint64, check bool) (*task, error) {
+	cl := rq.call
+	cl.chunk = c.chunkFor(&cl)
+	s := &schedule{algo: algo}
+	first := 0
+	var gate int32 = -1
+	check = check && c.opts.check && c.size > 1
+	if check {
+		gate = addSignatureExchange(s, c.rank, c.size)
+		first = len(s.prims)
+	}
+	body, err := build(&cl, algo)
+	if err != nil {
+		return nil, err
+	}
+	// Append the algorithm's primitives after the signature exchange.
+	for _, p := range body.prims {
+		for k := range p.deps {
+			p.deps[k] += int32(first)
+		}
+		s.prims = append(s.prims, p)
+	}
+	s.scratch = body.scratch
+	if check {
+		gateOn(s, first, gate)
+	}
+	t := &task{call: cl, dt: rq.dt, sched: s, ctx: ctx, seq: seq, done: make(chan struct{}),
+		tag: transport.Tag{CollSeq: seq, Op: uint8(cl.op), Algo: uint8(algo), Dtype: uint8(rq.dt)}}
+	t.bufs = make([][]byte, numBufs, int(numBufs)+len(rq.extra))
+	t.bufs = append(t.bufs, rq.extra...)
+	t.bufs[bufIn], t.bufs[bufOut] = rq.in, rq.out
+	if s.scratch > 0 {
+		t.bufs[bufScratch] = make([]byte, s.scratch)
+	}
+	if check {
+		t.bufs[bufSig] = make([]byte, c.size*sigSize)
+		sig := cl.signature(rq.dt, algo, seq)
+		copy(t.bufs[bufSig][c.rank*sigSize:], sig[:])
+	}
+	if err := s.validate(t.bufs); err != nil {
+		return nil, fmt.Errorf("%w (internal error: please report)", err)
+	}
+	return t, nil
+}
+
+// splitChannels divides a request among channels. Operations over one
+// contiguous vector split by element ranges; the others use channel 0.
+func (c *Comm) splitChannels(rq *request) []request {
+	nch := len(c.engines)
+	op := rq.call.op
+	if nch == 1 || (op != OpAllReduce && op != OpBroadcast && op != OpReduce) || rq.call.count < nch*1024 {
+		return []request{*rq}
+	}
+	parts := make([]request, nch)
+	es := rq.dt.Size()
+	base, rem := rq.call.count/nch, rq.call.count%nch
+	start := 0
+	for ch := range parts {
+		n := base
+		if ch < rem {
+			n++
+		}
+		p := *rq
+		p.call.count = n
+		lo, hi := start*es, (start+n)*es
+		if len(rq.in) > 0 {
+			p.in = rq.in[lo:hi]
+		}
+		if len(rq.out) > 0 {
+			p.out = rq.out[lo:hi]
+		}
+		parts[ch] = p
+		start += n
+	}
+	return parts
+}
+
+// run starts a request and waits for it.
+func (c *Comm) run(ctx context.Context, rq request) error {
+	h, err := c.start(ctx, rq)
+	if err != nil {
+		return err
+	}
+	return h.Wait(ctx)
+}
+
+func sameData(a, b []byte) bool {
+	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
+}
+
+// window reports whether small is exactly big[off:off+len(small)].
+func window(big, small []byte, off int) bool {
+	return len(small) > 0 && off+len(small) <= len(big) && unsafe.SliceData(small) == unsafe.SliceData(big[off:])
+}
+
+func sameType(a, b Buffer, op Op) error {
+	if a.Type != b.Type {
+		return fmt.Errorf("collective: %v send buffer is %v but receive buffer is %v", op, a.Type, b.Type)
+	}
+	return nil
+}
+
+// AllReduceAsync starts an all-reduce of send into recv (the same buffer for
+// in place).
+func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllReduce)); err != nil {
+		return nil, err
+	}
+	if len(send.Data) != len(recv.Data) {
+		return nil, fmt.Errorf("collective: allreduce send has %d elements but receive has %d", send.Len(), recv.Len())
+	}
+	return c.start(ctx, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
+		dt: send.Type, in: send.Data, out: recv.Data})
+}
+
+// AllGatherAsync starts an all-gather: recv holds Size() blocks of len(send).
+// In place when send is recv's block for this rank.
+func (c *Comm) AllGatherAsync(ctx context.Context, send, recv Buffer) (*Handle, error) {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllGather)); err != nil {
+		return nil, err
+	}
+	if len(recv.Data) != c.size*len(send.Data) {
+		return nil, fmt.Errorf("collective: allgather receive has %d elements, want %d ranks × %d", recv.Len(), c.size, send.Len())
+	}
+	return c.start(ctx, request{call: call{op: OpAllGather, count: send.Len(), inPlace: window(recv.Data, send.Data, c.rank*len(send.Data))},
+		dt: send.Type, in: send.Data, out: recv.Data})
+}
+
+// ReduceScatterAsync starts a reduce-scatter: send holds Size() blocks of
+// len(recv); rank r receives the reduction of block r. In place when recv is
+// send's block for this rank.
+func (c *Comm) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpReduceScatter)); err != nil {
+		return nil, err
+	}
+	if len(send.Data) != c.size*len(recv.Data) {
+		return nil, fmt.Errorf("collective: reducescatter send has %d elements, want %d ranks × %d", send.Len(), c.size, recv.Len())
+	}
+	return c.start(ctx, request{call: call{op: OpReduceScatter, count: recv.Len(), redop: op, inPlace: window(send.Data, recv.Data, c.rank*len(recv.Data))},
+		dt: send.Type, in: send.Data, out: recv.Data})
+}
+
+// BroadcastAsync starts a broadcast of root's send into every rank's recv.
+// Pass the same buffer for in place; send is ignored on other ranks.
+func (c *Comm) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	if c.rank != root || send.Data == nil {
+		send = Buffer{Data: recv.Data, Type: recv.Type}
+	}
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpBroadcast)); err != nil {
+		return nil, err
+	}
+	if len(send.Data) != len(recv.Data) {
+		return nil, fmt.Errorf("collective: broadcast send has %d elements but receive has %d", send.Len(), recv.Len())
+	}
+	return c.start(ctx, request{call: call{op: OpBroadcast, count: recv.Len(), root: root, inPlace: sameData(send.Data, recv.Data)},
+		dt: recv.Type, in: send.Data, out: recv.Data})
+}
+
+// ReduceAsync starts a reduction of every rank's send into root's recv
+// (recv is ignored elsewhere; the same buffer on root for in place).
+func (c *Comm) ReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp, root int) (*Handle, error) {
+	if c.rank != root {
+		recv = Buffer{Type: send.Type}
+	}
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpReduce)); err != nil {
+		return nil, err
+	}
+	if c.rank == root && len(send.Data) != len(recv.Data) {
+		return nil, fmt.Errorf("collective: reduce send has %d elements but receive has %d", send.Len(), recv.Len())
+	}
+	return c.start(ctx, request{call: call{op: OpReduce, count: send.Len(), redop: op, root: root, inPlace: sameData(send.Data, recv.Data)},
+		dt: send.Type, in: send.Data, out: recv.Data})
+}
+
+// AllToAllAsync starts an all-to-all: block p of send goes to rank p, and
+// block p of recv comes from rank p. The same buffer for in place.
+func (c *Comm) AllToAllAsync(ctx context.Context, send, recv Buffer) (*Handle, error) {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllToAll)); err != nil {
+		return nil, err
+	}
+	if len(send.Data) != len(recv.Data) || send.Len()%c.size != 0 {
+		return nil, fmt.Errorf("collective: alltoall buffers of %d and %d elements must be equal and divisible by %d ranks", send.Len(), recv.Len(), c.size)
+	}
+	return c.start(ctx, request{call: call{op: OpAllToAll, count: send.Len() / c.size, inPlace: sameData(send.Data, recv.Data)},
+		dt: send.Type, in: send.Data, out: recv.Data})
+}
+
+// AllToAllvAsync starts an all-to-all with per-peer counts and offsets, in
+// elements.
+func (c *Comm) AllToAllvAsync(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) (*Handle, error) {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllToAllv)); err != nil {
+		return nil, err
+	}
+	if sameData(send.Data, recv.Data) && len(send.Data) > 0 {
+		return nil, errors.New("collective: alltoallv cannot run in place")
+	}
+	for _, v := range []struct {
+		name          string
+		counts, displ []int
+		buf           Buffer
+	}{{"send", sendCounts, sendDispls, send}, {"receive", recvCounts, recvDispls, recv}} {
+		if len(v.counts) != c.size || len(v.displ) != c.size {
+			return nil, fmt.Errorf("collective: alltoallv %s counts and displacements need %d entries, have %d and %d", v.name, c.size, len(v.counts), len(v.displ))
+		}
+		for p := range c.size {
+			if v.counts[p] < 0 || v.displ[p] < 0 || v.displ[p]+v.counts[p] > v.buf.Len() {
+				return nil, fmt.Errorf("collective: alltoallv %s block for rank %d [%d, %d) is outside the %d-element buffer", v.name, p, v.displ[p], v.displ[p]+v.counts[p], v.buf.Len())
+			}
+		}
+	}
+	if sendCounts[c.rank] != recvCounts[c.rank] {
+		return nil, fmt.Errorf("collective: alltoallv sends %d elements to itself but receives %d", sendCounts[c.rank], recvCounts[c.rank])
+	}
+	return c.start(ctx, request{call: call{op: OpAllToAllv, sendCounts: sendCounts, sendDispls: sendDispls, recvCounts: recvCounts, recvDispls: recvDispls},
+		dt: send.Type, in: send.Data, out: recv.Data})
+}
+
+// GatherAsync starts a gather of every rank's send into root's recv (Size()
+// blocks; ignored elsewhere).
+func (c *Comm) GatherAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	if c.rank != root {
+		recv = Buffer{Type: send.Type}
+	}
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpGather)); err != nil {
+		return nil, err
+	}
+	if c.rank == root && len(recv.Data) != c.size*len(send.Data) {
+		return nil, fmt.Errorf("collective: gather receive has %d elements, want %d ranks × %d", recv.Len(), c.size, send.Len())
+	}
+	return c.start(ctx, request{call: call{op: OpGather, count: send.Len(), root: root, inPlace: c.rank == root && window(recv.Data, send.Data, c.rank*len(send.Data))},
+		dt: send.Type, in: send.Data, out: recv.Data})
+}
+
+// ScatterAsync starts a scatter of root's send (Size() blocks; ignored
+// elsewhere) into every rank's recv.
+func (c *Comm) ScatterAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	if c.rank != root {
+		send = Buffer{Type: recv.Type}
+	}
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpScatter)); err != nil {
+		return nil, err
+	}
+	if c.rank == root && len(send.Data) != c.size*len(recv.Data) {
+		return nil, fmt.Errorf("collective: scatter send has %d elements, want %d ranks × %d", send.Len(), c.size, recv.Len())
+	}
+	return c.start(ctx, request{call: call{op: OpScatter, count: recv.Len(), root: root, inPlace: c.rank == root && window(send.Data, recv.Data, c.rank*len(recv.Data))},
+		dt: recv.Type, in: send.Data, out: recv.Data})
+}
+
+// P2P is one send or receive of a grouped point-to-point call.
+type P2P struct {
+	Peer int
+	Buf  Buffer
+	Recv bool
+}
+
+// SendTo describes a send of buf to peer for SendRecv.
+func SendTo(peer int, buf Buffer) P2P { return P2P{Peer: peer, Buf: buf} }
+
+// RecvFrom describes a receive from peer into buf for SendRecv.
+func RecvFrom(peer int, buf Buffer) P2P { return P2P{Peer: peer, Buf: buf, Recv: true} }
+
+// SendRecvAsync starts many sends and receives as one operation, so that
+// exchanges which would deadlock as separate blocking calls (each rank
+// sending first) make progress: what pipeline parallelism needs. Sends and
+// receives to one peer match in the order given.
+func (c *Comm) SendRecvAsync(ctx context.Context, ops ...P2P) (*Handle, error) {
+	if len(ops) == 0 {
+		return nil, errors.New("collective: SendRecv with no operations")
+	}
+	// Each buffer of the group is a buffer of its own to the schedule.
+	bufs := make([][]byte, numBufs, int(numBufs)+len(ops))
+	var p2p []p2pOp
+	var dt Datatype
+	for i, o := range ops {
+		if err := c.check(o.Buf, fmt.Sprintf("operation %d's", i)); err != nil {
+			return nil, err
+		}
+		if o.Peer < 0 || o.Peer >= c.size {
+			return nil, fmt.Errorf("collective: operation %d's peer %d out of range for %d ranks", i, o.Peer, c.size)
+		}
+		if o.Peer == c.rank {
+			return nil, fmt.Errorf("collective: operation %d sends to or receives from this rank itself (%d)", i, c.rank)
+		}
+		dt = o.Buf.Type
+		p2p = append(p2p, p2pOp{recv: o.Recv, peer: o.Peer, buf: bufID(len(bufs)), n: len(o.Buf.Data)})
+		bufs = append(bufs, o.Buf.Data)
+	}
+	op := OpGroup
+	if len(ops) == 1 {
+		op = OpSend
+		if ops[0].Recv {
+			op = OpRecv
+		}
+	}
+	return c.start(ctx, request{call: call{op: op, p2p: p2p}, dt: dt, extra: bufs[numBufs:]})
+}

@@ -1,0 +1,238 @@
+package collective
+
+import (
+	"context"
+	"encoding/binary"
+	"encoding/json"
+	"fmt"
+	"slices"
+)
+
+func wait(ctx context.Context, h *Handle, err error) error {
+	if err != nil {
+		return err
+	}
+	return h.Wait(ctx)
+}
+
+// AllReduce reduces send across ranks into recv (the same buffer for in place).
+func (c *Comm) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	h, err := c.AllReduceAsync(ctx, send, recv, op)
+	return wait(ctx, h, err)
+}
+
+// AllGather gathers every rank's send into recv on every rank.
+func (c *Comm) AllGather(ctx context.Context, send, recv Buffer) error {
+	h, err := c.AllGatherAsync(ctx, send, recv)
+	return wait(ctx, h, err)
+}
+
+// ReduceScatter reduces send across ranks and leaves block r in rank r's recv.
+func (c *Comm) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	h, err := c.ReduceScatterAsync(ctx, send, recv, op)
+	return wait(ctx, h, err)
+}
+
+// Broadcast copies root's send into every rank's recv.
+func (c *Comm) Broadcast(ctx context.Context, send, recv Buffer, root int) error {
+	h, err := c.BroadcastAsync(ctx, send, recv, root)
+	return wait(ctx, h, err)
+}
+
+// Reduce reduces send across ranks into root's recv.
+func (c *Comm) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
+	h, err := c.ReduceAsync(ctx, send, recv, op, root)
+	return wait(ctx, h, err)
+}
+
+// AllToAll exchanges block p of send with rank p.
+func (c *Comm) AllToAll(ctx context.Context, send, recv Buffer) error {
+	h, err := c.AllToAllAsync(ctx, send, recv)
+	return wait(ctx, h, err)
+}
+
+// AllToAllv exchanges variable blocks with every rank.
+func (c *Comm) AllToAllv(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
+	h, err := c.AllToAllvAsync(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
+	return wait(ctx, h, err)
+}
+
+// Gather collects every rank's send into root's recv.
+func (c *Comm) Gather(ctx context.Context, send, recv Buffer, root int) error {
+	h, err := c.GatherAsync(ctx, send, recv, root)
+	return wait(ctx, h, err)
+}
+
+// Scatter hands block r of root's send to rank r.
+func (c *Comm) Scatter(ctx context.Context, send, recv Buffer, root int) error {
+	h, err := c.ScatterAsync(ctx, send, recv, root)
+	return wait(ctx, h, err)
+}
+
+// SendRecv runs sends and receives to many peers as one operation.
+func (c *Comm) SendRecv(ctx context.Context, ops ...P2P) error {
+	h, err := c.SendRecvAsync(ctx, ops...)
+	return wait(ctx, h, err)
+}
+
+// Send sends buf to peer; it returns once peer received it.
+func (c *Comm) Send(ctx context.Context, buf Buffer, peer int) error {
+	return c.SendRecv(ctx, SendTo(peer, buf))
+}
+
+// Recv receives from peer into buf.
+func (c *Comm) Recv(ctx context.Context, buf Buffer, peer int) error {
+	return c.SendRecv(ctx, RecvFrom(peer, buf))
+}
+
+// BarrierAsync starts a barrier.
+func (c *Comm) BarrierAsync(ctx context.Context) (*Handle, error) {
+	return c.start(ctx, request{call: call{op: OpBarrier}, dt: Uint8})
+}
+
+// Barrier returns once every rank has entered it.
+func (c *Comm) Barrier(ctx context.Context) error {
+	h, err := c.BarrierAsync(ctx)
+	return wait(ctx, h, err)
+}
+
+// The typed API: generic functions over Go slices.
+
+// AllReduce reduces send across ranks into recv (pass one slice twice for
+// in place).
+func AllReduce[T Element](ctx context.Context, c *Comm, send, recv []T, op ReduceOp) error {
+	return c.AllReduce(ctx, Buf(send), Buf(recv), op)
+}
+
+// AllGather gathers every rank's send into recv (Size()×len(send) elements).
+func AllGather[T Element](ctx context.Context, c *Comm, send, recv []T) error {
+	return c.AllGather(ctx, Buf(send), Buf(recv))
+}
+
+// ReduceScatter reduces send (Size()×len(recv) elements) across ranks; rank r
+// receives block r.
+func ReduceScatter[T Element](ctx context.Context, c *Comm, send, recv []T, op ReduceOp) error {
+	return c.ReduceScatter(ctx, Buf(send), Buf(recv), op)
+}
+
+// Broadcast copies root's buf to every rank's buf.
+func Broadcast[T Element](ctx context.Context, c *Comm, buf []T, root int) error {
+	return c.Broadcast(ctx, Buf(buf), Buf(buf), root)
+}
+
+// Reduce reduces send across ranks into root's recv.
+func Reduce[T Element](ctx context.Context, c *Comm, send, recv []T, op ReduceOp, root int) error {
+	return c.Reduce(ctx, Buf(send), Buf(recv), op, root)
+}
+
+// AllToAll exchanges block p of send with rank p.
+func AllToAll[T Element](ctx context.Context, c *Comm, send, recv []T) error {
+	return c.AllToAll(ctx, Buf(send), Buf(recv))
+}
+
+// AllToAllv exchanges variable blocks (counts and offsets in elements).
+func AllToAllv[T Element](ctx context.Context, c *Comm, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) error {
+	return c.AllToAllv(ctx, Buf(send), sendCounts, sendDispls, Buf(recv), recvCounts, recvDispls)
+}
+
+// Gather collects every rank's send into root's recv.
+func Gather[T Element](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return c.Gather(ctx, Buf(send), Buf(recv), root)
+}
+
+// Scatter hands block r of root's send to rank r's recv.
+func Scatter[T Element](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return c.Scatter(ctx, Buf(send), Buf(recv), root)
+}
+
+// Send sends buf to peer.
+func Send[T Element](ctx context.Context, c *Comm, buf []T, peer int) error {
+	return c.Send(ctx, Buf(buf), peer)
+}
+
+// Recv receives from peer into buf.
+func Recv[T Element](ctx context.Context, c *Comm, buf []T, peer int) error {
+	return c.Recv(ctx, Buf(buf), peer)
+}
+
+// NoColor is the Split color of ranks that join no sub-communicator.
+const NoColor = -1
+
+// Split creates sub-communicators: ranks passing the same color form one,
+// ordered by key (ties by rank). Every rank must call it; ranks passing
+// NoColor get nil. The sub-communicator has its own connections and shares
+// this one's telemetry collector.
+func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
+	c.mu.Lock()
+	c.splits++
+	nth := c.splits
+	c.mu.Unlock()
+	// Round 1: who goes where.
+	mine := make([]int64, 2)
+	mine[0], mine[1] = int64(color), int64(key)
+	all := make([]int64, 2*c.size)
+	if err := AllGather(ctx, c, mine, all); err != nil {
+		return nil, fmt.Errorf("collective: split: %w", err)
+	}
+	type member struct{ rank, key int }
+	var members []member
+	for r := range c.size {
+		if int(all[2*r]) == color {
+			members = append(members, member{r, int(all[2*r+1])})
+		}
+	}
+	slices.SortStableFunc(members, func(a, b member) int {
+		if a.key != b.key {
+			return a.key - b.key
+		}
+		return a.rank - b.rank
+	})
+	newRank := -1
+	for i, m := range members {
+		if m.rank == c.rank {
+			newRank = i
+		}
+	}
+	child := &Comm{clock: c.clock, opts: c.opts, uid: fmt.Sprintf("%s/split%d/%d", c.uid, nth, color)}
+	child.opts.collector, child.opts.telemetry = c.collector, c.collector != nil
+	child.rank, child.size = newRank, len(members)
+	child.opts.rank, child.opts.size = newRank, len(members)
+	// Round 2: addresses. Every rank takes part, with a fixed-size slot.
+	const slot = 2048
+	infos := make([]byte, slot*c.size)
+	exchange := func(ctx context.Context, me peerInfo) ([]peerInfo, error) {
+		b, _ := json.Marshal(me)
+		if len(b) > slot-4 {
+			return nil, fmt.Errorf("bootstrap record of %d bytes exceeds %d", len(b), slot-4)
+		}
+		own := make([]byte, slot)
+		binary.LittleEndian.PutUint32(own, uint32(len(b)))
+		copy(own[4:], b)
+		if color == NoColor {
+			binary.LittleEndian.PutUint32(own, 0)
+		}
+		if err := AllGather(ctx, c, own, infos); err != nil {
+			return nil, err
+		}
+		out := make([]peerInfo, len(members))
+		for i, m := range members {
+			s := infos[m.rank*slot:]
+			n := binary.LittleEndian.Uint32(s)
+			if err := json.Unmarshal(s[4:4+n], &out[i]); err != nil {
+				return nil, fmt.Errorf("rank %d's split record: %w", m.rank, err)
+			}
+			out[i].Rank = i
+		}
+		return out, nil
+	}
+	if color == NoColor {
+		if _, err := exchange(ctx, peerInfo{}); err != nil {
+			return nil, fmt.Errorf("collective: split: %w", err)
+		}
+		return nil, nil
+	}
+	if err := child.setup(ctx, exchange); err != nil {
+		return nil, fmt.Errorf("collective: split: %w", err)
+	}
+	return child, nil
+}

@@ -1,0 +1,511 @@
+package collective
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"hash/fnv"
+	"os"
+	"strings"
+	"sync"
+
+	"github.com/vccl-go/vccl/collective/bootstrap"
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/loop"
+	"github.com/vccl-go/vccl/transport/tcp"
+)
+
+// Comm is a communicator: a fixed group of ranks that run collectives
+// together. Every rank must call the same collectives in the same order; the
+// signature check turns a disagreement into an error on every rank instead
+// of garbage or a hang. A Comm's methods are safe for concurrent use, but
+// calls are ordered by when they are made, so ranks that issue calls from
+// several goroutines must agree on that order themselves.
+type Comm struct {
+	rank, size int
+	uid        string
+	id         uint32
+	opts       options
+	clock      *flowtel.Clock
+
+	collector    *flowtel.Collector
+	ownCollector bool
+	store        *bootstrap.Client
+	server       *bootstrap.Server
+	peers        []peerInfo
+	backends     []string         // backend per peer ("self" for this rank)
+	qps          [][]transport.QP // [channel][peer]
+	engines      []*engine
+
+	mu      sync.Mutex
+	seq     uint64
+	p2pSeq  uint64
+	splits  int
+	closed  bool
+	pending sync.WaitGroup
+}
+
+// peerInfo is what ranks exchange at bootstrap to find and reach each other.
+type peerInfo struct {
+	Rank   int               `json:"rank"`
+	Host   string            `json:"host"`
+	HostID string            `json:"host_id"` // same value ⇔ shared memory works
+	ProcID string            `json:"proc_id"` // same value ⇔ same process
+	Addrs  map[string]string `json:"addrs"`   // backend name → listen address
+}
+
+// procID tells this process apart from every other.
+var procID = func() string {
+	var b [8]byte
+	rand.Read(b[:])
+	return fmt.Sprintf("%d-%s", os.Getpid(), hex.EncodeToString(b[:]))
+}()
+
+// hostID identifies what shared memory can span: one kernel boot and one
+// network namespace (the shm backend rendezvous over abstract Unix sockets,
+// which are per namespace).
+func hostID() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	ns, _ := os.Readlink("/proc/self/ns/net")
+	host, _ := os.Hostname()
+	return strings.TrimSpace(string(boot)) + "/" + ns + "/" + host
+}
+
+// New creates this rank's communicator. Rank and world size come from
+// WithRank; rank 0 serves the rendezvous store at WithMaster's address and
+// every rank dials it. Use NewFromEnv to take them from a launcher.
+func New(ctx context.Context, opts ...Option) (*Comm, error) {
+	o := defaultOptions(osGetenv)
+	for _, opt := range opts {
+		opt(&o)
+	}
+	if !o.rankSet {
+		return nil, errors.New("collective: New needs WithRank (or use NewFromEnv to read the launcher's environment)")
+	}
+	if err := o.validate(); err != nil {
+		return nil, err
+	}
+	ctx, cancel := context.WithTimeout(ctx, o.timeout)
+	defer cancel()
+	c := &Comm{rank: o.rank, size: o.size, opts: o}
+	if o.size == 1 {
+		c.uid = newUID()
+		c.clock = flowtel.NewClock(0, 0)
+		if err := c.setup(ctx, func(_ context.Context, me peerInfo) ([]peerInfo, error) { return []peerInfo{me}, nil }); err != nil {
+			return nil, err
+		}
+		return c, nil
+	}
+	if o.master == "" {
+		return nil, fmt.Errorf("collective: rank %d of %d needs a rendezvous address (WithMaster, or MASTER_ADDR and MASTER_PORT)", o.rank, o.size)
+	}
+	var err error
+	if o.rank == 0 {
+		if c.server, err = bootstrap.Serve(ctx, o.master, o.token, bootstrap.WithLogger(o.logger)); err != nil {
+			return nil, fmt.Errorf("collective: rank 0 cannot serve the rendezvous store: %w", err)
+		}
+	}
+	if c.store, err = bootstrap.Dial(ctx, o.master, o.token, o.rank); err != nil {
+		c.closeBootstrap()
+		return nil, fmt.Errorf("collective: rank %d cannot reach the rendezvous store at %s: %w", o.rank, o.master, err)
+	}
+	var offset, errNs int64
+	if o.rank != 0 {
+		if offset, errNs, err = c.store.ClockOffset(ctx, 16); err != nil {
+			c.closeBootstrap()
+			return nil, fmt.Errorf("collective: measuring the clock offset to rank 0: %w", err)
+		}
+	}
+	c.clock = flowtel.NewClock(offset, errNs)
+	if o.rank == 0 {
+		c.uid = newUID()
+		err = c.store.Set(ctx, "vccl/uid", []byte(c.uid))
+	} else {
+		var b []byte
+		b, err = c.store.Get(ctx, "vccl/uid")
+		c.uid = string(b)
+	}
+	if err != nil {
+		c.closeBootstrap()
+		return nil, fmt.Errorf("collective: agreeing on the communicator id: %w", err)
+	}
+	exchange := func(ctx context.Context, me peerInfo) ([]peerInfo, error) {
+		b, _ := json.Marshal(me)
+		if err := c.store.Set(ctx, fmt.Sprintf("vccl/%s/info/%d", c.uid, c.rank), b); err != nil {
+			return nil, err
+		}
+		all := make([]peerInfo, c.size)
+		for r := range c.size {
+			b, err := c.store.Get(ctx, fmt.Sprintf("vccl/%s/info/%d", c.uid, r))
+			if err != nil {
+				return nil, fmt.Errorf("waiting for rank %d to join: %w", r, err)
+			}
+			if err := json.Unmarshal(b, &all[r]); err != nil {
+				return nil, fmt.Errorf("rank %d's bootstrap record: %w", r, err)
+			}
+		}
+		return all, nil
+	}
+	if err := c.setup(ctx, exchange); err != nil {
+		c.closeBootstrap()
+		return nil, err
+	}
+	// Hold rank 0's store up until every rank has connected.
+	if err := c.store.Barrier(ctx, "vccl/"+c.uid+"/ready", c.size); err != nil {
+		c.Abort()
+		return nil, fmt.Errorf("collective: waiting for every rank to connect: %w", err)
+	}
+	return c, nil
+}
+
+// NewFromEnv creates the communicator of a process started by a launcher:
+// torchrun, Open MPI, Slurm or vcclrun (see bootstrap.FromEnv), with VCCL_*
+// overrides. Options override the environment.
+func NewFromEnv(ctx context.Context, opts ...Option) (*Comm, error) {
+	env, err := bootstrap.FromEnv(osGetenv)
+	if err != nil {
+		return nil, err
+	}
+	base := []Option{WithRank(env.Rank, env.Size), WithToken(env.Token)}
+	if env.Size > 1 {
+		base = append(base, WithMaster(env.Addr()))
+	}
+	return New(ctx, append(base, opts...)...)
+}
+
+// NewLocal creates n communicators in this process, one per rank, joined by
+// the in-process transport: ranks as goroutines, for tests and embedding.
+func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
+	if n < 1 {
+		return nil, fmt.Errorf("collective: NewLocal of %d ranks, want at least 1", n)
+	}
+	uid := newUID()
+	ex := newLocalExchange(n)
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			o := defaultOptions(osGetenv)
+			o.transport = "loop"
+			for _, opt := range opts {
+				opt(&o)
+			}
+			o.rank, o.size, o.rankSet = r, n, true
+			if err := o.validate(); err != nil {
+				errs[r] = err
+				ex.abort(err)
+				return
+			}
+			cctx, cancel := context.WithTimeout(ctx, o.timeout)
+			defer cancel()
+			c := &Comm{rank: r, size: n, opts: o, uid: uid, clock: flowtel.NewClock(0, 0)}
+			if err := c.setup(cctx, ex.exchange); err != nil {
+				errs[r] = err
+				ex.abort(err)
+				return
+			}
+			comms[r] = c
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		for _, c := range comms {
+			if c != nil {
+				c.Abort()
+			}
+		}
+		return nil, err
+	}
+	return comms, nil
+}
+
+// localExchange is the rendezvous of ranks in one process.
+type localExchange struct {
+	mu    sync.Mutex
+	infos []peerInfo
+	left  int
+	err   error
+	done  chan struct{}
+}
+
+func newLocalExchange(n int) *localExchange {
+	return &localExchange{infos: make([]peerInfo, n), left: n, done: make(chan struct{})}
+}
+
+func (x *localExchange) abort(err error) {
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err == nil {
+		x.err = err
+		if x.left > 0 {
+			close(x.done)
+			x.left = -1
+		}
+	}
+}
+
+func (x *localExchange) exchange(ctx context.Context, me peerInfo) ([]peerInfo, error) {
+	x.mu.Lock()
+	x.infos[me.Rank] = me
+	if x.left > 0 {
+		x.left--
+		if x.left == 0 {
+			close(x.done)
+		}
+	}
+	x.mu.Unlock()
+	select {
+	case <-x.done:
+	case <-ctx.Done():
+		return nil, fmt.Errorf("collective: waiting for local ranks: %w", ctx.Err())
+	}
+	x.mu.Lock()
+	defer x.mu.Unlock()
+	if x.err != nil {
+		return nil, fmt.Errorf("collective: another local rank failed: %w", x.err)
+	}
+	return append([]peerInfo(nil), x.infos...), nil
+}
+
+func newUID() string {
+	var b [16]byte
+	rand.Read(b[:])
+	return hex.EncodeToString(b[:])
+}
+
+func hash32(s string) uint32 {
+	h := fnv.New32a()
+	h.Write([]byte(s))
+	return h.Sum32()
+}
+
+// backendsByName are the transports a communicator may use.
+func (c *Comm) backend(name string) transport.Backend {
+	switch name {
+	case loop.Name:
+		return loop.Backend{}
+	case "shm":
+		return shmBackend
+	default:
+		return tcp.Backend{Interface: c.opts.ifname}
+	}
+}
+
+// chooseBackend picks the transport between two ranks: the same process
+// uses loop, the same host shm, anything else TCP, unless one is forced.
+func (c *Comm) chooseBackend(me, peer peerInfo) string {
+	if c.opts.transport != "auto" {
+		return c.opts.transport
+	}
+	switch {
+	case me.ProcID == peer.ProcID:
+		return loop.Name
+	case me.HostID == peer.HostID:
+		return "shm"
+	}
+	return "tcp"
+}
+
+// setup listens, exchanges addresses, connects every pair of ranks on every
+// channel and starts the progress engines.
+func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInfo) ([]peerInfo, error)) error {
+	c.id = hash32(c.uid)
+	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}}
+	me.Host, _ = os.Hostname()
+	if me.HostID == "" {
+		me.HostID = hostID()
+	}
+	names := []string{loop.Name, "shm", "tcp"}
+	if c.opts.transport != "auto" {
+		names = []string{c.opts.transport}
+	}
+	listeners := map[string]transport.Listener{}
+	defer func() {
+		for _, l := range listeners {
+			l.Close()
+		}
+	}()
+	if c.size > 1 {
+		for _, name := range names {
+			l, err := c.backend(name).Listen(ctx, transport.ListenConfig{Token: c.opts.token})
+			if err != nil {
+				return fmt.Errorf("collective: rank %d cannot listen on %s: %w", c.rank, name, err)
+			}
+			listeners[name] = l
+			me.Addrs[name] = l.Addr()
+		}
+	}
+	peers, err := exchange(ctx, me)
+	if err != nil {
+		return fmt.Errorf("collective: rank %d bootstrap: %w", c.rank, err)
+	}
+	c.peers = peers
+	c.backends = make([]string, c.size)
+	for p := range c.size {
+		c.backends[p] = "self"
+		if p != c.rank {
+			c.backends[p] = c.chooseBackend(me, peers[p])
+			if _, ok := peers[p].Addrs[c.backends[p]]; !ok {
+				return fmt.Errorf("collective: rank %d offers no %s address (is VCCL_TRANSPORT the same on every rank?)", p, c.backends[p])
+			}
+		}
+	}
+	// Telemetry: one recorder per channel, owned by that channel's engine.
+	recs := make([]*flowtel.Recorder, c.opts.channels)
+	if c.opts.telemetry {
+		c.collector = c.opts.collector
+		if c.collector == nil {
+			c.collector = flowtel.NewCollector(flowtel.WithClock(c.clock))
+			c.ownCollector = true
+			c.collector.Start()
+		}
+		for ch := range recs {
+			recs[ch] = c.collector.NewRecorderClock(c.clock)
+		}
+	}
+	notifiers := make([]*transport.Notifier, c.opts.channels)
+	c.qps = make([][]transport.QP, c.opts.channels)
+	for ch := range c.qps {
+		notifiers[ch] = transport.NewNotifier()
+		c.qps[ch] = make([]transport.QP, c.size)
+	}
+	var wg sync.WaitGroup
+	var emu sync.Mutex
+	var errs []error
+	for ch := range c.opts.channels {
+		for p := range c.size {
+			if p == c.rank {
+				continue
+			}
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				key := fmt.Sprintf("%s/%d/%d-%d", c.uid, ch, min(c.rank, p), max(c.rank, p))
+				cfg := transport.Config{Rank: int32(c.rank), Peer: int32(p), QPID: uint32(ch*c.size + p + 1),
+					Comm: c.id, Channel: uint16(ch), Recorder: recs[ch], Notifier: notifiers[ch], Token: c.opts.token}
+				name := c.backends[p]
+				var qp transport.QP
+				var err error
+				if c.rank < p {
+					qp, err = c.backend(name).Dial(ctx, peers[p].Addrs[name], key, cfg)
+				} else {
+					qp, err = listeners[name].Accept(ctx, key, cfg)
+				}
+				if err != nil {
+					emu.Lock()
+					errs = append(errs, fmt.Errorf("collective: rank %d connecting to rank %d over %s (channel %d): %w", c.rank, p, name, ch, err))
+					emu.Unlock()
+					return
+				}
+				c.qps[ch][p] = qp
+			}()
+		}
+	}
+	wg.Wait()
+	if len(errs) > 0 {
+		c.closeQPs()
+		if c.ownCollector {
+			c.collector.Shutdown(context.Background())
+		}
+		return errors.Join(errs...)
+	}
+	c.engines = make([]*engine, c.opts.channels)
+	for ch := range c.engines {
+		c.engines[ch] = newEngine(ch, c.rank, c.size, c.id, c.qps[ch], recs[ch], notifiers[ch])
+	}
+	return nil
+}
+
+func (c *Comm) closeQPs() {
+	for _, row := range c.qps {
+		for _, qp := range row {
+			if qp != nil {
+				qp.Close()
+			}
+		}
+	}
+}
+
+func (c *Comm) closeBootstrap() {
+	if c.store != nil {
+		c.store.Close()
+		c.store = nil
+	}
+	if c.server != nil {
+		c.server.Close()
+		c.server = nil
+	}
+}
+
+// Rank returns this rank.
+func (c *Comm) Rank() int { return c.rank }
+
+// Size returns the number of ranks.
+func (c *Comm) Size() int { return c.size }
+
+// ID returns the communicator's 32-bit id, as telemetry records carry it.
+func (c *Comm) ID() uint32 { return c.id }
+
+// UID returns the communicator's full unique id.
+func (c *Comm) UID() string { return c.uid }
+
+// Clock returns the clock that puts this rank's records on rank 0's time base.
+func (c *Comm) Clock() *flowtel.Clock { return c.clock }
+
+// Collector returns the telemetry collector, or nil with telemetry off.
+// Exporters attach to it as sinks.
+func (c *Comm) Collector() *flowtel.Collector { return c.collector }
+
+// Transport returns the transport this rank uses to reach peer.
+func (c *Comm) Transport(peer int) string { return c.backends[peer] }
+
+// Store returns the rendezvous store client (nil for local or single-rank
+// communicators), for publishing job-wide information.
+func (c *Comm) Store() *bootstrap.Client { return c.store }
+
+// Close waits for the calls in flight, then releases the communicator.
+func (c *Comm) Close() error {
+	c.mu.Lock()
+	if c.closed {
+		c.mu.Unlock()
+		return nil
+	}
+	c.closed = true
+	c.mu.Unlock()
+	c.pending.Wait()
+	return c.teardown(errEngineStopped)
+}
+
+// errAborted is what calls pending on an aborted communicator get.
+var errAborted = errors.New("collective: communicator aborted")
+
+// Abort tears the communicator down at once, from any goroutine: pending
+// calls fail with an error and the connections close, so peers see this
+// rank gone.
+func (c *Comm) Abort() error {
+	c.mu.Lock()
+	c.closed = true
+	c.mu.Unlock()
+	return c.teardown(errAborted)
+}
+
+func (c *Comm) teardown(reason error) error {
+	for _, e := range c.engines {
+		e.shutdown(reason)
+	}
+	c.closeQPs()
+	c.closeBootstrap()
+	if c.ownCollector && c.collector != nil {
+		ctx, cancel := context.WithTimeout(context.Background(), c.opts.timeout)
+		defer cancel()
+		return c.collector.Shutdown(ctx)
+	}
+	return nil
+}

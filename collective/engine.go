@@ -1,0 +1,441 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+)
+
+// engine is the progress engine of one channel: the CPU proxy. One goroutine,
+// locked to its OS thread, posts the work requests of every running task,
+// polls its queue pairs, runs local reductions and copies, and finishes
+// tasks. It busy-polls while work is in flight and backs off (spin, yield,
+// then sleep on the transports' notifier) when nothing moves, so an idle
+// communicator costs no CPU.
+type engine struct {
+	channel int
+	rank    int
+	ranks   int
+	comm    uint32
+	qps     []transport.QP // by peer rank; nil for this rank
+	rec     *flowtel.Recorder
+	notify  *transport.Notifier
+	submit  chan *task
+	stop    chan struct{}
+	stopped chan struct{}
+
+	mu     sync.Mutex
+	failed error // set once a transfer failed: the channel's QPs are no longer in step
+
+	// Engine goroutine only.
+	active []*task
+	nextID uint32
+	wcs    []transport.WC
+}
+
+// task is one collective call's work on one channel.
+type task struct {
+	id    uint32
+	call  call
+	dt    Datatype
+	sched *schedule
+	m     *machine
+	bufs  [][]byte // indexed by bufID
+	tag   transport.Tag
+	seq   uint64
+	ctx   context.Context
+
+	ready    []int32 // primitives that may start
+	deferred []int32 // sends/receives waiting for an earlier task's on the same queue
+	posted   int
+	begin    int64
+	err      error
+	done     chan struct{}
+}
+
+func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier) *engine {
+	e := &engine{channel: channel, rank: rank, ranks: ranks, comm: comm, qps: qps, rec: rec, notify: notify,
+		submit: make(chan *task, 64), stop: make(chan struct{}), stopped: make(chan struct{}),
+		wcs: make([]transport.WC, 64)}
+	go e.run()
+	return e
+}
+
+// errEngineStopped is what tasks submitted after Close get.
+var errEngineStopped = errors.New("collective: communicator closed")
+
+// enqueue hands t to the engine; t.done closes when it finished.
+func (e *engine) enqueue(t *task) {
+	select {
+	case e.submit <- t:
+	case <-e.stopped:
+		t.err = errEngineStopped
+		close(t.done)
+	}
+}
+
+// shutdown stops the engine; running tasks fail with err.
+func (e *engine) shutdown(err error) {
+	e.mu.Lock()
+	if e.failed == nil {
+		e.failed = err
+	}
+	e.mu.Unlock()
+	select {
+	case <-e.stop:
+	default:
+		close(e.stop)
+	}
+	<-e.stopped
+}
+
+func (e *engine) failure() error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	return e.failed
+}
+
+func (e *engine) run() {
+	runtime.LockOSThread()
+	defer runtime.UnlockOSThread()
+	defer close(e.stopped)
+	idle := 0
+	var timer *time.Timer
+	for iter := 0; ; iter++ {
+		if iter&4095 == 0 && len(e.active) > 0 {
+			e.checkDeadlines()
+		}
+		if len(e.active) == 0 {
+			select {
+			case t := <-e.submit:
+				e.admit(t)
+			case <-e.stop:
+				e.drainSubmitted()
+				return
+			}
+		}
+		for more := true; more; {
+			select {
+			case t := <-e.submit:
+				e.admit(t)
+			default:
+				more = false
+			}
+		}
+		progress := e.step()
+		if e.finish() {
+			progress = true
+		}
+		if progress {
+			idle = 0
+			continue
+		}
+		idle++
+		switch {
+		case idle < 64:
+			// spin: completions usually follow within microseconds
+		case idle < 128:
+			runtime.Gosched()
+		default:
+			if e.checkDeadlines() {
+				continue
+			}
+			wait := time.Millisecond
+			if timer == nil {
+				timer = time.NewTimer(wait)
+			} else {
+				timer.Reset(wait)
+			}
+			select {
+			case <-e.notify.C():
+			case t := <-e.submit:
+				e.admit(t)
+			case <-timer.C:
+			case <-e.stop:
+				e.failAll(e.failure())
+				e.drainSubmitted()
+				return
+			}
+			if !timer.Stop() {
+				select {
+				case <-timer.C:
+				default:
+				}
+			}
+			idle = 64
+		}
+		select {
+		case <-e.stop:
+			e.failAll(e.failure())
+			e.drainSubmitted()
+			return
+		default:
+		}
+	}
+}
+
+func (e *engine) drainSubmitted() {
+	for {
+		select {
+		case t := <-e.submit:
+			t.err = errEngineStopped
+			close(t.done)
+		default:
+			return
+		}
+	}
+}
+
+// admit starts a task: validates it and records coll_begin.
+func (e *engine) admit(t *task) {
+	if err := e.failure(); err != nil {
+		t.err = err
+		close(t.done)
+		return
+	}
+	e.nextID++
+	t.id = e.nextID
+	t.m = newMachine(t.sched, e.ranks)
+	t.ready = t.m.initial(t.ready[:0])
+	t.begin = e.rec.Now()
+	if e.rec.Enabled() {
+		e.rec.Record(&flowtel.Record{TsNs: t.begin, Kind: flowtel.KindCollBegin, Rank: int32(e.rank), Peer: -1,
+			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
+			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload())})
+	}
+	e.active = append(e.active, t)
+}
+
+// payload is the collective's size in bytes as nccl-tests counts it.
+func (t *task) payload() int {
+	c := &t.call
+	switch c.op {
+	case OpAllGather, OpReduceScatter, OpAllToAll, OpGather, OpScatter:
+		return c.n * c.count * c.esize
+	case OpAllToAllv:
+		total := 0
+		for _, k := range c.sendCounts {
+			total += k
+		}
+		return total * c.esize
+	case OpSend, OpRecv, OpGroup:
+		total := 0
+		for _, p := range c.p2p {
+			total += p.n
+		}
+		return total
+	}
+	return c.count * c.esize
+}
+
+// step starts whatever may start and polls every queue pair once. It
+// reports whether anything happened.
+func (e *engine) step() bool {
+	progress := false
+	for ti, t := range e.active {
+		if t.err != nil {
+			continue
+		}
+		if len(t.deferred) > 0 {
+			pending := t.deferred
+			t.deferred = nil
+			t.ready = append(t.ready, pending...)
+		}
+		for len(t.ready) > 0 && t.err == nil {
+			i := t.ready[len(t.ready)-1]
+			t.ready = t.ready[:len(t.ready)-1]
+			if q := t.m.qid[i]; q >= 0 && e.earlierPending(ti, q) {
+				t.deferred = append(t.deferred, i)
+				continue
+			}
+			progress = true
+			t.ready = t.m.start(i, t.ready)
+			e.startPrim(t, i)
+		}
+	}
+	for peer, qp := range e.qps {
+		if qp == nil {
+			continue
+		}
+		for {
+			k := qp.Poll(e.wcs)
+			if k == 0 {
+				break
+			}
+			progress = true
+			for _, wc := range e.wcs[:k] {
+				e.completion(peer, wc)
+			}
+		}
+	}
+	return progress
+}
+
+// earlierPending reports whether a task started before task ti still has
+// sends or receives to post on queue q: those must go first.
+func (e *engine) earlierPending(ti int, q int32) bool {
+	for _, t := range e.active[:ti] {
+		if t.err == nil && t.m.pendingOn(q) {
+			return true
+		}
+	}
+	return false
+}
+
+func (e *engine) startPrim(t *task, i int32) {
+	p := &t.sched.prims[i]
+	switch p.kind {
+	case primSend, primRecv:
+		qp := e.qps[p.peer]
+		wr := transport.WR{ID: uint64(t.id)<<32 | uint64(i), Tag: t.tag}
+		wr.Tag.Step = p.step
+		var err error
+		if p.kind == primSend {
+			wr.Buf = p.a.slice(t.bufs, p.n)
+			err = qp.PostSend(wr)
+		} else {
+			wr.Buf = p.dst.slice(t.bufs, p.n)
+			err = qp.PostRecv(wr)
+		}
+		if err != nil {
+			e.fail(t, e.peerError(p.peer, err), true)
+			return
+		}
+		t.posted++
+	case primVerify:
+		if err := t.verify(e.ranks); err != nil {
+			e.fail(t, err, false)
+			return
+		}
+		t.ready = t.m.complete(i, t.ready)
+	default:
+		runLocal(p, t.bufs, t.dt, t.call.redop, e.ranks)
+		t.ready = t.m.complete(i, t.ready)
+	}
+}
+
+func (e *engine) completion(peer int, wc transport.WC) {
+	id, i := uint32(wc.ID>>32), int32(uint32(wc.ID))
+	var t *task
+	for _, a := range e.active {
+		if a.id == id {
+			t = a
+			break
+		}
+	}
+	if t == nil || t.err != nil {
+		return // a task that already failed; its WRs drain here
+	}
+	t.posted--
+	p := &t.sched.prims[i]
+	if wc.Status != flowtel.StatusOK {
+		e.fail(t, e.peerError(peer, wc.Err), true)
+		return
+	}
+	if p.kind == primRecv && wc.Bytes != p.n {
+		e.fail(t, fmt.Errorf("collective: %v seq %d: rank %d sent %d bytes at step %d where rank %d expected %d (do the ranks agree on counts and datatypes?)",
+			t.call.op, t.seq, peer, wc.Bytes, p.step, e.rank, p.n), true)
+		return
+	}
+	t.ready = t.m.complete(i, t.ready)
+}
+
+// peerError names the peer in a transfer error.
+func (e *engine) peerError(peer int, err error) error {
+	if errors.Is(err, transport.ErrPeerDead) {
+		return fmt.Errorf("collective: rank %d is unreachable (dead or disconnected): %w", peer, err)
+	}
+	return fmt.Errorf("collective: transfer with rank %d failed: %w", peer, err)
+}
+
+// fail ends task t with err. A failure after work requests went out leaves
+// the queue pairs out of step with the peers, so it fails the channel too.
+func (e *engine) fail(t *task, err error, poisons bool) {
+	if t.err != nil {
+		return
+	}
+	t.err = fmt.Errorf("%w", err)
+	if poisons || t.posted > 0 {
+		e.mu.Lock()
+		if e.failed == nil {
+			e.failed = fmt.Errorf("collective: channel %d failed at %v seq %d: %w", e.channel, t.call.op, t.seq, err)
+		}
+		e.mu.Unlock()
+		e.failAll(e.failed)
+	}
+}
+
+func (e *engine) failAll(err error) {
+	for _, t := range e.active {
+		if t.err == nil {
+			t.err = err
+		}
+	}
+}
+
+// finish retires completed and failed tasks, in any order.
+func (e *engine) finish() bool {
+	any := false
+	kept := e.active[:0]
+	for _, t := range e.active {
+		switch {
+		case t.err != nil:
+			e.end(t, flowtel.StatusError)
+			any = true
+		case t.m.done():
+			e.end(t, flowtel.StatusOK)
+			any = true
+		default:
+			kept = append(kept, t)
+		}
+	}
+	clear(e.active[len(kept):])
+	e.active = kept
+	return any
+}
+
+func (e *engine) end(t *task, st flowtel.Status) {
+	if e.rec.Enabled() {
+		e.rec.Record(&flowtel.Record{Kind: flowtel.KindCollEnd, Status: st, Rank: int32(e.rank), Peer: -1,
+			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
+			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload())})
+	}
+	close(t.done)
+}
+
+// checkDeadlines fails tasks whose context ended, naming what they wait for.
+func (e *engine) checkDeadlines() bool {
+	any := false
+	for _, t := range e.active {
+		if t.err == nil && t.ctx.Err() != nil {
+			e.fail(t, fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, t.ctx.Err(), t.waitingFor()), true)
+			any = true
+		}
+	}
+	if any {
+		e.finish()
+	}
+	return any
+}
+
+// waitingFor describes the transfers a stuck task waits on.
+func (t *task) waitingFor() string {
+	var peers []int
+	seen := map[int]bool{}
+	for i, p := range t.sched.prims {
+		if (p.kind == primRecv || p.kind == primSend) && t.m.unmet[i] >= 0 && !t.m.completed[i] && !seen[p.peer] {
+			seen[p.peer] = true
+			peers = append(peers, p.peer)
+		}
+	}
+	if len(peers) == 0 {
+		return "no transfer pending"
+	}
+	return fmt.Sprintf("still waiting on transfers with ranks %v", peers)
+}

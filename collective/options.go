@@ -1,0 +1,192 @@
+package collective
+
+import (
+	"fmt"
+	"log/slog"
+	"os"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// Environment variables a launcher or user sets; options given to New take
+// precedence. The README keeps the table of every variable and its default.
+const (
+	EnvTransport = "VCCL_TRANSPORT"     // auto (default), loop, shm or tcp
+	EnvAlgo      = "VCCL_ALGO"          // auto (default), ring, tree, rd or direct
+	EnvChannels  = "VCCL_NCHANNELS"     // channels (parallel rings), default 1
+	EnvChunk     = "VCCL_CHUNK_SIZE"    // pipeline chunk in bytes, default 512 KiB
+	EnvCheck     = "VCCL_CHECK"         // signature check: 1 (default) or 0
+	EnvTimeout   = "VCCL_TIMEOUT"       // deadline of calls without one, default 5m
+	EnvIfname    = "VCCL_SOCKET_IFNAME" // interface(s) for TCP
+)
+
+// Defaults.
+const (
+	DefaultTimeout = 5 * time.Minute
+	DefaultChunk   = 512 << 10
+)
+
+// Option configures a communicator.
+type Option func(*options)
+
+type options struct {
+	rank, size  int
+	rankSet     bool
+	master      string
+	token       string
+	transport   string
+	channels    int
+	algo        Algorithm
+	chunk       int
+	check       bool
+	timeout     time.Duration
+	telemetry   bool
+	collector   *flowtel.Collector
+	logger      *slog.Logger
+	ifname      string
+	hostID      string // overrides host detection (tests)
+	window      string
+	errs        []error
+	localTokens bool
+}
+
+// WithRank sets this process's rank and the world size.
+func WithRank(rank, size int) Option {
+	return func(o *options) { o.rank, o.size, o.rankSet = rank, size, true }
+}
+
+// WithMaster sets the rendezvous address host:port (rank 0 serves it).
+func WithMaster(addr string) Option { return func(o *options) { o.master = addr } }
+
+// WithToken sets the job token peers must present.
+func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithTransport forces a transport: "loop", "shm", "tcp" or "auto".
+func WithTransport(name string) Option { return func(o *options) { o.transport = name } }
+
+// WithChannels sets the number of channels (parallel rings, each with its own
+// progress engine and connections).
+func WithChannels(n int) Option { return func(o *options) { o.channels = n } }
+
+// WithAlgorithm forces an algorithm where the operation supports it.
+func WithAlgorithm(a Algorithm) Option { return func(o *options) { o.algo = a } }
+
+// WithChunkSize sets the pipeline chunk in bytes.
+func WithChunkSize(n int) Option { return func(o *options) { o.chunk = n } }
+
+// WithSignatureCheck switches the cross-rank call check on or off.
+func WithSignatureCheck(on bool) Option { return func(o *options) { o.check = on } }
+
+// WithTimeout sets the deadline for calls whose context has none, and for
+// bootstrap.
+func WithTimeout(d time.Duration) Option { return func(o *options) { o.timeout = d } }
+
+// WithTelemetry switches flow telemetry on or off (default: VCCL_TELEMETRY).
+func WithTelemetry(on bool) Option { return func(o *options) { o.telemetry = on } }
+
+// WithCollector sends telemetry to c (and switches it on). Without it a
+// communicator with telemetry on makes its own, reachable with Collector.
+func WithCollector(c *flowtel.Collector) Option {
+	return func(o *options) { o.collector, o.telemetry = c, true }
+}
+
+// WithLogger sets where the communicator logs.
+func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
+
+// WithSocketInterface names the interface(s) TCP binds to (VCCL_SOCKET_IFNAME).
+func WithSocketInterface(ifname string) Option { return func(o *options) { o.ifname = ifname } }
+
+func defaultOptions(getenv func(string) string) options {
+	o := options{channels: 1, chunk: DefaultChunk, check: true, timeout: DefaultTimeout,
+		telemetry: flowtel.EnabledFromEnv(), logger: slog.Default(), transport: "auto"}
+	if v := getenv(EnvTransport); v != "" {
+		o.transport = strings.ToLower(strings.TrimSpace(v))
+	}
+	if v := getenv(EnvAlgo); v != "" {
+		a, err := ParseAlgorithm(strings.ToLower(strings.TrimSpace(v)))
+		o.algo = a
+		o.addErr(EnvAlgo, v, err)
+	}
+	if v := getenv(EnvChannels); v != "" {
+		n, err := strconv.Atoi(v)
+		o.channels = n
+		o.addErr(EnvChannels, v, err)
+	}
+	if v := getenv(EnvChunk); v != "" {
+		n, err := parseBytes(v)
+		o.chunk = n
+		o.addErr(EnvChunk, v, err)
+	}
+	if v := getenv(EnvCheck); v != "" {
+		b, err := strconv.ParseBool(v)
+		o.check = b
+		o.addErr(EnvCheck, v, err)
+	}
+	if v := getenv(EnvTimeout); v != "" {
+		d, err := time.ParseDuration(v)
+		if err != nil {
+			if secs, err2 := strconv.Atoi(v); err2 == nil {
+				d, err = time.Duration(secs)*time.Second, nil
+			}
+		}
+		o.timeout = d
+		o.addErr(EnvTimeout, v, err)
+	}
+	o.ifname = getenv(EnvIfname)
+	return o
+}
+
+func (o *options) addErr(name, value string, err error) {
+	if err != nil {
+		o.errs = append(o.errs, fmt.Errorf("collective: %s=%q: %w", name, value, err))
+	}
+}
+
+func (o *options) validate() error {
+	if len(o.errs) > 0 {
+		return o.errs[0]
+	}
+	switch {
+	case o.size < 1:
+		return fmt.Errorf("collective: world size %d, want at least 1", o.size)
+	case o.rank < 0 || o.rank >= o.size:
+		return fmt.Errorf("collective: rank %d out of range for world size %d", o.rank, o.size)
+	case o.channels < 1 || o.channels > 64:
+		return fmt.Errorf("collective: %d channels, want 1 to 64", o.channels)
+	case o.chunk < 64:
+		return fmt.Errorf("collective: chunk size %d bytes, want at least 64", o.chunk)
+	case o.timeout <= 0:
+		return fmt.Errorf("collective: timeout %v, want a positive duration", o.timeout)
+	}
+	switch o.transport {
+	case "auto", "loop", "shm", "tcp":
+	default:
+		return fmt.Errorf("collective: unknown transport %q (want auto, loop, shm or tcp)", o.transport)
+	}
+	return nil
+}
+
+// parseBytes reads sizes like 4096, 64K, 16M, 1G.
+func parseBytes(s string) (int, error) {
+	s = strings.TrimSpace(strings.ToUpper(s))
+	s = strings.TrimSuffix(strings.TrimSuffix(s, "B"), "I")
+	mult := 1
+	switch {
+	case strings.HasSuffix(s, "K"):
+		mult, s = 1<<10, s[:len(s)-1]
+	case strings.HasSuffix(s, "M"):
+		mult, s = 1<<20, s[:len(s)-1]
+	case strings.HasSuffix(s, "G"):
+		mult, s = 1<<30, s[:len(s)-1]
+	}
+	n, err := strconv.Atoi(s)
+	if err != nil || n < 0 {
+		return 0, fmt.Errorf("not a byte size")
+	}
+	return n * mult, nil
+}
+
+var osGetenv = os.Getenv

@@ -1,0 +1,258 @@
+package collective
+
+import "fmt"
+
+// A schedule is one rank's part of one collective on one channel, written as
+// a dependency graph of five primitives: send, recv, reduce, copy and scale.
+// Algorithms (ring, tree, recursive doubling, direct) only build schedules;
+// the machine below runs them as a pure state machine (completions in, work
+// requests out) and the progress engine does the I/O. That split is what lets
+// every algorithm be tested without a network and gives telemetry one place
+// to stamp every step.
+
+// bufID names a buffer of a collective call. Grouped point-to-point calls
+// number each caller buffer from numBufs up.
+type bufID uint16
+
+const (
+	bufIn      bufID = iota // the caller's send buffer
+	bufOut                  // the caller's receive buffer
+	bufScratch              // engine-owned scratch (schedule.scratch bytes)
+	bufSig                  // the ranks' call signatures (sigSize bytes each)
+	numBufs
+)
+
+// ref is a byte range in one of the call's buffers.
+type ref struct {
+	buf bufID
+	off int
+}
+
+type primKind uint8
+
+const (
+	primSend primKind = iota
+	primRecv
+	primReduce // dst = a op b
+	primCopy   // dst = a
+	primScale  // dst /= divisor (the avg reduction's final step)
+	primVerify // compare the ranks' call signatures
+)
+
+func (k primKind) String() string {
+	return [...]string{"send", "recv", "reduce", "copy", "scale", "verify"}[k]
+}
+
+// prim is one primitive of a schedule.
+type prim struct {
+	kind primKind
+	peer int // send and recv: the peer's rank
+	n    int // bytes
+	dst  ref // recv, reduce, copy, scale
+	a, b ref // send: a; reduce: a, b; copy: a
+	step uint32
+	deps []int32 // primitives that must complete first
+}
+
+// schedule is one rank's program for one collective call.
+type schedule struct {
+	prims   []prim
+	scratch int // bytes of scratch the schedule uses
+	algo    Algorithm
+}
+
+func (s *schedule) add(p prim) int32 {
+	s.prims = append(s.prims, p)
+	return int32(len(s.prims) - 1)
+}
+
+func (s *schedule) send(peer int, src ref, n int, step uint32, deps ...int32) int32 {
+	return s.add(prim{kind: primSend, peer: peer, a: src, n: n, step: step, deps: deps})
+}
+
+func (s *schedule) recv(peer int, dst ref, n int, step uint32, deps ...int32) int32 {
+	return s.add(prim{kind: primRecv, peer: peer, dst: dst, n: n, step: step, deps: deps})
+}
+
+func (s *schedule) reduce(dst, a, b ref, n int, step uint32, deps ...int32) int32 {
+	return s.add(prim{kind: primReduce, dst: dst, a: a, b: b, n: n, step: step, deps: deps})
+}
+
+func (s *schedule) copyTo(dst, src ref, n int, step uint32, deps ...int32) int32 {
+	return s.add(prim{kind: primCopy, dst: dst, a: src, n: n, step: step, deps: deps})
+}
+
+func (s *schedule) scale(dst ref, n int, step uint32, deps ...int32) int32 {
+	return s.add(prim{kind: primScale, dst: dst, n: n, step: step, deps: deps})
+}
+
+// deps collects non-negative primitive indices (-1 means "none").
+func deps(ids ...int32) []int32 {
+	out := make([]int32, 0, len(ids))
+	for _, id := range ids {
+		if id >= 0 {
+			out = append(out, id)
+		}
+	}
+	return out
+}
+
+// validate checks a schedule's references against buffer sizes.
+func (s *schedule) validate(bufs [][]byte) error {
+	size := func(b bufID) int {
+		if int(b) >= len(bufs) {
+			return -1
+		}
+		return len(bufs[b])
+	}
+	check := func(i int, r ref, n int) error {
+		if r.off < 0 || r.off+n > size(r.buf) {
+			return fmt.Errorf("collective: schedule prim %d (%s) reaches [%d,%d) of buffer %d of %d bytes", i, s.prims[i].kind, r.off, r.off+n, r.buf, size(r.buf))
+		}
+		return nil
+	}
+	for i, p := range s.prims {
+		var err error
+		switch p.kind {
+		case primSend:
+			err = check(i, p.a, p.n)
+		case primRecv, primScale:
+			err = check(i, p.dst, p.n)
+		case primCopy:
+			if err = check(i, p.dst, p.n); err == nil {
+				err = check(i, p.a, p.n)
+			}
+		case primReduce:
+			if err = check(i, p.dst, p.n); err == nil {
+				if err = check(i, p.a, p.n); err == nil {
+					err = check(i, p.b, p.n)
+				}
+			}
+		}
+		if err != nil {
+			return err
+		}
+		for _, d := range p.deps {
+			if d < 0 || int(d) >= i {
+				return fmt.Errorf("collective: schedule prim %d depends on %d, not an earlier primitive", i, d)
+			}
+		}
+	}
+	return nil
+}
+
+// machine runs a schedule: it tells which primitives may start and takes
+// their completions. It does no I/O. Sends and receives to one peer start in
+// program order, because a queue pair matches the k-th send with the k-th
+// receive; local primitives start as soon as their dependencies are done.
+type machine struct {
+	s          *schedule
+	unmet      []int32   // dependencies not yet complete, per primitive
+	dependents [][]int32 // reverse edges
+	started    []bool
+	completed  []bool
+	queue      [][]int32 // per (peer, direction): sends or receives in program order
+	head       []int     // next unstarted position in each queue
+	qid        []int32   // each primitive's queue, -1 for local primitives
+	left       int       // primitives not yet complete
+}
+
+// queueOf returns the queue id of a send or receive to peer.
+func queueOf(kind primKind, peer int) int32 {
+	if kind == primRecv {
+		return int32(peer*2 + 1)
+	}
+	return int32(peer * 2)
+}
+
+func newMachine(s *schedule, ranks int) *machine {
+	m := &machine{s: s, unmet: make([]int32, len(s.prims)), dependents: make([][]int32, len(s.prims)),
+		started: make([]bool, len(s.prims)), completed: make([]bool, len(s.prims)), queue: make([][]int32, 2*ranks), head: make([]int, 2*ranks),
+		qid: make([]int32, len(s.prims)), left: len(s.prims)}
+	for i, p := range s.prims {
+		m.unmet[i] = int32(len(p.deps))
+		for _, d := range p.deps {
+			m.dependents[d] = append(m.dependents[d], int32(i))
+		}
+		m.qid[i] = -1
+		if p.kind == primSend || p.kind == primRecv {
+			q := queueOf(p.kind, p.peer)
+			m.qid[i] = q
+			m.queue[q] = append(m.queue[q], int32(i))
+		}
+	}
+	return m
+}
+
+// ready reports whether primitive i may start now.
+func (m *machine) ready(i int32) bool {
+	if m.unmet[i] != 0 || m.started[i] {
+		return false
+	}
+	q := m.qid[i]
+	return q < 0 || m.queue[q][m.head[q]] == i
+}
+
+// initial appends the primitives that may start at once to out.
+func (m *machine) initial(out []int32) []int32 {
+	for i := range m.s.prims {
+		if m.ready(int32(i)) {
+			out = append(out, int32(i))
+		}
+	}
+	return out
+}
+
+// start marks primitive i started and appends the next primitive of its
+// queue to out if that may start now.
+func (m *machine) start(i int32, out []int32) []int32 {
+	m.started[i] = true
+	if q := m.qid[i]; q >= 0 {
+		m.head[q]++
+		if m.head[q] < len(m.queue[q]) {
+			if nx := m.queue[q][m.head[q]]; m.ready(nx) {
+				out = append(out, nx)
+			}
+		}
+	}
+	return out
+}
+
+// complete marks primitive i done and appends the primitives that may start
+// because of it to out.
+func (m *machine) complete(i int32, out []int32) []int32 {
+	m.left--
+	m.completed[i] = true
+	for _, d := range m.dependents[i] {
+		m.unmet[d]--
+		if m.ready(d) {
+			out = append(out, d)
+		}
+	}
+	return out
+}
+
+// pendingOn reports whether queue q still has primitives not started.
+func (m *machine) pendingOn(q int32) bool { return m.head[q] < len(m.queue[q]) }
+
+// done reports whether every primitive completed.
+func (m *machine) done() bool { return m.left == 0 }
+
+// slice returns the bytes r names, n long.
+func (r ref) slice(bufs [][]byte, n int) []byte { return bufs[r.buf][r.off : r.off+n] }
+
+// runLocal executes a local primitive (reduce, copy, scale) on the call's
+// buffers.
+func runLocal(p *prim, bufs [][]byte, dt Datatype, op ReduceOp, ranks int) {
+	if p.n == 0 {
+		return
+	}
+	switch p.kind {
+	case primReduce:
+		reduceInto(dt, op, p.dst.slice(bufs, p.n), p.a.slice(bufs, p.n), p.b.slice(bufs, p.n))
+	case primCopy:
+		copy(p.dst.slice(bufs, p.n), p.a.slice(bufs, p.n))
+	case primScale:
+		scaleDiv(dt, p.dst.slice(bufs, p.n), ranks)
+	}
+}
