@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 	"unsafe"
 
 	"github.com/vccl-go/vccl/transport"
@@ -50,6 +51,16 @@ func (h *Handle) Wait(ctx context.Context) error {
 		select {
 		case <-t.done:
 		case <-ctx.Done():
+			// When the call's own deadline is the one that passed, the
+			// engine fails the task within a poll interval, with an error
+			// naming what it waited for: prefer that one.
+			grace := time.NewTimer(100 * time.Millisecond)
+			select {
+			case <-t.done:
+				grace.Stop()
+				continue
+			case <-grace.C:
+			}
 			return fmt.Errorf("collective: waiting for %v seq %d: %w", t.call.op, t.seq, ctx.Err())
 		}
 	}

@@ -214,6 +214,9 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		if err := AllGather(ctx, c, own, infos); err != nil {
 			return nil, err
 		}
+		if color == NoColor {
+			return nil, nil
+		}
 		out := make([]peerInfo, len(members))
 		for i, m := range members {
 			s := infos[m.rank*slot:]

@@ -409,9 +409,25 @@ func (e *engine) end(t *task, st flowtel.Status) {
 	close(t.done)
 }
 
-// checkDeadlines fails tasks whose context ended, naming what they wait for.
+// checkDeadlines fails tasks whose context ended, naming what they wait
+// for, and fails everything once a peer's connection is gone, even one this
+// rank was not waiting on: the ranks that were will stop, and this one would
+// otherwise wait on them until its deadline.
 func (e *engine) checkDeadlines() bool {
 	any := false
+	if len(e.active) > 0 {
+		for peer, qp := range e.qps {
+			h, ok := qp.(interface{ Err() error })
+			if !ok || qp == nil {
+				continue
+			}
+			if err := h.Err(); err != nil {
+				e.fail(e.active[0], e.peerError(peer, err), true)
+				e.finish()
+				return true
+			}
+		}
+	}
 	for _, t := range e.active {
 		if t.err == nil && t.ctx.Err() != nil {
 			e.fail(t, fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, t.ctx.Err(), t.waitingFor()), true)

@@ -19,7 +19,8 @@ type Core struct {
 	cfg     Config
 	backend string
 
-	npend   atomic.Int32 // events in pending; lets an idle Poll skip the lock
+	dead    atomic.Pointer[error] // why the connection is gone, once it is
+	npend   atomic.Int32          // events in pending; lets an idle Poll skip the lock
 	mu      sync.Mutex
 	pending []event
 	spare   []event
@@ -142,6 +143,23 @@ func (c *Core) Poll(dst []WC) int {
 		c.readyAt = 0
 	}
 	return n
+}
+
+// SetDead records that the connection is gone and why; the first reason
+// sticks. Any goroutine. It wakes the owner, which learns it from Err even
+// with nothing outstanding.
+func (c *Core) SetDead(err error) {
+	if c.dead.CompareAndSwap(nil, &err) {
+		c.cfg.Notifier.Signal()
+	}
+}
+
+// Err returns why the connection is gone, or nil while it is up.
+func (c *Core) Err() error {
+	if p := c.dead.Load(); p != nil {
+		return *p
+	}
+	return nil
 }
 
 // Outstanding returns the WRs posted and not yet polled. Owner only.

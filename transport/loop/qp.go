@@ -47,6 +47,9 @@ func (q *QP) Info() transport.Info { return q.core.Info(q.addr, q.addr) }
 
 func (q *QP) Outstanding() int { return q.core.Outstanding() }
 
+// Err returns why the peer is gone, or nil.
+func (q *QP) Err() error { return q.core.Err() }
+
 func (q *QP) Poll(dst []transport.WC) int { return q.core.Poll(dst) }
 
 func (q *QP) PostSend(wr transport.WR) error {
@@ -158,6 +161,7 @@ func (lk *link) hangUp(side int) {
 	peer := 1 - side
 	if other := lk.ends[peer]; other != nil {
 		err := fmt.Errorf("%w: loop peer closed", transport.ErrPeerDead)
+		other.core.SetDead(err)
 		for _, p := range lk.recvs[peer] {
 			other.fail(p, transport.OpRecv, flowtel.StatusError, err)
 		}

@@ -1,0 +1,49 @@
+# VCCL-Go. `make run` runs a local job with telemetry; `make test` is what CI runs.
+GO      ?= go
+BIN     := bin
+RANKS   ?= 2
+PKGS    := ./...
+CORE    := ./flowtel/... ./transport/... ./collective/...
+
+.PHONY: all build test test-full race bench check-deps run lint fmt clean
+
+all: build
+
+build:
+	$(GO) build -o $(BIN)/ ./cmd/...
+
+# The default suite: vet, layering, every unit and conformance test, and the
+# comm library under the race detector (the collective matrix sampled).
+test: check-deps lint
+	$(GO) test -count=1 $(PKGS)
+	$(GO) test -race -short -count=1 $(CORE)
+
+# Every cell of the collective matrix, every world size, large counts.
+test-full: check-deps
+	VCCL_TEST_FULL=1 $(GO) test -count=1 -timeout 60m $(PKGS)
+
+race:
+	$(GO) test -race -count=1 $(CORE)
+
+bench:
+	$(GO) test -run '^$$' -bench . -benchmem $(CORE)
+
+# collective, transport and flowtel must not pull in OTel, Prometheus, Arrow,
+# Bubble Tea or NVML.
+check-deps:
+	@bad=$$($(GO) list -deps $(CORE) | grep -E 'go.opentelemetry.io|prometheus/|apache/arrow|bubbletea|charm.land|charmbracelet|go-nvml' | sort -u); \
+	if [ -n "$$bad" ]; then echo "check-deps: the comm library imports:"; echo "$$bad"; exit 1; fi; \
+	echo "check-deps: collective, transport and flowtel are light"
+
+run: build
+	$(BIN)/vcclrun -n $(RANKS) -- $(BIN)/vccl-demo
+
+lint:
+	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
+	$(GO) vet $(PKGS)
+
+fmt:
+	gofmt -w $$(git ls-files '*.go')
+
+clean:
+	rm -rf $(BIN)

@@ -1,0 +1,325 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"testing"
+	"time"
+)
+
+func newLocal(t *testing.T, n int, opts ...Option) []*Comm {
+	t.Helper()
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	comms, err := NewLocal(ctx, n, opts...)
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Abort()
+		}
+	})
+	return comms
+}
+
+func TestMismatchNamedOnEveryRank(t *testing.T) {
+	cases := []struct {
+		name string
+		call func(ctx context.Context, c *Comm) error
+		want []string
+	}{
+		{"count", func(ctx context.Context, c *Comm) error {
+			buf := make([]float32, 10+2*c.Rank()%4) // rank 1 differs
+			return AllReduce(ctx, c, buf, buf, Sum)
+		}, []string{"count=10", "count=12"}},
+		{"datatype", func(ctx context.Context, c *Comm) error {
+			if c.Rank() == 2 {
+				buf := make([]int32, 8)
+				return AllReduce(ctx, c, buf, buf, Sum)
+			}
+			buf := make([]float32, 8)
+			return AllReduce(ctx, c, buf, buf, Sum)
+		}, []string{"int32", "float32"}},
+		{"operation", func(ctx context.Context, c *Comm) error {
+			buf := make([]float64, 8)
+			if c.Rank() == 0 {
+				return Broadcast(ctx, c, buf, 0)
+			}
+			return AllReduce(ctx, c, buf, buf, Sum)
+		}, []string{"rank 0: broadcast", "rank 1: allreduce"}},
+		{"root", func(ctx context.Context, c *Comm) error {
+			buf := make([]float64, 8)
+			return Broadcast(ctx, c, buf, min(c.Rank(), 1))
+		}, []string{"root=0", "root=1"}},
+		{"reduction", func(ctx context.Context, c *Comm) error {
+			buf := make([]float64, 8)
+			op := Sum
+			if c.Rank() == 1 {
+				op = Max
+			}
+			return AllReduce(ctx, c, buf, buf, op)
+		}, []string{"sum", "max"}},
+	}
+	comms := newLocal(t, 3)
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			errs := make([]error, len(comms))
+			runOnAll(comms, func(c *Comm) error {
+				errs[c.Rank()] = tc.call(ctx, c)
+				return nil
+			})
+			for r, err := range errs {
+				var mm *MismatchError
+				if !errors.As(err, &mm) {
+					t.Fatalf("rank %d: %v, want a MismatchError", r, err)
+				}
+				for _, w := range tc.want {
+					if !strings.Contains(err.Error(), w) {
+						t.Errorf("rank %d: error %q does not mention %q", r, err, w)
+					}
+				}
+			}
+			// No payload moved: the communicator is still usable.
+			if err := runOnAll(comms, func(c *Comm) error {
+				buf := []float32{float32(c.Rank())}
+				if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+					return err
+				}
+				if buf[0] != 3 {
+					t.Errorf("sum after mismatch = %v, want 3", buf[0])
+				}
+				return nil
+			}); err != nil {
+				t.Fatalf("communicator unusable after a mismatch: %v", err)
+			}
+		})
+	}
+}
+
+func TestMismatchWithoutCheckStillErrors(t *testing.T) {
+	comms := newLocal(t, 2, WithSignatureCheck(false))
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	start := time.Now()
+	errs := make([]error, 2)
+	runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, 100+100*c.Rank())
+		errs[c.Rank()] = AllReduce(ctx, c, buf, buf, Sum)
+		return nil
+	})
+	if errs[0] == nil && errs[1] == nil {
+		t.Fatal("mismatched counts with the check off: both ranks succeeded")
+	}
+	if time.Since(start) > 9*time.Second {
+		t.Fatalf("mismatch took %v to surface", time.Since(start))
+	}
+	t.Logf("errors: %v / %v", errs[0], errs[1])
+}
+
+func TestDeadlineNamesWhatIsMissing(t *testing.T) {
+	comms := newLocal(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+	defer cancel()
+	start := time.Now()
+	// Ranks 0 and 1 call; rank 2 never does.
+	errs := make([]error, 2)
+	runOnAll(comms[:2], func(c *Comm) error {
+		buf := make([]float32, 1000)
+		errs[c.Rank()] = AllReduce(ctx, c, buf, buf, Sum)
+		return nil
+	})
+	for r, err := range errs {
+		if !errors.Is(err, context.DeadlineExceeded) {
+			t.Fatalf("rank %d: %v, want a deadline error", r, err)
+		}
+		if !strings.Contains(err.Error(), "2") {
+			t.Errorf("rank %d: %q does not name rank 2", r, err)
+		}
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("deadline of 300ms honoured after %v", d)
+	}
+	// The communicator failed: later calls say so at once.
+	buf := []float32{1}
+	if err := AllReduce(context.Background(), comms[0], buf, buf, Sum); err == nil {
+		t.Fatal("call on a failed communicator succeeded")
+	}
+}
+
+func TestDeadPeerNamedOnEverySurvivor(t *testing.T) {
+	for _, tr := range []string{"loop", "tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			const n = 4
+			comms := newLocal(t, n, WithTransport(tr))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			// A warm-up proves the job works, then rank 2 dies while the
+			// others wait in an all-reduce.
+			if err := runOnAll(comms, func(c *Comm) error {
+				buf := make([]float32, 1<<16)
+				return AllReduce(ctx, c, buf, buf, Sum)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			errs := make(chan error, n-1)
+			for _, c := range comms {
+				if c.Rank() == 2 {
+					continue
+				}
+				go func() {
+					buf := make([]float32, 1<<16)
+					errs <- AllReduce(ctx, c, buf, buf, Sum)
+				}()
+			}
+			comms[2].Abort()
+			start := time.Now()
+			for range n - 1 {
+				err := <-errs
+				if err == nil {
+					t.Fatal("a survivor's all-reduce succeeded without rank 2")
+				}
+				if !strings.Contains(err.Error(), "rank 2") {
+					t.Errorf("error %q does not name rank 2", err)
+				}
+			}
+			t.Logf("every survivor failed within %v", time.Since(start))
+		})
+	}
+}
+
+func TestAbortFromAnotherGoroutine(t *testing.T) {
+	comms := newLocal(t, 2)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]float32, 10)
+		done <- AllReduce(ctx, comms[0], buf, buf, Sum) // rank 1 never joins
+	}()
+	// Abort whenever the call is in flight or about to be: either way it
+	// must return an error, not hang.
+	comms[0].Abort()
+	if err := <-done; err == nil {
+		t.Fatal("all-reduce on an aborted communicator succeeded")
+	}
+	if err := comms[0].Close(); err != nil {
+		t.Fatalf("Close after Abort: %v", err)
+	}
+}
+
+func TestAsyncHandles(t *testing.T) {
+	comms := newLocal(t, 3)
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	if err := runOnAll(comms, func(c *Comm) error {
+		// Several operations in flight at once, waited in reverse.
+		var hs []*Handle
+		bufs := make([][]int64, 5)
+		for i := range bufs {
+			bufs[i] = []int64{int64(c.Rank() + i)}
+			h, err := c.AllReduceAsync(ctx, Buf(bufs[i]), Buf(bufs[i]), Sum)
+			if err != nil {
+				return err
+			}
+			hs = append(hs, h)
+		}
+		for i := len(hs) - 1; i >= 0; i-- {
+			if err := hs[i].Wait(ctx); err != nil {
+				return err
+			}
+			if want := int64(3 + 3*i); bufs[i][0] != want {
+				t.Errorf("rank %d op %d = %d, want %d", c.Rank(), i, bufs[i][0], want)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestSplit(t *testing.T) {
+	comms := newLocal(t, 5)
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	subs := make([]*Comm, 5)
+	if err := runOnAll(comms, func(c *Comm) error {
+		color := c.Rank() % 2
+		if c.Rank() == 4 {
+			color = NoColor
+		}
+		sub, err := c.Split(ctx, color, -c.Rank()) // reverse order by key
+		subs[c.Rank()] = sub
+		return err
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if subs[4] != nil {
+		t.Fatal("NoColor rank got a communicator")
+	}
+	// Evens {0,2} ordered by key -rank: 2 is rank 0. Odds {1,3}: 3 is rank 0.
+	for r, want := range map[int][2]int{0: {1, 2}, 2: {0, 2}, 1: {1, 2}, 3: {0, 2}} {
+		if subs[r].Rank() != want[0] || subs[r].Size() != want[1] {
+			t.Errorf("rank %d in split: %d of %d, want %d of %d", r, subs[r].Rank(), subs[r].Size(), want[0], want[1])
+		}
+	}
+	if err := runOnAll(subs[:4], func(c *Comm) error {
+		buf := []int32{1}
+		if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+			return err
+		}
+		if buf[0] != 2 {
+			t.Errorf("sum in a sub-communicator of 2 = %d", buf[0])
+		}
+		return c.Close()
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestBadArguments(t *testing.T) {
+	comms := newLocal(t, 2)
+	ctx := context.Background()
+	c := comms[0]
+	cases := []struct {
+		name string
+		err  error
+		want string
+	}{
+		{"allreduce lengths", AllReduce(ctx, c, make([]float32, 3), make([]float32, 4), Sum), "3 elements but receive has 4"},
+		{"allgather size", AllGather(ctx, c, make([]float32, 3), make([]float32, 5)), "want 2 ranks × 3"},
+		{"root", Broadcast(ctx, c, make([]float32, 3), 7), "root 7 out of range"},
+		{"reduction", AllReduce(ctx, c, make([]float32, 3), make([]float32, 3), ReduceOp(99)), "invalid reduction"},
+		{"datatype", c.AllReduce(ctx, Bytes(make([]byte, 3), Float32), Bytes(make([]byte, 3), Float32), Sum), "not a whole number of float32"},
+		{"types differ", c.AllReduce(ctx, Buf(make([]float32, 2)), Buf(make([]int32, 2)), Sum), "send buffer is float32 but receive buffer is int32"},
+		{"peer", Send(ctx, c, make([]byte, 1), 5), "peer 5 out of range"},
+		{"self", Send(ctx, c, make([]byte, 1), 0), "this rank itself"},
+	}
+	for _, tc := range cases {
+		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
+			t.Errorf("%s: error %v, want one containing %q", tc.name, tc.err, tc.want)
+		}
+	}
+}
+
+func TestNewValidatesOptions(t *testing.T) {
+	ctx := context.Background()
+	for _, tc := range []struct {
+		opts []Option
+		want string
+	}{
+		{nil, "needs WithRank"},
+		{[]Option{WithRank(3, 2)}, "rank 3 out of range"},
+		{[]Option{WithRank(0, 2)}, "rendezvous address"},
+		{[]Option{WithRank(0, 1), WithTransport("carrier-pigeon")}, "unknown transport"},
+		{[]Option{WithRank(0, 1), WithChannels(0)}, "channels"},
+	} {
+		_, err := New(ctx, tc.opts...)
+		if err == nil || !strings.Contains(err.Error(), tc.want) {
+			t.Errorf("New(%d options): %v, want %q", len(tc.opts), err, tc.want)
+		}
+	}
+}
