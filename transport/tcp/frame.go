@@ -1,0 +1,124 @@
+package tcp
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+)
+
+// The wire format. Every frame starts with a fixed 16-byte header, little
+// endian:
+//
+//	offset size field
+//	0      1    magic 'V'
+//	1      1    version (1)
+//	2      1    type: 1 data, 2 credit
+//	3      1    flags: bit 0 too-large (data frames only); other bits zero
+//	4      4    seq: low 32 bits of the frame's index in its stream (data
+//	            frames and credit frames are numbered separately from 0)
+//	8      8    length
+//
+// A data frame's length is the message length and its payload follows the
+// header, except when it is flagged too-large: then no payload follows and
+// the length says how big the refused message was. A credit frame carries no
+// payload; its length is the size of the receive buffer it grants.
+const (
+	HeaderSize = 16
+	// MaxFrameLen bounds a frame's length field: a larger value is a corrupt
+	// or hostile stream, not a message. WRs longer than this are refused.
+	MaxFrameLen = 1 << 38 // 256 GiB
+
+	frameMagic   = 'V'
+	frameVersion = 1
+)
+
+// FrameType says what a frame carries.
+type FrameType uint8
+
+const (
+	FrameData   FrameType = 1 // a message (or its too-large notice)
+	FrameCredit FrameType = 2 // one posted receive, and its size
+)
+
+func (t FrameType) String() string {
+	switch t {
+	case FrameData:
+		return "data"
+	case FrameCredit:
+		return "credit"
+	}
+	return fmt.Sprintf("FrameType(%d)", uint8(t))
+}
+
+// FlagTooLarge marks a data frame whose message did not fit the receive its
+// credit announced; the frame has no payload.
+const FlagTooLarge uint8 = 1 << 0
+
+const knownFlags = FlagTooLarge
+
+// Header is a decoded frame header.
+type Header struct {
+	Type  FrameType
+	Flags uint8
+	Seq   uint32
+	Len   uint64
+}
+
+// ErrBadFrame is wrapped by every error DecodeHeader returns.
+var ErrBadFrame = errors.New("tcp: malformed frame header")
+
+// PutHeader encodes h into b, which must hold HeaderSize bytes.
+func PutHeader(b []byte, h Header) {
+	_ = b[HeaderSize-1]
+	b[0] = frameMagic
+	b[1] = frameVersion
+	b[2] = byte(h.Type)
+	b[3] = h.Flags
+	binary.LittleEndian.PutUint32(b[4:8], h.Seq)
+	binary.LittleEndian.PutUint64(b[8:16], h.Len)
+}
+
+// AppendHeader appends h's encoding to dst.
+func AppendHeader(dst []byte, h Header) []byte {
+	var b [HeaderSize]byte
+	PutHeader(b[:], h)
+	return append(dst, b[:]...)
+}
+
+// DecodeHeader decodes the header at the start of b. It rejects, with an
+// error wrapping ErrBadFrame, a short buffer, a wrong magic or version, an
+// unknown type or flag, a flag on the wrong type and a length over
+// MaxFrameLen.
+func DecodeHeader(b []byte) (Header, error) {
+	if len(b) < HeaderSize {
+		return Header{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadFrame, len(b), HeaderSize)
+	}
+	if b[0] != frameMagic {
+		return Header{}, fmt.Errorf("%w: magic %#02x, want %#02x", ErrBadFrame, b[0], frameMagic)
+	}
+	if b[1] != frameVersion {
+		return Header{}, fmt.Errorf("%w: version %d, want %d", ErrBadFrame, b[1], frameVersion)
+	}
+	h := Header{
+		Type:  FrameType(b[2]),
+		Flags: b[3],
+		Seq:   binary.LittleEndian.Uint32(b[4:8]),
+		Len:   binary.LittleEndian.Uint64(b[8:16]),
+	}
+	switch h.Type {
+	case FrameData:
+		if h.Flags&^knownFlags != 0 {
+			return Header{}, fmt.Errorf("%w: unknown flags %#02x on a data frame", ErrBadFrame, h.Flags&^knownFlags)
+		}
+	case FrameCredit:
+		if h.Flags != 0 {
+			return Header{}, fmt.Errorf("%w: flags %#02x on a credit frame", ErrBadFrame, h.Flags)
+		}
+	default:
+		return Header{}, fmt.Errorf("%w: bad frame type %d", ErrBadFrame, b[2])
+	}
+	if h.Len > MaxFrameLen {
+		return Header{}, fmt.Errorf("%w: %s frame length %d exceeds the maximum %d", ErrBadFrame, h.Type, h.Len, uint64(MaxFrameLen))
+	}
+	return h, nil
+}

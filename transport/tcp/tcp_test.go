@@ -1,0 +1,311 @@
+package tcp
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"net"
+	"strings"
+	"testing"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/transporttest"
+)
+
+func connect(t *testing.T, b Backend, addr string) *transporttest.Pair {
+	t.Helper()
+	return transporttest.Connect(t, transporttest.Factory{Backend: b, ListenAddr: addr})
+}
+
+func loopbackIfname(t *testing.T) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Skipf("no interfaces: %v", err)
+	}
+	for _, ifi := range ifs {
+		if ifi.Flags&net.FlagLoopback != 0 && ifi.Flags&net.FlagUp != 0 {
+			return ifi.Name
+		}
+	}
+	t.Skip("no loopback interface")
+	return ""
+}
+
+func checkTransfer(t *testing.T, p *transporttest.Pair, msg []byte) {
+	t.Helper()
+	dst := make([]byte, len(msg)+8)
+	p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
+	p.A.PostSend(transport.WR{ID: 2, Buf: msg})
+	sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]
+	rc := transporttest.WaitN(t, p.B, p.NotB, 1)[0]
+	if sc.Err != nil || rc.Err != nil || !bytes.Equal(dst[:rc.Bytes], msg) {
+		t.Fatalf("transfer: send %v, recv %v, got %q", sc.Err, rc.Err, dst[:rc.Bytes])
+	}
+}
+
+func TestListenDefaultAddr(t *testing.T) {
+	t.Setenv(EnvSocketIfname, "")
+	p := connect(t, Backend{}, "")
+	if info := p.A.Info(); !strings.HasPrefix(info.Remote, "127.0.0.1:") || info.Backend != Name {
+		t.Fatalf("default listener: %+v, want 127.0.0.1", info)
+	}
+	checkTransfer(t, p, []byte("default"))
+}
+
+func TestInterface(t *testing.T) {
+	lo := loopbackIfname(t)
+	for _, tc := range []struct {
+		name string
+		b    Backend
+		env  string
+	}{
+		{"field", Backend{Interface: lo}, "vcclnope0"}, // the field overrides the variable
+		{"env list", Backend{}, lo + ",vcclnope1"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Setenv(EnvSocketIfname, tc.env)
+			p := connect(t, tc.b, "")
+			a, b := p.A.Info(), p.B.Info()
+			if !strings.HasPrefix(a.Local, "127.") || !strings.HasPrefix(b.Local, "127.") {
+				t.Fatalf("interface %s: dialled %s -> %s, accepted on %s", lo, a.Local, a.Remote, b.Local)
+			}
+			checkTransfer(t, p, []byte("via "+lo))
+		})
+	}
+}
+
+func TestInterfaceIPv6(t *testing.T) {
+	lo := loopbackIfname(t)
+	ln, err := net.Listen("tcp", "[::1]:0")
+	if err != nil {
+		t.Skipf("no IPv6 loopback here: %v", err)
+	}
+	ln.Close()
+	p := connect(t, Backend{Interface: lo}, "[::1]:0")
+	if a := p.A.Info(); !strings.HasPrefix(a.Local, "[::1]:") {
+		t.Fatalf("dial over IPv6 bound to %s, want [::1]", a.Local)
+	}
+	checkTransfer(t, p, []byte("six"))
+}
+
+func TestMissingInterface(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), transporttest.Deadline)
+	defer cancel()
+	bad := Backend{Interface: "vcclnope0,lo"}
+	if _, err := bad.Listen(ctx, transport.ListenConfig{}); err == nil || !strings.Contains(err.Error(), `"vcclnope0"`) {
+		t.Fatalf("listen on a missing interface: %v, want an error naming it", err)
+	}
+	ln, err := Backend{}.Listen(ctx, transport.ListenConfig{Addr: "127.0.0.1:0", Token: "t"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	if _, err := bad.Dial(ctx, ln.Addr(), "k", transport.Config{Token: "t"}); err == nil || !strings.Contains(err.Error(), `"vcclnope0"`) {
+		t.Fatalf("dial from a missing interface: %v, want an error naming it", err)
+	}
+	t.Setenv(EnvSocketIfname, "vcclnope2")
+	if _, err := (Backend{}).Dial(ctx, ln.Addr(), "k", transport.Config{Token: "t"}); err == nil ||
+		!strings.Contains(err.Error(), `"vcclnope2"`) || !strings.Contains(err.Error(), EnvSocketIfname) {
+		t.Fatalf("dial from a missing VCCL_SOCKET_IFNAME interface: %v", err)
+	}
+}
+
+func TestInterfaceAddrFamily(t *testing.T) {
+	lo := loopbackIfname(t)
+	ip, err := interfaceAddr(lo, 4)
+	if err != nil || !ip.Is4() || !ip.IsLoopback() {
+		t.Fatalf("IPv4 address of %s: %v, %v", lo, ip, err)
+	}
+	if ip, err := interfaceAddr(lo, 0); err != nil || !ip.Is4() {
+		t.Fatalf("default address of %s: %v, %v; want IPv4 first", lo, ip, err)
+	}
+	if ip, err := interfaceAddr(lo, 6); err == nil && !ip.Is6() {
+		t.Fatalf("IPv6 address of %s is %v", lo, ip)
+	} else if err != nil && !strings.Contains(err.Error(), "no IPv6 address") {
+		t.Fatalf("missing IPv6 address of %s: %v", lo, err)
+	}
+}
+
+// Peer death fails the survivor's sends waiting for credit as well as its
+// receives, names the peer, and later posts fail the same way.
+func TestPeerDeathFailsEverything(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	for i := range 3 {
+		p.B.PostSend(transport.WR{ID: uint64(i), Buf: []byte("no credit")})
+		p.B.PostRecv(transport.WR{ID: uint64(10 + i), Buf: make([]byte, 8)})
+	}
+	peer := p.A.Info().Local
+	kill(p.A)
+	wcs := transporttest.WaitN(t, p.B, p.NotB, 6)
+	wcs = append(wcs, lateFailures(t, p.B, p.NotB)...)
+	sends, recvs := 0, 0
+	for _, wc := range wcs {
+		if wc.Status != flowtel.StatusError || !errors.Is(wc.Err, transport.ErrPeerDead) || !strings.Contains(wc.Err.Error(), peer) {
+			t.Fatalf("completion %+v: want a peer-dead error naming %s", wc, peer)
+		}
+		// Each direction completes in posting order.
+		if wc.Op == transport.OpSend {
+			if wc.ID != uint64(sends) && wc.ID != 100 {
+				t.Fatalf("send %d completed as %d", sends, wc.ID)
+			}
+			sends++
+		} else {
+			if wc.ID != uint64(10+recvs) && wc.ID != 101 {
+				t.Fatalf("receive %d completed as %d", recvs, wc.ID)
+			}
+			recvs++
+		}
+	}
+	if p.B.Outstanding() != 0 {
+		t.Fatalf("%d WRs outstanding after the peer died", p.B.Outstanding())
+	}
+}
+
+func lateFailures(t *testing.T, q transport.QP, n *transport.Notifier) []transport.WC {
+	if err := q.PostSend(transport.WR{ID: 100, Buf: []byte("late")}); err != nil {
+		t.Fatalf("post after peer death: %v, want a completion instead", err)
+	}
+	if err := q.PostRecv(transport.WR{ID: 101, Buf: make([]byte, 4)}); err != nil {
+		t.Fatalf("post after peer death: %v, want a completion instead", err)
+	}
+	return transporttest.WaitN(t, q, n, 2)
+}
+
+// Close flushes the QP's own WRs, in posting order, as flushed.
+func TestCloseFlushesOwn(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	for i := range 4 {
+		p.A.PostSend(transport.WR{ID: uint64(i), Buf: make([]byte, 100)})
+		p.A.PostRecv(transport.WR{ID: uint64(10 + i), Buf: make([]byte, 100)})
+	}
+	if err := p.A.Close(); err != nil {
+		t.Fatal(err)
+	}
+	next := map[transport.Opcode]uint64{transport.OpSend: 0, transport.OpRecv: 10}
+	for _, wc := range transporttest.WaitN(t, p.A, p.NotA, 8) {
+		if wc.Status != flowtel.StatusFlushed || !errors.Is(wc.Err, transport.ErrClosed) {
+			t.Fatalf("completion %+v: want flushed with ErrClosed", wc)
+		}
+		if wc.ID != next[wc.Op] {
+			t.Fatalf("%s %d completed out of order (as %d)", wc.Op, next[wc.Op], wc.ID)
+		}
+		next[wc.Op]++
+	}
+	if err := p.A.PostSend(transport.WR{Buf: []byte("x")}); !errors.Is(err, transport.ErrClosed) {
+		t.Fatalf("post after close: %v", err)
+	}
+}
+
+// Sizes around the read-ahead buffer exercise both the copy of bytes read
+// with a header and the direct read into the receive buffer, with many
+// frames in flight and a too-large send in the middle.
+func TestMixedSizesInFlight(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	sizes := []int{0, 1, 15, 16, 17, readAhead - HeaderSize - 1, readAhead - HeaderSize, readAhead - 1, readAhead,
+		readAhead + 1, 3 * readAhead, 65535, 65536, 1 << 20, 7, 0, 1<<20 + 3}
+	const tooBig = 5
+	dsts := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		dsts[i] = make([]byte, n)
+		if i == tooBig {
+			dsts[i] = dsts[i][:n-1]
+		}
+		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
+	}
+	for i, n := range sizes {
+		p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(n, byte(i))})
+	}
+	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
+	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
+	for i, n := range sizes {
+		if sc[i].ID != uint64(i) || rc[i].ID != uint64(i) {
+			t.Fatalf("completion %d: send %d recv %d", i, sc[i].ID, rc[i].ID)
+		}
+		if i == tooBig {
+			if !errors.Is(sc[i].Err, transport.ErrTooLarge) || sc[i].Err.Error() != rc[i].Err.Error() {
+				t.Fatalf("too-large message: send %v, recv %v", sc[i].Err, rc[i].Err)
+			}
+			continue
+		}
+		if sc[i].Err != nil || rc[i].Err != nil || rc[i].Bytes != n || !bytes.Equal(dsts[i], patternOf(n, byte(i))) {
+			t.Fatalf("message %d of %d bytes: send %v recv %v (%d bytes)", i, n, sc[i].Err, rc[i].Err, rc[i].Bytes)
+		}
+	}
+}
+
+func patternOf(n int, seed byte) []byte {
+	b := make([]byte, n)
+	x := uint32(seed) + 1
+	for i := range b {
+		x = x*1664525 + 1013904223
+		b[i] = byte(x >> 24)
+	}
+	return b
+}
+
+// A peer that breaks the framing kills the QP with a clear error.
+func TestProtocolError(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		frame []byte
+		want  string
+	}{
+		{"garbage", []byte("GET / HTTP/1.1\r\n"), "magic"},
+		{"data without receive", AppendHeader(nil, Header{Type: FrameData, Len: 1}), "no receive posted"},
+		{"credit out of sequence", AppendHeader(nil, Header{Type: FrameCredit, Seq: 5}), "credit frame 5, want 0"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), transporttest.Deadline)
+			defer cancel()
+			ln, err := Backend{}.Listen(ctx, transport.ListenConfig{Token: "t"})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer ln.Close()
+			raw, err := net.Dial("tcp", ln.Addr())
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer raw.Close()
+			if err := transport.DialHandshake(ctx, raw, "t", "k"); err != nil {
+				t.Fatal(err)
+			}
+			no := transport.NewNotifier()
+			q, err := ln.Accept(ctx, "k", transport.Config{Notifier: no})
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer q.Close()
+			if tc.name != "data without receive" {
+				q.PostRecv(transport.WR{ID: 1, Buf: make([]byte, 8)})
+			}
+			raw.Write(tc.frame)
+			if tc.name == "data without receive" {
+				q.PostSend(transport.WR{ID: 2, Buf: []byte("x")})
+			}
+			wc := transporttest.WaitN(t, q, no, 1)[0]
+			if !errors.Is(wc.Err, transport.ErrPeerDead) || !strings.Contains(wc.Err.Error(), "protocol error") ||
+				!strings.Contains(wc.Err.Error(), tc.want) {
+				t.Fatalf("completion error %v, want a peer-dead protocol error mentioning %q", wc.Err, tc.want)
+			}
+		})
+	}
+}
+
+func TestResolve(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), transporttest.Deadline)
+	defer cancel()
+	for in, want := range map[string]string{"127.0.0.1:80": "127.0.0.1:80", "[::1]:7": "[::1]:7", "[::ffff:10.0.0.1]:9": "10.0.0.1:9"} {
+		if got, err := resolve(ctx, in); err != nil || got.String() != want {
+			t.Errorf("resolve(%q) = %v, %v; want %s", in, got, err, want)
+		}
+	}
+	if ap, err := resolve(ctx, "localhost:80"); err != nil || !ap.Addr().IsLoopback() || ap.Port() != 80 {
+		t.Errorf("resolve(localhost:80) = %v, %v", ap, err)
+	}
+	if _, err := resolve(ctx, "no-port"); err == nil {
+		t.Error("resolve accepted an address without a port")
+	}
+}
