@@ -1,0 +1,66 @@
+package launch
+
+import (
+	"bytes"
+	"reflect"
+	"strings"
+	"testing"
+	"time"
+)
+
+func TestParseArgs(t *testing.T) {
+	cases := []struct {
+		args    []string
+		want    Config
+		wantErr string
+	}{
+		{args: []string{"-n", "4", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: true, Prog: "prog", Args: []string{}}},
+		{args: []string{"-n=2", "--grace", "1s", "--timeout=1m", "--tag-output=false", "--", "prog", "-n", "9", "--x"},
+			want: Config{N: 2, Grace: time.Second, Timeout: time.Minute, Prog: "prog", Args: []string{"-n", "9", "--x"}}},
+		{args: []string{"-n", "1", "prog", "--", "a"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: true, Prog: "prog", Args: []string{"--", "a"}}},
+		{args: []string{"prog"}, wantErr: "-n is required"},
+		{args: []string{"-n", "0", "prog"}, wantErr: "-n 0: need at least one rank"},
+		{args: []string{"-n", "four", "prog"}, wantErr: `invalid value "four" for flag -n`},
+		{args: []string{"-n", "2"}, wantErr: "no program given"},
+		{args: []string{"-n", "2", "--"}, wantErr: "no program given"},
+		{args: []string{"-n", "2", "--grace", "-1s", "p"}, wantErr: "--grace -1s: must not be negative"},
+		{args: []string{"-n", "2", "--grace", "5", "p"}, wantErr: `invalid value "5" for flag -grace`},
+		{args: []string{"-n", "2", "--timeout", "-1s", "p"}, wantErr: "--timeout -1s: must not be negative"},
+		{args: []string{"-n", "2", "--bogus", "p"}, wantErr: "flag provided but not defined: -bogus"},
+	}
+	for _, c := range cases {
+		got, err := ParseArgs(c.args)
+		if c.wantErr != "" {
+			if err == nil || !strings.Contains(err.Error(), c.wantErr) {
+				t.Errorf("ParseArgs(%q): err = %v, want %q", c.args, err, c.wantErr)
+			}
+			continue
+		}
+		if err != nil {
+			t.Errorf("ParseArgs(%q): %v", c.args, err)
+			continue
+		}
+		if !reflect.DeepEqual(got, c.want) {
+			t.Errorf("ParseArgs(%q)\n got %+v\nwant %+v", c.args, got, c.want)
+		}
+	}
+}
+
+func TestHelp(t *testing.T) {
+	var stdout, stderr bytes.Buffer
+	if code := Main(t.Context(), []string{"-h"}, &stdout, &stderr, nil); code != 0 {
+		t.Fatalf("-h: status %d", code)
+	}
+	for _, want := range []string{"usage: vcclrun -n N", "-grace", "-timeout", "-tag-output"} {
+		if !strings.Contains(stdout.String(), want) {
+			t.Errorf("help lacks %q:\n%s", want, stdout.String())
+		}
+	}
+}
+
+func TestJobEnv(t *testing.T) {
+	base, token := jobEnv([]string{"HOME=/h", "RANK=3", "VCCL_RANK=1", "VCCL_MASTER_ADDR=x", "VCCL_JOB_TOKEN=a", "VCCL_JOB_TOKEN=b", "VCCL_OTHER=1", "MASTER_PORT=2"})
+	if want := []string{"HOME=/h", "VCCL_OTHER=1"}; !reflect.DeepEqual(base, want) || token != "b" {
+		t.Fatalf("jobEnv = %q, %q", base, token)
+	}
+}

@@ -1,0 +1,361 @@
+// Package launch is vcclrun's logic: it starts N local ranks of a program
+// with the torchrun-style environment that bootstrap.FromEnv reads, tags
+// their output with their rank, forwards signals to them, and stops the job
+// as soon as one rank fails.
+package launch
+
+import (
+	"context"
+	"crypto/rand"
+	"encoding/hex"
+	"errors"
+	"fmt"
+	"io"
+	"net"
+	"os"
+	"os/exec"
+	"strconv"
+	"strings"
+	"sync"
+	"syscall"
+	"time"
+)
+
+// Config describes one job.
+type Config struct {
+	N         int           // ranks to start, ≥ 1
+	Grace     time.Duration // between SIGTERM and SIGKILL when stopping ranks
+	Timeout   time.Duration // stop the job after this long; 0 = never
+	TagOutput bool          // prefix each output line with "[rank] "
+	Prog      string        // program (looked up in PATH if it has no slash)
+	Args      []string      // its arguments
+
+	Env     []string         // environment the ranks inherit; nil = os.Environ()
+	Stdout  io.Writer        // nil = os.Stdout
+	Stderr  io.Writer        // nil = os.Stderr
+	Port    int              // MASTER_PORT; 0 = a free port
+	Signals <-chan os.Signal // signals to forward to every rank; nil = none
+}
+
+// Variables vcclrun sets for every rank. Inherited values of these, and of
+// the VCCL_* variables that would take precedence over them in
+// bootstrap.FromEnv, are removed; VCCL_JOB_TOKEN is kept if set.
+var rankVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", "MASTER_ADDR", "MASTER_PORT"}
+
+var shadowingVars = []string{"VCCL_RANK", "VCCL_WORLD_SIZE", "VCCL_LOCAL_RANK", "VCCL_LOCAL_WORLD_SIZE", "VCCL_MASTER_ADDR", "VCCL_MASTER_PORT"}
+
+const tokenVar = "VCCL_JOB_TOKEN"
+
+// RankError: a rank failed, and the job was stopped because of it.
+type RankError struct {
+	Rank     int
+	ExitCode int            // the rank's exit status, when it exited (-1 when killed)
+	Signal   syscall.Signal // the signal that killed it, when one did (0 otherwise)
+	Stopped  []int          // ranks vcclrun then stopped (running as far as it knew)
+}
+
+func (e *RankError) Error() string {
+	var s string
+	if e.Signal != 0 {
+		s = fmt.Sprintf("rank %d was killed by signal %s", e.Rank, signalName(e.Signal))
+	} else {
+		s = fmt.Sprintf("rank %d exited with code %d", e.Rank, e.ExitCode)
+	}
+	if len(e.Stopped) > 0 {
+		ids := make([]string, len(e.Stopped))
+		for i, r := range e.Stopped {
+			ids[i] = strconv.Itoa(r)
+		}
+		s += "; stopped rank(s) " + strings.Join(ids, ", ")
+	}
+	return s
+}
+
+// TimeoutError: the job ran past Config.Timeout and was stopped.
+type TimeoutError struct{ After time.Duration }
+
+func (e *TimeoutError) Error() string { return fmt.Sprintf("job timed out after %v", e.After) }
+
+// InterruptedError: vcclrun received a signal, forwarded it, and the job ended.
+type InterruptedError struct{ Signal os.Signal }
+
+func (e *InterruptedError) Error() string {
+	name := e.Signal.String()
+	if s, ok := e.Signal.(syscall.Signal); ok {
+		name = signalName(s)
+	}
+	return "interrupted by " + name
+}
+
+// ExitCode is the status vcclrun exits with for an error from Run: the failed
+// rank's exit code, or 128+signal when a signal killed it or interrupted the
+// job (as shells report), 124 on timeout (as timeout(1)), 1 otherwise.
+func ExitCode(err error) int {
+	var re *RankError
+	var te *TimeoutError
+	var ie *InterruptedError
+	switch {
+	case err == nil:
+		return 0
+	case errors.As(err, &re):
+		if re.Signal != 0 {
+			return 128 + int(re.Signal)
+		}
+		if re.ExitCode > 0 && re.ExitCode < 256 {
+			return re.ExitCode
+		}
+		return 1
+	case errors.As(err, &te):
+		return 124
+	case errors.As(err, &ie):
+		if s, ok := ie.Signal.(syscall.Signal); ok {
+			return 128 + int(s)
+		}
+		return 1
+	default:
+		return 1
+	}
+}
+
+// rank is one started process.
+type rank struct {
+	id     int
+	cmd    *exec.Cmd
+	flush  []*prefixWriter
+	exited bool
+}
+
+type exitEvent struct {
+	rank  int
+	state *os.ProcessState
+	err   error
+}
+
+// Run starts the job and returns when every rank has exited: nil if all
+// exited 0, else why the job failed (*RankError for the first rank that
+// failed, *TimeoutError, *InterruptedError, ctx's error, or a start error).
+// When a rank fails, the job times out or ctx is done, the ranks still
+// running get SIGTERM and, Grace later, SIGKILL. Signals from cfg.Signals
+// are forwarded to every running rank, which then have Grace to exit.
+func Run(ctx context.Context, cfg Config) error {
+	if cfg.N < 1 {
+		return fmt.Errorf("need at least one rank, got -n %d", cfg.N)
+	}
+	if cfg.Prog == "" {
+		return errors.New("no program to run")
+	}
+	if cfg.Grace < 0 || cfg.Timeout < 0 {
+		return errors.New("grace and timeout must not be negative")
+	}
+	path, err := exec.LookPath(cfg.Prog)
+	if err != nil {
+		return fmt.Errorf("cannot run %s: %w", cfg.Prog, err)
+	}
+	env := cfg.Env
+	if env == nil {
+		env = os.Environ()
+	}
+	stdout, stderr := cfg.Stdout, cfg.Stderr
+	if stdout == nil {
+		stdout = os.Stdout
+	}
+	if stderr == nil {
+		stderr = os.Stderr
+	}
+	port := cfg.Port
+	if port == 0 {
+		if port, err = freePort(); err != nil {
+			return err
+		}
+	}
+	base, token := jobEnv(env)
+	if token == "" {
+		if token, err = newToken(); err != nil {
+			return err
+		}
+	}
+
+	var outMu sync.Mutex
+	outW := newLockedWriter(&outMu, stdout)
+	errW := newLockedWriter(&outMu, stderr)
+	events := make(chan exitEvent, cfg.N)
+	ranks := make([]*rank, 0, cfg.N)
+	running := 0
+
+	signalAll := func(sig syscall.Signal) {
+		for _, r := range ranks {
+			if !r.exited {
+				// The rank leads its own process group: reach it and
+				// its children. ESRCH (already gone) is fine.
+				syscall.Kill(-r.cmd.Process.Pid, sig)
+			}
+		}
+	}
+
+	for i := range cfg.N {
+		cmd := exec.Command(path, cfg.Args...)
+		cmd.Env = append(append([]string(nil), base...),
+			"RANK="+strconv.Itoa(i),
+			"WORLD_SIZE="+strconv.Itoa(cfg.N),
+			"LOCAL_RANK="+strconv.Itoa(i),
+			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.N),
+			"MASTER_ADDR=127.0.0.1",
+			"MASTER_PORT="+strconv.Itoa(port),
+			tokenVar+"="+token,
+		)
+		cmd.SysProcAttr = sysProcAttr()
+		// A rank's children may keep its pipes open after it exits:
+		// stop waiting for them after this long.
+		cmd.WaitDelay = max(cfg.Grace, time.Second)
+		r := &rank{id: i, cmd: cmd}
+		if cfg.TagOutput {
+			o := newPrefixWriter(outW, fmt.Sprintf("[%d] ", i))
+			e := newPrefixWriter(errW, fmt.Sprintf("[%d] ", i))
+			cmd.Stdout, cmd.Stderr = o, e
+			r.flush = []*prefixWriter{o, e}
+		} else {
+			cmd.Stdout, cmd.Stderr = outW, errW
+		}
+		if err := cmd.Start(); err != nil {
+			signalAll(syscall.SIGKILL)
+			for range running {
+				<-events
+			}
+			return fmt.Errorf("start rank %d: %w", i, err)
+		}
+		ranks = append(ranks, r)
+		running++
+		go func() {
+			err := cmd.Wait()
+			events <- exitEvent{rank: i, state: cmd.ProcessState, err: err}
+		}()
+	}
+
+	var (
+		cause    error
+		stopping bool
+		killC    <-chan time.Time // fires Grace after stopping or forwarding
+		timeoutC <-chan time.Time
+		ctxDone  = ctx.Done()
+		sigC     = cfg.Signals
+	)
+	if cfg.Timeout > 0 {
+		t := time.NewTimer(cfg.Timeout)
+		defer t.Stop()
+		timeoutC = t.C
+	}
+	armKill := func() {
+		if killC == nil {
+			killC = time.NewTimer(cfg.Grace).C
+		}
+	}
+	stop := func(why error) {
+		if cause == nil {
+			cause = why
+		}
+		if stopping {
+			return
+		}
+		stopping = true
+		if re, ok := cause.(*RankError); ok && re == why {
+			for _, r := range ranks {
+				if !r.exited {
+					re.Stopped = append(re.Stopped, r.id)
+				}
+			}
+		}
+		signalAll(syscall.SIGTERM)
+		armKill()
+	}
+
+	for running > 0 {
+		select {
+		case ev := <-events:
+			r := ranks[ev.rank]
+			r.exited = true
+			running--
+			for _, w := range r.flush {
+				w.Flush()
+			}
+			if rerr := rankFailure(ev); rerr != nil && !stopping {
+				stop(rerr)
+			}
+		case <-timeoutC:
+			timeoutC = nil
+			stop(&TimeoutError{After: cfg.Timeout})
+		case <-ctxDone:
+			ctxDone = nil
+			stop(context.Cause(ctx))
+		case sig := <-sigC:
+			if s, ok := sig.(syscall.Signal); ok {
+				signalAll(s)
+			}
+			if cause == nil {
+				cause = &InterruptedError{Signal: sig}
+			}
+			armKill()
+		case <-killC:
+			killC = nil
+			signalAll(syscall.SIGKILL)
+		}
+	}
+	return cause
+}
+
+// rankFailure describes how a rank ended, or nil if it exited 0.
+func rankFailure(ev exitEvent) error {
+	st := ev.state
+	if st == nil {
+		return fmt.Errorf("rank %d: %w", ev.rank, ev.err)
+	}
+	if ws, ok := st.Sys().(syscall.WaitStatus); ok && ws.Signaled() {
+		return &RankError{Rank: ev.rank, ExitCode: -1, Signal: ws.Signal()}
+	}
+	if code := st.ExitCode(); code != 0 {
+		return &RankError{Rank: ev.rank, ExitCode: code}
+	}
+	return nil
+}
+
+// jobEnv returns env without the variables vcclrun sets (or that would
+// shadow them), and the inherited job token, if any.
+func jobEnv(env []string) (base []string, token string) {
+	drop := make(map[string]bool, len(rankVars)+len(shadowingVars)+1)
+	for _, v := range rankVars {
+		drop[v] = true
+	}
+	for _, v := range shadowingVars {
+		drop[v] = true
+	}
+	drop[tokenVar] = true
+	for _, kv := range env {
+		k, v, _ := strings.Cut(kv, "=")
+		if k == tokenVar {
+			token = v // the last one wins, as in exec
+		}
+		if !drop[k] {
+			base = append(base, kv)
+		}
+	}
+	return base, token
+}
+
+// freePort asks the kernel for a free TCP port on the loopback interface.
+// Another process could take it before rank 0 listens on it; the window is
+// short, and rank 0 then fails with a clear "address in use".
+func freePort() (int, error) {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		return 0, fmt.Errorf("find a free port: %w", err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port, nil
+}
+
+func newToken() (string, error) {
+	var b [16]byte
+	if _, err := rand.Read(b[:]); err != nil {
+		return "", fmt.Errorf("make a job token: %w", err)
+	}
+	return hex.EncodeToString(b[:]), nil
+}

@@ -1,0 +1,449 @@
+package launch
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"os/signal"
+	"path/filepath"
+	"reflect"
+	"regexp"
+	"strings"
+	"sync"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/vccl-go/vccl/collective/bootstrap"
+)
+
+// The test binary doubles as the rank program: run with helperVar set, it
+// acts out the named behaviour instead of running tests.
+const helperVar = "VCCLRUN_TEST_HELPER"
+
+func TestMain(m *testing.M) {
+	if mode := os.Getenv(helperVar); mode != "" {
+		os.Exit(helper(mode))
+	}
+	os.Exit(m.Run())
+}
+
+func helper(mode string) int {
+	// A rank left behind by a broken test must not live on.
+	time.AfterFunc(60*time.Second, func() { os.Exit(99) })
+	rank := os.Getenv("RANK")
+	block := func() int {
+		fmt.Println("ready")
+		select {}
+	}
+	switch mode {
+	case "env":
+		fmt.Printf("env RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s VCCL_JOB_TOKEN=%s VCCL_RANK=%q\n",
+			rank, os.Getenv("WORLD_SIZE"), os.Getenv("LOCAL_RANK"), os.Getenv("LOCAL_WORLD_SIZE"),
+			os.Getenv("MASTER_ADDR"), os.Getenv("MASTER_PORT"), os.Getenv("VCCL_JOB_TOKEN"), os.Getenv("VCCL_RANK"))
+		return 0
+	case "output":
+		os.Stdout.WriteString("first ")
+		os.Stdout.WriteString("half\nsecond line\n")
+		os.Stderr.WriteString("to stderr\n")
+		os.Stdout.WriteString("no newline at exit")
+		return 0
+	case "fail":
+		if rank == "1" {
+			fmt.Println("failing")
+			return 3
+		}
+		return block()
+	case "sigkill":
+		if rank == "1" {
+			syscall.Kill(os.Getpid(), syscall.SIGKILL)
+		}
+		return block()
+	case "ignoreterm":
+		// Every rank ignores SIGTERM; rank 1 fails when the test
+		// opens the FIFO, which it does once all ranks are ready.
+		signal.Ignore(syscall.SIGTERM)
+		if rank == "1" {
+			fmt.Println("ready")
+			f, err := os.Open(os.Getenv("VCCLRUN_TEST_FIFO"))
+			if err == nil {
+				f.Close()
+			}
+			return 3
+		}
+		return block()
+	case "block":
+		return block()
+	case "rendezvous":
+		return rendezvous()
+	case "sigint":
+		c := make(chan os.Signal, 1)
+		signal.Notify(c, syscall.SIGINT)
+		fmt.Println("ready")
+		<-c
+		fmt.Println("got interrupt")
+		return 0
+	}
+	fmt.Fprintf(os.Stderr, "unknown helper mode %q\n", mode)
+	return 2
+}
+
+// rendezvous reads the environment vcclrun set the way a VCCL program does
+// and meets the other ranks through rank 0's store.
+func rendezvous() int {
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	env, err := bootstrap.FromEnv(os.Getenv)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	if env.Rank == 0 {
+		s, err := bootstrap.Serve(ctx, env.Addr(), env.Token)
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		defer s.Close()
+	}
+	c, err := bootstrap.Dial(ctx, env.Addr(), env.Token, env.Rank)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	defer c.Close()
+	if err := c.Barrier(ctx, "up", env.Size); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	n, err := c.Add(ctx, "n", 1)
+	if err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	// Rank 0 keeps the store up until everyone is done with it.
+	if err := c.Barrier(ctx, "done", env.Size); err != nil {
+		fmt.Fprintln(os.Stderr, err)
+		return 1
+	}
+	fmt.Printf("rank %d of %d (%s, local %d/%d) met the others, add #%d\n", env.Rank, env.Size, env.Source, env.LocalRank, env.LocalSize, n)
+	return 0
+}
+
+// output collects what the ranks write and reports once n lines matched
+// "ready" have arrived.
+type output struct {
+	mu     sync.Mutex
+	b      bytes.Buffer
+	want   int
+	ready  int
+	readyC chan struct{}
+}
+
+func newOutput(wantReady int) *output {
+	return &output{want: wantReady, readyC: make(chan struct{})}
+}
+
+func (o *output) Write(p []byte) (int, error) {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	o.b.Write(p)
+	o.ready += bytes.Count(p, []byte("] ready\n"))
+	if o.want > 0 && o.ready == o.want {
+		close(o.readyC)
+		o.want = 0
+	}
+	return len(p), nil
+}
+
+func (o *output) String() string {
+	o.mu.Lock()
+	defer o.mu.Unlock()
+	return o.b.String()
+}
+
+func testCtx(t *testing.T) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	t.Cleanup(cancel)
+	return ctx
+}
+
+// job is a Config that runs this test binary as the ranks in mode.
+func job(t *testing.T, n int, mode string, extraEnv ...string) (Config, *output, *output) {
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	stdout, stderr := newOutput(0), newOutput(0)
+	// The race detector otherwise sleeps a second in every exiting rank.
+	env := append([]string{helperVar + "=" + mode, "PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}, extraEnv...)
+	return Config{N: n, Grace: 5 * time.Second, TagOutput: true, Prog: exe, Env: env, Stdout: stdout, Stderr: stderr}, stdout, stderr
+}
+
+// runJob runs cfg and checks it ended within the test's deadline.
+func runJob(t *testing.T, ctx context.Context, cfg Config) (error, time.Duration) {
+	t.Helper()
+	start := time.Now()
+	err := Run(ctx, cfg)
+	if ctx.Err() != nil {
+		t.Fatalf("job outlived the test deadline: %v", err)
+	}
+	return err, time.Since(start)
+}
+
+func TestEnvPerRank(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, stdout, stderr := job(t, 3, "env", "RANK=99", "VCCL_RANK=7", "MASTER_ADDR=elsewhere")
+	if err, _ := runJob(t, ctx, cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr)
+	}
+	re := regexp.MustCompile(`(?m)^\[(\d)\] env RANK=(\d) WORLD_SIZE=3 LOCAL_RANK=(\d) LOCAL_WORLD_SIZE=3 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=(\d+) VCCL_JOB_TOKEN=([0-9a-f]{32}) VCCL_RANK=""$`)
+	ms := re.FindAllStringSubmatch(stdout.String(), -1)
+	if len(ms) != 3 {
+		t.Fatalf("want 3 env lines, got:\n%s", stdout)
+	}
+	seen := map[string]bool{}
+	for _, m := range ms {
+		if m[1] != m[2] || m[2] != m[3] {
+			t.Errorf("line tagged [%s] has RANK=%s LOCAL_RANK=%s", m[1], m[2], m[3])
+		}
+		seen[m[1]] = true
+		if m[4] != ms[0][4] || m[5] != ms[0][5] {
+			t.Errorf("ranks disagree on port or token: %q vs %q", m[0], ms[0][0])
+		}
+	}
+	if len(seen) != 3 {
+		t.Errorf("ranks seen: %v", seen)
+	}
+}
+
+// The environment vcclrun sets is the one bootstrap.FromEnv reads.
+func TestRanksRendezvous(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, stdout, stderr := job(t, 3, "rendezvous")
+	if err, _ := runJob(t, ctx, cfg); err != nil {
+		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
+	}
+	for r := range 3 {
+		if want := fmt.Sprintf("[%d] rank %d of 3 (torchrun, local %d/3) met the others", r, r, r); !strings.Contains(stdout.String(), want) {
+			t.Errorf("stdout lacks %q:\n%s", want, stdout)
+		}
+	}
+}
+
+func TestInheritedTokenKept(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, stdout, _ := job(t, 2, "env", "VCCL_JOB_TOKEN=mine")
+	cfg.Port = 4242
+	if err, _ := runJob(t, ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if n := strings.Count(stdout.String(), "MASTER_PORT=4242 VCCL_JOB_TOKEN=mine "); n != 2 {
+		t.Fatalf("inherited token or port not passed on:\n%s", stdout)
+	}
+}
+
+func TestOutputTagged(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, stdout, stderr := job(t, 2, "output")
+	if err, _ := runJob(t, ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	for r := range 2 {
+		for _, want := range []string{"first half", "second line", "no newline at exit"} {
+			if line := fmt.Sprintf("[%d] %s\n", r, want); !strings.Contains(stdout.String(), line) {
+				t.Errorf("stdout lacks %q:\n%s", line, stdout)
+			}
+		}
+		if line := fmt.Sprintf("[%d] to stderr\n", r); !strings.Contains(stderr.String(), line) {
+			t.Errorf("stderr lacks %q:\n%s", line, stderr)
+		}
+	}
+	if n := strings.Count(stdout.String(), "\n"); n != 6 {
+		t.Errorf("want 6 stdout lines, got %d:\n%s", n, stdout)
+	}
+
+	cfg, stdout, _ = job(t, 1, "output")
+	cfg.TagOutput = false
+	if err, _ := runJob(t, ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	if got := stdout.String(); got != "first half\nsecond line\nno newline at exit" {
+		t.Errorf("untagged output = %q", got)
+	}
+}
+
+func TestRankFailureStopsOthers(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, stdout, _ := job(t, 3, "fail")
+	err, took := runJob(t, ctx, cfg)
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || re.ExitCode != 3 || re.Signal != 0 {
+		t.Fatalf("err = %#v (%v), want rank 1 exit code 3", err, err)
+	}
+	if !reflect.DeepEqual(re.Stopped, []int{0, 2}) {
+		t.Errorf("stopped ranks %v, want [0 2]", re.Stopped)
+	}
+	if took >= cfg.Grace {
+		t.Errorf("job took %v: the others were not stopped by SIGTERM", took)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "rank 1 exited with code 3") {
+		t.Errorf("message %q", msg)
+	}
+	if ExitCode(err) != 3 {
+		t.Errorf("ExitCode = %d, want 3", ExitCode(err))
+	}
+	if !strings.Contains(stdout.String(), "[1] failing\n") {
+		t.Errorf("stdout:\n%s", stdout)
+	}
+}
+
+func TestRankKilledBySignal(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, _, _ := job(t, 2, "sigkill")
+	err, _ := runJob(t, ctx, cfg)
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || re.Signal != syscall.SIGKILL {
+		t.Fatalf("err = %v, want rank 1 killed by SIGKILL", err)
+	}
+	if msg := err.Error(); !strings.HasPrefix(msg, "rank 1 was killed by signal SIGKILL") {
+		t.Errorf("message %q", msg)
+	}
+	if ExitCode(err) != 128+9 {
+		t.Errorf("ExitCode = %d, want 137", ExitCode(err))
+	}
+}
+
+// Ranks that ignore SIGTERM are killed once the grace period is over.
+func TestGraceThenKill(t *testing.T) {
+	ctx := testCtx(t)
+	fifo := filepath.Join(t.TempDir(), "fail")
+	if err := syscall.Mkfifo(fifo, 0o600); err != nil {
+		t.Fatal(err)
+	}
+	cfg, stdout, _ := job(t, 3, "ignoreterm", "VCCLRUN_TEST_FIFO="+fifo)
+	stdout.want = 3
+	cfg.Grace = 300 * time.Millisecond
+	go func() {
+		select {
+		case <-stdout.readyC:
+			// Blocks until rank 1 opens the other end, then releases it.
+			if f, err := os.OpenFile(fifo, os.O_WRONLY, 0); err == nil {
+				f.Close()
+			}
+		case <-ctx.Done():
+		}
+	}()
+	err, took := runJob(t, ctx, cfg)
+	var re *RankError
+	if !errors.As(err, &re) || re.Rank != 1 || re.ExitCode != 3 {
+		t.Fatalf("err = %v, want rank 1 exit code 3", err)
+	}
+	if took < cfg.Grace {
+		t.Errorf("job ended after %v, before the %v grace period", took, cfg.Grace)
+	}
+}
+
+func TestTimeout(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, _, _ := job(t, 2, "block")
+	cfg.Timeout = 300 * time.Millisecond
+	err, took := runJob(t, ctx, cfg)
+	var te *TimeoutError
+	if !errors.As(err, &te) || err.Error() != "job timed out after 300ms" {
+		t.Fatalf("err = %v, want a timeout", err)
+	}
+	if ExitCode(err) != 124 {
+		t.Errorf("ExitCode = %d", ExitCode(err))
+	}
+	if took < cfg.Timeout {
+		t.Errorf("job ended after %v, before its timeout", took)
+	}
+}
+
+func TestSignalForwarded(t *testing.T) {
+	ctx := testCtx(t)
+	cfg, stdout, _ := job(t, 2, "sigint")
+	stdout.want = 2
+	sigs := make(chan os.Signal, 1)
+	cfg.Signals = sigs
+	go func() {
+		select {
+		case <-stdout.readyC:
+			sigs <- syscall.SIGINT
+		case <-ctx.Done():
+		}
+	}()
+	err, _ := runJob(t, ctx, cfg)
+	var ie *InterruptedError
+	if !errors.As(err, &ie) || err.Error() != "interrupted by SIGINT" {
+		t.Fatalf("err = %v, want interrupted by SIGINT", err)
+	}
+	if ExitCode(err) != 130 {
+		t.Errorf("ExitCode = %d, want 130", ExitCode(err))
+	}
+	for r := range 2 {
+		if line := fmt.Sprintf("[%d] got interrupt\n", r); !strings.Contains(stdout.String(), line) {
+			t.Errorf("rank %d did not get the signal:\n%s", r, stdout)
+		}
+	}
+}
+
+func TestContextCancelStopsJob(t *testing.T) {
+	ctx, cancel := context.WithCancel(testCtx(t))
+	cfg, stdout, _ := job(t, 2, "block")
+	stdout.want = 2
+	go func() {
+		select {
+		case <-stdout.readyC:
+			cancel()
+		case <-ctx.Done():
+		}
+	}()
+	err := Run(ctx, cfg)
+	if !errors.Is(err, context.Canceled) {
+		t.Fatalf("err = %v, want context canceled", err)
+	}
+}
+
+func TestRunErrors(t *testing.T) {
+	ctx := testCtx(t)
+	for _, c := range []struct {
+		cfg  Config
+		want string
+	}{
+		{Config{N: 0, Prog: "true"}, "at least one rank"},
+		{Config{N: 1}, "no program"},
+		{Config{N: 1, Prog: "definitely-not-a-program-vcclrun"}, "cannot run definitely-not-a-program-vcclrun"},
+		{Config{N: 1, Prog: "true", Grace: -1}, "negative"},
+	} {
+		if err := Run(ctx, c.cfg); err == nil || !strings.Contains(err.Error(), c.want) {
+			t.Errorf("Run(%+v) = %v, want %q", c.cfg, err, c.want)
+		}
+	}
+}
+
+func TestMainExitStatus(t *testing.T) {
+	ctx := testCtx(t)
+	exe, err := os.Executable()
+	if err != nil {
+		t.Fatal(err)
+	}
+	t.Setenv(helperVar, "fail")
+	t.Setenv("GORACE", "atexit_sleep_ms=0")
+	var stdout, stderr bytes.Buffer
+	code := Main(ctx, []string{"-n", "2", "--grace", "2s", "--", exe}, &stdout, &stderr, nil)
+	if code != 3 {
+		t.Errorf("exit status %d, want 3", code)
+	}
+	if want := "vcclrun: rank 1 exited with code 3; stopped rank(s) 0\n"; stderr.String() != want {
+		t.Errorf("stderr = %q, want %q", stderr.String(), want)
+	}
+
+	stderr.Reset()
+	if code := Main(ctx, []string{"-n", "0", "prog"}, &stdout, &stderr, nil); code != 2 || !strings.Contains(stderr.String(), "vcclrun: -n 0: need at least one rank\nusage: vcclrun") {
+		t.Errorf("bad -n: status %d, stderr %q", code, stderr.String())
+	}
+}
