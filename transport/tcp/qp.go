@@ -113,6 +113,11 @@ func (q *QP) Outstanding() int { return q.core.Outstanding() }
 
 func (q *QP) Poll(dst []transport.WC) int { return q.core.Poll(dst) }
 
+// Err returns why the connection to the peer is gone, or nil while it is up
+// (and after this end's own Close). It is set, and the Notifier signalled,
+// as soon as the loss is seen, even with no WR outstanding.
+func (q *QP) Err() error { return q.core.Err() }
+
 func (q *QP) check(wr *transport.WR) error {
 	if q.closed.Load() {
 		return transport.ErrClosed
@@ -189,13 +194,18 @@ func (q *QP) Close() error {
 }
 
 // stop records why the QP stops (the first reason wins), then wakes both
-// goroutines by closing dead and the connection.
+// goroutines by closing dead and the connection. A lost connection (st is
+// StatusError), as opposed to Close, is also published through Core.SetDead.
 func (q *QP) stop(err error, st flowtel.Status) {
 	q.mu.Lock()
-	if q.err == nil {
+	first := q.err == nil
+	if first {
 		q.err, q.errSt = err, st
 	}
 	q.mu.Unlock()
+	if first && st == flowtel.StatusError {
+		q.core.SetDead(err)
+	}
 	q.deadOnce.Do(func() {
 		close(q.dead)
 		q.conn.Close()

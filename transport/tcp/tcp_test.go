@@ -7,6 +7,7 @@ import (
 	"net"
 	"strings"
 	"testing"
+	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
@@ -307,5 +308,35 @@ func TestResolve(t *testing.T) {
 	}
 	if _, err := resolve(ctx, "no-port"); err == nil {
 		t.Error("resolve accepted an address without a port")
+	}
+}
+
+// Err reports a lost peer, and the notifier wakes the owner, even with no WR
+// outstanding; an end's own Close is not a lost peer.
+func TestErrReportsPeerDeath(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	a, b := p.A.(*QP), p.B.(*QP)
+	if a.Err() != nil || b.Err() != nil {
+		t.Fatalf("Err on a live pair: %v, %v", a.Err(), b.Err())
+	}
+	peer := a.Info().Local
+	kill(a)
+	deadline := time.NewTimer(transporttest.Deadline)
+	defer deadline.Stop()
+	for b.Err() == nil {
+		select {
+		case <-p.NotB.C():
+		case <-deadline.C:
+			t.Fatal("peer death not reported by Err")
+		}
+	}
+	if err := b.Err(); !errors.Is(err, transport.ErrPeerDead) || !strings.Contains(err.Error(), peer) {
+		t.Fatalf("Err = %v, want ErrPeerDead naming %s", err, peer)
+	}
+	b.Close()
+	q := connect(t, Backend{}, "")
+	q.A.Close()
+	if err := q.A.(*QP).Err(); err != nil {
+		t.Fatalf("Err after own Close = %v, want nil", err)
 	}
 }
