@@ -130,6 +130,7 @@ type ringState struct {
 	// Drain goroutine only.
 	seenLost uint64 // sum of the Bytes of the KindLost records drained from ring
 	lastRank int32  // Rank of the last record drained (-1 before any)
+	lastTs   int64  // TsNs of the last record drained (0 before any)
 }
 
 type batch struct {
@@ -384,7 +385,11 @@ func (c *Collector) final() {
 		if b == nil {
 			b = c.getBatch()
 		}
-		b.recs[b.n] = Record{TsNs: c.cfg.clock.Now(), Kind: KindLost, Rank: rs.lastRank, Peer: -1, Bytes: d - rs.seenLost}
+		ts := rs.lastTs // keeps the ring's stream in time order
+		if ts == 0 {
+			ts = c.cfg.clock.Now()
+		}
+		b.recs[b.n] = Record{TsNs: ts, Kind: KindLost, Rank: rs.lastRank, Peer: -1, Bytes: d - rs.seenLost}
 		rs.seenLost = d
 		b.n++
 		if b.n == len(b.recs) {
@@ -402,11 +407,17 @@ func (c *Collector) final() {
 		if s.pendingLost > 0 {
 			b := c.getBatch()
 			b.refs.Store(1)
+			item := queued{b: b, lost: s.pendingLost, last: s.lastLost}
 			select {
-			case s.q <- queued{b: b, lost: s.pendingLost, last: s.lastLost}:
+			case s.q <- item:
 				s.pendingLost = 0
-			case <-ctx.Done():
-				c.release(b)
+			default:
+				select {
+				case s.q <- item:
+					s.pendingLost = 0
+				case <-ctx.Done():
+					c.release(b)
+				}
 			}
 		}
 		close(s.q)
@@ -440,7 +451,7 @@ func (c *Collector) pass(ctx context.Context) int {
 					rs.seenLost += seg[i].Bytes
 				}
 			}
-			rs.lastRank = seg[k-1].Rank
+			rs.lastRank, rs.lastTs = seg[k-1].Rank, seg[k-1].TsNs
 			b.n += k
 			got += k
 			if b.n == len(b.recs) {
@@ -474,20 +485,22 @@ func (c *Collector) dispatch(b *batch, ctx context.Context) {
 	for _, s := range *c.sinks.Load() {
 		b.refs.Add(1)
 		item := queued{b: b, lost: s.pendingLost, last: s.lastLost}
-		if ctx == nil {
-			select {
-			case s.q <- item:
-				s.pendingLost = 0
-				continue
-			default:
+		sent := false
+		select {
+		case s.q <- item:
+			sent = true
+		default:
+			if ctx != nil { // final pass: wait for room, until the deadline
+				select {
+				case s.q <- item:
+					sent = true
+				case <-ctx.Done():
+				}
 			}
-		} else {
-			select {
-			case s.q <- item:
-				s.pendingLost = 0
-				continue
-			case <-ctx.Done():
-			}
+		}
+		if sent {
+			s.pendingLost = 0
+			continue
 		}
 		// Full queue: the batch is lost for this sink.
 		b.refs.Add(-1)

@@ -461,3 +461,31 @@ func TestCollectorClock(t *testing.T) {
 		}
 	}
 }
+
+// TestCollectorShutdownCancelled checks a Shutdown whose context is already
+// done returns at once with its error and accounts for every record: each is
+// delivered or counted as dropped.
+func TestCollectorShutdownCancelled(t *testing.T) {
+	c := flowtel.NewCollector(flowtel.WithBatchSize(3))
+	s := flowteltest.NewMemorySink()
+	c.AddSink(s)
+	r := c.NewRecorder()
+	for i := range uint64(10) {
+		r.Record(post(0, i))
+	}
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	if err := c.Shutdown(ctx); !errors.Is(err, context.Canceled) {
+		t.Fatalf("Shutdown = %v, want context.Canceled", err)
+	}
+	if err := c.Shutdown(deadlineCtx(t)); err != nil { // waits for the end
+		t.Fatal(err)
+	}
+	st := c.Stats()
+	if st.Drained != 10 || st.Sinks[0].Records+st.Sinks[0].DroppedRecords != 10 || uint64(s.Len()) != st.Sinks[0].Records {
+		t.Fatalf("records unaccounted for: sink has %d, stats %+v", s.Len(), st)
+	}
+	if s.ShutdownCalls() != 1 {
+		t.Fatalf("sink Shutdown called %d times", s.ShutdownCalls())
+	}
+}
