@@ -19,11 +19,23 @@ import (
 //     nearest even (HalfFrom, BFloatFrom). Min and Max as for float32.
 //   - Avg reduces like Sum; the caller divides once at the end (scaleDiv).
 
-// kernel is an element-wise reduction over n bytes, n a multiple of block.
+// kernel is an element-wise vector reduction over n bytes, n a multiple of
+// block. fnNT is the same with non-temporal stores: dst must be aligned to
+// align bytes and must not alias a or b.
 type kernel struct {
 	fn    func(dst, a, b *byte, n int)
+	fnNT  func(dst, a, b *byte, n int)
 	block int
+	align int
 }
+
+// ntThreshold is the dst size from which an out-of-place reduction uses
+// non-temporal stores: dst, a and b then far exceed the caches, and writing
+// dst around them saves reading every dst line before overwriting it (a
+// third of the memory traffic). Below it the result stays in cache for the
+// step that consumes it. runtime.memmove switches at 1 MiB for copy().
+// (A variable so that tests can exercise the NT kernels on small buffers.)
+var ntThreshold = 4 << 20
 
 // kernelSet holds the vector kernels of one instruction set, by type and op;
 // a zero entry means the pure-Go loop handles that pair.
@@ -75,18 +87,38 @@ func reduceWith(ks *kernelSet, dt Datatype, op ReduceOp, dst, a, b []byte) {
 	if op == Avg {
 		op = Sum
 	}
-	n := len(dst)
-	if n == 0 {
+	if len(dst) == 0 {
 		return
 	}
-	done := 0
+	var k kernel
 	if ks != nil {
-		if k := ks.k[dt][op]; k.fn != nil && n >= k.block {
-			done = n - n%k.block
-			k.fn(&dst[0], &a[0], &b[0], done)
+		k = ks.k[dt][op]
+	}
+	if n := len(dst); n >= ntThreshold && k.fnNT != nil && &dst[0] != &a[0] && &dst[0] != &b[0] {
+		// Align dst to the vector size with an ordinary head, then use
+		// non-temporal stores (if dst is element-aligned, so is the head).
+		addr := uintptr(unsafe.Pointer(&dst[0]))
+		head := int(-addr & uintptr(k.align-1))
+		if addr%uintptr(dt.Size()) == 0 && n-head >= k.block {
+			reduceVec(k, dt, op, dst[:head], a[:head], b[:head])
+			m := n - head
+			m -= m % k.block
+			k.fnNT(&dst[head], &a[head], &b[head], m)
+			dst, a, b = dst[head+m:], a[head+m:], b[head+m:]
 		}
 	}
-	if done < n {
+	reduceVec(k, dt, op, dst, a, b)
+}
+
+// reduceVec runs kernel k (if any) over the whole blocks of dst, and the
+// pure-Go loop over the rest.
+func reduceVec(k kernel, dt Datatype, op ReduceOp, dst, a, b []byte) {
+	done := 0
+	if n := len(dst); k.fn != nil && n >= k.block {
+		done = n - n%k.block
+		k.fn(&dst[0], &a[0], &b[0], done)
+	}
+	if done < len(dst) {
 		reduceGo(dt, op, dst[done:], a[done:], b[done:])
 	}
 }

@@ -44,8 +44,11 @@ type kernel struct {
 	dt, op string // Go constant names: Float32, Sum …
 	isa    isa
 	feat   string // Go feature constant; defaults to isa.goGroup
-	block  int    // bytes of dst per block
-	unroll int    // blocks per main-loop iteration
+	// prefer marks an AVX-512 kernel that beats the AVX2 one for its type
+	// and op (measured on Zen 4); the default kernel set takes only these.
+	prefer bool
+	block  int // bytes of dst per block
+	unroll int // blocks per main-loop iteration
 	consts []konst
 	body   func(g *gen, off int) // emits one block at byte offset AX+off
 }
@@ -60,6 +63,20 @@ type konst struct {
 type gen struct {
 	buf bytes.Buffer
 	k   *kernel
+	nt  bool // emitting the non-temporal-store variant
+}
+
+// store writes vector register r to dst at AX+off: an unaligned store, or in
+// the NT variant a non-temporal one (the caller aligns dst to the vector size).
+func (g *gen) store(r string, off int) {
+	switch {
+	case g.nt:
+		g.p("VMOVNTDQ %s, %s", r, mem("DI", off))
+	case r[0] == 'Z':
+		g.p("VMOVDQU64 %s, %s", r, mem("DI", off))
+	default:
+		g.p("VMOVDQU %s, %s", r, mem("DI", off))
+	}
 }
 
 func (g *gen) p(format string, args ...any) {
@@ -90,6 +107,8 @@ func mem(base string, off int) string {
 }
 
 func (k *kernel) name() string { return "k" + k.dt + k.op + k.isa.name }
+
+func (k *kernel) ntName() string { return k.name() + "NT" }
 
 // ---- element-type descriptions ----
 
@@ -179,12 +198,12 @@ func floatKernel(is isa, dt, op string) *kernel {
 			ins := map[string]string{"Sum": "VADD", "Prod": "VMUL"}[op] + f.sfx
 			g.p("%s %s, %s", f.mov, mem("SI", off), r0)
 			g.p("%s %s, %s, %s", ins, mem("DX", off), r0, r0)
-			g.p("%s %s, %s", f.mov, r0, mem("DI", off))
+			g.store(r0, off)
 		default:
 			g.p("%s %s, %s", f.mov, mem("SI", off), r0)
 			g.p("%s %s, %s", f.mov, mem("DX", off), r1)
 			r := fop(g, f, op, r0, r1, r2, r3, "K1")
-			g.p("%s %s, %s", f.mov, r, mem("DI", off))
+			g.store(r, off)
 		}
 	}
 	return k
@@ -198,7 +217,7 @@ func intSimple(is isa, dt, op, ins string) *kernel {
 		r0 := g.reg(0)
 		g.p("%s %s, %s", mov, mem("SI", off), r0)
 		g.p("%s %s, %s, %s", ins, mem("DX", off), r0, r0)
-		g.p("%s %s, %s", mov, r0, mem("DI", off))
+		g.store(r0, off)
 	}
 	return k
 }
@@ -226,7 +245,7 @@ func int64MinMaxAVX2(dt, op string) *kernel {
 		} else {
 			g.p("VPBLENDVB Y2, Y0, Y1, Y3") // a > b ? a : b
 		}
-		g.p("VMOVDQU Y3, %s", mem("DI", off))
+		g.store("Y3", off)
 	}
 	return k
 }
@@ -246,7 +265,7 @@ func int64ProdAVX2(dt string) *kernel {
 		g.p("VPSLLQ $32, Y2, Y2")
 		g.p("VPMULUDQ Y1, Y0, Y0") // lo(a)*lo(b)
 		g.p("VPADDQ Y2, Y0, Y0")
-		g.p("VMOVDQU Y0, %s", mem("DI", off))
+		g.store("Y0", off)
 	}
 	return k
 }
@@ -265,7 +284,7 @@ func halfKernel(is isa, op string) *kernel {
 		g.p("VCVTPH2PS %s, %s", mem("DX", off), r1)
 		r := fop(g, f, op, r0, r1, r2, r3, "K1")
 		g.p("VCVTPS2PH $0, %s, %s", r, half(r))
-		g.p("VMOVDQU %s, %s", half(r), mem("DI", off))
+		g.store(half(r), off)
 	}
 	return k
 }
@@ -280,11 +299,7 @@ func bfloatKernel(is isa, op string) *kernel {
 	bias := fmt.Sprintf("%s%d", is.v, top-1)
 	qnan := fmt.Sprintf("%s%d", is.v, top-2)
 	k.consts = []konst{{one, 1, 32}, {bias, 0x7fff, 32}, {qnan, 0x40, 32}}
-	if is.avx512 {
-		k.block = 32 // 16 elements: one Z register of float32
-	} else {
-		k.block = 32 // 16 elements: two Y registers of float32
-	}
+	k.block = 32 // 16 elements: one Z or two Y registers of float32
 	// round converts float32 lanes in r to bfloat16 bits in the low 16 bits
 	// of each 32-bit lane of dst, using temporaries t1, t2.
 	round := func(g *gen, r, dst, t1, t2 string) {
@@ -326,7 +341,7 @@ func bfloatKernel(is isa, op string) *kernel {
 			g.p("VPORD %s, %s, %s", qnan, z4, z4)
 			g.p("VMOVDQU32 %s, K2, %s", z4, z6)
 			g.p("VPMOVDW %s, %s", z6, half(z6))
-			g.p("VMOVDQU %s, %s", half(z6), mem("DI", off))
+			g.store(half(z6), off)
 			return
 		}
 		// AVX2: two halves of 8 elements each.
@@ -345,9 +360,42 @@ func bfloatKernel(is isa, op string) *kernel {
 		}
 		g.p("VPACKUSDW %s, %s, %s", res[1], res[0], res[0])
 		g.p("VPERMQ $0xD8, %s, %s", res[0], res[0])
-		g.p("VMOVDQU %s, %s", res[0], mem("DI", off))
+		g.store(res[0], off)
 	}
-	_ = round
+	return k
+}
+
+// int8ProdKernel: there is no byte multiply; multiply the even and the odd
+// bytes of each 16-bit word separately with VPMULLW (the low byte of a
+// product depends only on the low bytes of its factors) and merge:
+//
+//	even = (a & 0x00ff) * (b & 0x00ff)            low byte is the product
+//	odd  = (a >> 8) * (b & 0xff00)                high byte is the product
+//	dst  = (even & 0x00ff) | odd
+func int8ProdKernel(is isa, dt string) *kernel {
+	k := &kernel{dt: dt, op: "Prod", isa: is, block: is.vbytes, unroll: 4}
+	top := is.nregs - 1
+	lo := fmt.Sprintf("%s%d", is.v, top) // 0x00ff in every word
+	k.consts = []konst{{lo, 0x00ff00ff, 32}}
+	mov := intMov(is)
+	and, andn, or := "VPAND", "VPANDN", "VPOR"
+	if is.avx512 {
+		and, andn, or = "VPANDD", "VPANDND", "VPORD"
+	}
+	k.body = func(g *gen, off int) {
+		a, b, e, o := g.reg(0), g.reg(1), g.reg(2), g.reg(3)
+		g.p("%s %s, %s", mov, mem("SI", off), a)
+		g.p("%s %s, %s", mov, mem("DX", off), b)
+		g.p("%s %s, %s, %s", and, lo, a, e)
+		g.p("%s %s, %s, %s", and, lo, b, o)
+		g.p("VPMULLW %s, %s, %s", o, e, e)
+		g.p("%s %s, %s, %s", and, lo, e, e)
+		g.p("VPSRLW $8, %s, %s", a, a)
+		g.p("%s %s, %s, %s", andn, b, lo, b) // b & 0xff00
+		g.p("VPMULLW %s, %s, %s", b, a, a)
+		g.p("%s %s, %s, %s", or, a, e, e)
+		g.store(e, off)
+	}
 	return k
 }
 
@@ -382,6 +430,7 @@ func kernels() []*kernel {
 		for _, o := range iops {
 			ks = append(ks, intSimple(is, o.dt, o.op, o.ins))
 		}
+		ks = append(ks, int8ProdKernel(is, "Int8"), int8ProdKernel(is, "Uint8"))
 		if !is.avx512 {
 			for _, dt := range []string{"Int64", "Uint64"} {
 				ks = append(ks, int64MinMaxAVX2(dt, "Min"), int64MinMaxAVX2(dt, "Max"), int64ProdAVX2(dt))
@@ -392,15 +441,32 @@ func kernels() []*kernel {
 			ks = append(ks, bfloatKernel(is, op))
 		}
 	}
+	// AVX-512 kernels worth preferring over AVX2 ones: native 64-bit
+	// min/max/multiply, the mask-register float max, bfloat16.
+	for _, k := range ks {
+		if !k.isa.avx512 {
+			continue
+		}
+		switch {
+		case (k.dt == "Int64" || k.dt == "Uint64") && k.op != "Sum",
+			(k.dt == "Float32" || k.dt == "Float64") && k.op == "Max",
+			k.dt == "BFloat16":
+			k.prefer = true
+		}
+	}
 	return ks
 }
 
 // ---- emission ----
 
-func (g *gen) kernel(k *kernel) {
-	g.k = k
-	fmt.Fprintf(&g.buf, "// func %s(dst, a, b *byte, n int)\n", k.name())
-	fmt.Fprintf(&g.buf, "TEXT ·%s(SB), NOSPLIT, $0-32\n", k.name())
+func (g *gen) kernel(k *kernel, nt bool) {
+	g.k, g.nt = k, nt
+	name := k.name()
+	if nt {
+		name = k.ntName()
+	}
+	fmt.Fprintf(&g.buf, "// func %s(dst, a, b *byte, n int)\n", name)
+	fmt.Fprintf(&g.buf, "TEXT ·%s(SB), NOSPLIT, $0-32\n", name)
 	g.p("MOVQ dst+0(FP), DI")
 	g.p("MOVQ a+8(FP), SI")
 	g.p("MOVQ b+16(FP), DX")
@@ -446,6 +512,9 @@ func (g *gen) kernel(k *kernel) {
 	g.p("ADDQ $%d, AX", k.block)
 	g.p("JMP tail")
 	g.label("done")
+	if nt {
+		g.p("SFENCE") // order the weakly-ordered NT stores before returning
+	}
 	g.p("VZEROUPPER")
 	g.p("RET")
 	g.buf.WriteString("\n")
@@ -457,7 +526,8 @@ func main() {
 	s.buf.WriteString("// Code generated by reduce_asmgen.go; DO NOT EDIT.\n\n")
 	s.buf.WriteString("//go:build amd64 && !purego\n\n#include \"textflag.h\"\n\n")
 	for _, k := range ks {
-		s.kernel(k)
+		s.kernel(k, false)
+		s.kernel(k, true)
 	}
 	// CPU feature detection helpers.
 	s.buf.WriteString(`// func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
@@ -488,6 +558,7 @@ TEXT ·xgetbv(SB), NOSPLIT, $0-8
 	d.WriteString("//go:build amd64 && !purego\n\npackage collective\n\n")
 	for _, k := range ks {
 		fmt.Fprintf(&d, "//go:noescape\nfunc %s(dst, a, b *byte, n int)\n\n", k.name())
+		fmt.Fprintf(&d, "//go:noescape\nfunc %s(dst, a, b *byte, n int)\n\n", k.ntName())
 	}
 	d.WriteString("// asmKernels lists every assembly kernel with the CPU features it needs.\n")
 	d.WriteString("var asmKernels = [...]asmKernel{\n")
@@ -496,7 +567,7 @@ TEXT ·xgetbv(SB), NOSPLIT, $0-8
 		if feat == "" {
 			feat = k.isa.goGroup
 		}
-		fmt.Fprintf(&d, "\t{%s, %s, %s, %s, %d},\n", feat, k.dt, k.op, k.name(), k.block)
+		fmt.Fprintf(&d, "\t{%s, %s, %s, %v, kernel{%s, %s, %d, %d}},\n", feat, k.dt, k.op, k.prefer, k.name(), k.ntName(), k.block, k.isa.vbytes)
 	}
 	d.WriteString("}\n")
 	src, err := format.Source([]byte(d.String()))

@@ -8,306 +8,562 @@ package collective
 func kFloat32SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat32SumAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat32ProdAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat32ProdAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat32MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat32MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat32MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat32MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat64SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat64SumAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat64ProdAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat64ProdAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat64MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat64MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat64MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat64MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt8SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt8SumAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint8SumAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8SumAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt8MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt8MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kInt8MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt8MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kUint8MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kUint8MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint8MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt32SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt32SumAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint32SumAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint32SumAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt32ProdAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt32ProdAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint32ProdAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint32ProdAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt32MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt32MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kInt32MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt32MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kUint32MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kUint32MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint32MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint32MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt64SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt64SumAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint64SumAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint64SumAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt8ProdAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt8ProdAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8ProdAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8ProdAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt64MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt64MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kInt64MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt64MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt64ProdAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt64ProdAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint64MinAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint64MinAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kUint64MaxAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kUint64MaxAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint64ProdAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint64ProdAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16SumAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16SumAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16SumAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16SumAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16ProdAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16ProdAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16ProdAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16ProdAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16MinAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16MinAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16MinAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16MinAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16MaxAVX2(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16MaxAVX2NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16MaxAVX2(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16MaxAVX2NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat32SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat32SumAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat32ProdAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat32ProdAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat32MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat32MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat32MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat32MaxAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat64SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat64SumAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat64ProdAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat64ProdAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat64MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat64MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kFloat64MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kFloat64MaxAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt8SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt8SumAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint8SumAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8SumAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt8MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt8MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kInt8MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt8MaxAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kUint8MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kUint8MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint8MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8MaxAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt32SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt32SumAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint32SumAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint32SumAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt32ProdAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt32ProdAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint32ProdAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint32ProdAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt32MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt32MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kInt32MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt32MaxAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kUint32MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kUint32MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint32MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint32MaxAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt64SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt64SumAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint64SumAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint64SumAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt64ProdAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt64ProdAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint64ProdAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint64ProdAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kInt64MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kInt64MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kInt64MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt64MaxAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kUint64MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kUint64MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kUint64MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint64MaxAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt8ProdAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kInt8ProdAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8ProdAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kUint8ProdAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16SumAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16SumAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16SumAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16SumAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16ProdAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16ProdAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16ProdAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16ProdAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16MinAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16MinAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16MinAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16MinAVX512NT(dst, a, b *byte, n int)
 
 //go:noescape
 func kFloat16MaxAVX512(dst, a, b *byte, n int)
 
 //go:noescape
+func kFloat16MaxAVX512NT(dst, a, b *byte, n int)
+
+//go:noescape
 func kBFloat16MaxAVX512(dst, a, b *byte, n int)
+
+//go:noescape
+func kBFloat16MaxAVX512NT(dst, a, b *byte, n int)
 
 // asmKernels lists every assembly kernel with the CPU features it needs.
 var asmKernels = [...]asmKernel{
-	{featAVX2, Float32, Sum, kFloat32SumAVX2, 32},
-	{featAVX2, Float32, Prod, kFloat32ProdAVX2, 32},
-	{featAVX2, Float32, Min, kFloat32MinAVX2, 32},
-	{featAVX2, Float32, Max, kFloat32MaxAVX2, 32},
-	{featAVX2, Float64, Sum, kFloat64SumAVX2, 32},
-	{featAVX2, Float64, Prod, kFloat64ProdAVX2, 32},
-	{featAVX2, Float64, Min, kFloat64MinAVX2, 32},
-	{featAVX2, Float64, Max, kFloat64MaxAVX2, 32},
-	{featAVX2, Int8, Sum, kInt8SumAVX2, 32},
-	{featAVX2, Uint8, Sum, kUint8SumAVX2, 32},
-	{featAVX2, Int8, Min, kInt8MinAVX2, 32},
-	{featAVX2, Int8, Max, kInt8MaxAVX2, 32},
-	{featAVX2, Uint8, Min, kUint8MinAVX2, 32},
-	{featAVX2, Uint8, Max, kUint8MaxAVX2, 32},
-	{featAVX2, Int32, Sum, kInt32SumAVX2, 32},
-	{featAVX2, Uint32, Sum, kUint32SumAVX2, 32},
-	{featAVX2, Int32, Prod, kInt32ProdAVX2, 32},
-	{featAVX2, Uint32, Prod, kUint32ProdAVX2, 32},
-	{featAVX2, Int32, Min, kInt32MinAVX2, 32},
-	{featAVX2, Int32, Max, kInt32MaxAVX2, 32},
-	{featAVX2, Uint32, Min, kUint32MinAVX2, 32},
-	{featAVX2, Uint32, Max, kUint32MaxAVX2, 32},
-	{featAVX2, Int64, Sum, kInt64SumAVX2, 32},
-	{featAVX2, Uint64, Sum, kUint64SumAVX2, 32},
-	{featAVX2, Int64, Min, kInt64MinAVX2, 32},
-	{featAVX2, Int64, Max, kInt64MaxAVX2, 32},
-	{featAVX2, Int64, Prod, kInt64ProdAVX2, 32},
-	{featAVX2, Uint64, Min, kUint64MinAVX2, 32},
-	{featAVX2, Uint64, Max, kUint64MaxAVX2, 32},
-	{featAVX2, Uint64, Prod, kUint64ProdAVX2, 32},
-	{featAVX2F16C, Float16, Sum, kFloat16SumAVX2, 16},
-	{featAVX2, BFloat16, Sum, kBFloat16SumAVX2, 32},
-	{featAVX2F16C, Float16, Prod, kFloat16ProdAVX2, 16},
-	{featAVX2, BFloat16, Prod, kBFloat16ProdAVX2, 32},
-	{featAVX2F16C, Float16, Min, kFloat16MinAVX2, 16},
-	{featAVX2, BFloat16, Min, kBFloat16MinAVX2, 32},
-	{featAVX2F16C, Float16, Max, kFloat16MaxAVX2, 16},
-	{featAVX2, BFloat16, Max, kBFloat16MaxAVX2, 32},
-	{featAVX512, Float32, Sum, kFloat32SumAVX512, 64},
-	{featAVX512, Float32, Prod, kFloat32ProdAVX512, 64},
-	{featAVX512, Float32, Min, kFloat32MinAVX512, 64},
-	{featAVX512, Float32, Max, kFloat32MaxAVX512, 64},
-	{featAVX512, Float64, Sum, kFloat64SumAVX512, 64},
-	{featAVX512, Float64, Prod, kFloat64ProdAVX512, 64},
-	{featAVX512, Float64, Min, kFloat64MinAVX512, 64},
-	{featAVX512, Float64, Max, kFloat64MaxAVX512, 64},
-	{featAVX512, Int8, Sum, kInt8SumAVX512, 64},
-	{featAVX512, Uint8, Sum, kUint8SumAVX512, 64},
-	{featAVX512, Int8, Min, kInt8MinAVX512, 64},
-	{featAVX512, Int8, Max, kInt8MaxAVX512, 64},
-	{featAVX512, Uint8, Min, kUint8MinAVX512, 64},
-	{featAVX512, Uint8, Max, kUint8MaxAVX512, 64},
-	{featAVX512, Int32, Sum, kInt32SumAVX512, 64},
-	{featAVX512, Uint32, Sum, kUint32SumAVX512, 64},
-	{featAVX512, Int32, Prod, kInt32ProdAVX512, 64},
-	{featAVX512, Uint32, Prod, kUint32ProdAVX512, 64},
-	{featAVX512, Int32, Min, kInt32MinAVX512, 64},
-	{featAVX512, Int32, Max, kInt32MaxAVX512, 64},
-	{featAVX512, Uint32, Min, kUint32MinAVX512, 64},
-	{featAVX512, Uint32, Max, kUint32MaxAVX512, 64},
-	{featAVX512, Int64, Sum, kInt64SumAVX512, 64},
-	{featAVX512, Uint64, Sum, kUint64SumAVX512, 64},
-	{featAVX512, Int64, Prod, kInt64ProdAVX512, 64},
-	{featAVX512, Uint64, Prod, kUint64ProdAVX512, 64},
-	{featAVX512, Int64, Min, kInt64MinAVX512, 64},
-	{featAVX512, Int64, Max, kInt64MaxAVX512, 64},
-	{featAVX512, Uint64, Min, kUint64MinAVX512, 64},
-	{featAVX512, Uint64, Max, kUint64MaxAVX512, 64},
-	{featAVX512, Float16, Sum, kFloat16SumAVX512, 32},
-	{featAVX512, BFloat16, Sum, kBFloat16SumAVX512, 32},
-	{featAVX512, Float16, Prod, kFloat16ProdAVX512, 32},
-	{featAVX512, BFloat16, Prod, kBFloat16ProdAVX512, 32},
-	{featAVX512, Float16, Min, kFloat16MinAVX512, 32},
-	{featAVX512, BFloat16, Min, kBFloat16MinAVX512, 32},
-	{featAVX512, Float16, Max, kFloat16MaxAVX512, 32},
-	{featAVX512, BFloat16, Max, kBFloat16MaxAVX512, 32},
+	{featAVX2, Float32, Sum, false, kernel{kFloat32SumAVX2, kFloat32SumAVX2NT, 32, 32}},
+	{featAVX2, Float32, Prod, false, kernel{kFloat32ProdAVX2, kFloat32ProdAVX2NT, 32, 32}},
+	{featAVX2, Float32, Min, false, kernel{kFloat32MinAVX2, kFloat32MinAVX2NT, 32, 32}},
+	{featAVX2, Float32, Max, false, kernel{kFloat32MaxAVX2, kFloat32MaxAVX2NT, 32, 32}},
+	{featAVX2, Float64, Sum, false, kernel{kFloat64SumAVX2, kFloat64SumAVX2NT, 32, 32}},
+	{featAVX2, Float64, Prod, false, kernel{kFloat64ProdAVX2, kFloat64ProdAVX2NT, 32, 32}},
+	{featAVX2, Float64, Min, false, kernel{kFloat64MinAVX2, kFloat64MinAVX2NT, 32, 32}},
+	{featAVX2, Float64, Max, false, kernel{kFloat64MaxAVX2, kFloat64MaxAVX2NT, 32, 32}},
+	{featAVX2, Int8, Sum, false, kernel{kInt8SumAVX2, kInt8SumAVX2NT, 32, 32}},
+	{featAVX2, Uint8, Sum, false, kernel{kUint8SumAVX2, kUint8SumAVX2NT, 32, 32}},
+	{featAVX2, Int8, Min, false, kernel{kInt8MinAVX2, kInt8MinAVX2NT, 32, 32}},
+	{featAVX2, Int8, Max, false, kernel{kInt8MaxAVX2, kInt8MaxAVX2NT, 32, 32}},
+	{featAVX2, Uint8, Min, false, kernel{kUint8MinAVX2, kUint8MinAVX2NT, 32, 32}},
+	{featAVX2, Uint8, Max, false, kernel{kUint8MaxAVX2, kUint8MaxAVX2NT, 32, 32}},
+	{featAVX2, Int32, Sum, false, kernel{kInt32SumAVX2, kInt32SumAVX2NT, 32, 32}},
+	{featAVX2, Uint32, Sum, false, kernel{kUint32SumAVX2, kUint32SumAVX2NT, 32, 32}},
+	{featAVX2, Int32, Prod, false, kernel{kInt32ProdAVX2, kInt32ProdAVX2NT, 32, 32}},
+	{featAVX2, Uint32, Prod, false, kernel{kUint32ProdAVX2, kUint32ProdAVX2NT, 32, 32}},
+	{featAVX2, Int32, Min, false, kernel{kInt32MinAVX2, kInt32MinAVX2NT, 32, 32}},
+	{featAVX2, Int32, Max, false, kernel{kInt32MaxAVX2, kInt32MaxAVX2NT, 32, 32}},
+	{featAVX2, Uint32, Min, false, kernel{kUint32MinAVX2, kUint32MinAVX2NT, 32, 32}},
+	{featAVX2, Uint32, Max, false, kernel{kUint32MaxAVX2, kUint32MaxAVX2NT, 32, 32}},
+	{featAVX2, Int64, Sum, false, kernel{kInt64SumAVX2, kInt64SumAVX2NT, 32, 32}},
+	{featAVX2, Uint64, Sum, false, kernel{kUint64SumAVX2, kUint64SumAVX2NT, 32, 32}},
+	{featAVX2, Int8, Prod, false, kernel{kInt8ProdAVX2, kInt8ProdAVX2NT, 32, 32}},
+	{featAVX2, Uint8, Prod, false, kernel{kUint8ProdAVX2, kUint8ProdAVX2NT, 32, 32}},
+	{featAVX2, Int64, Min, false, kernel{kInt64MinAVX2, kInt64MinAVX2NT, 32, 32}},
+	{featAVX2, Int64, Max, false, kernel{kInt64MaxAVX2, kInt64MaxAVX2NT, 32, 32}},
+	{featAVX2, Int64, Prod, false, kernel{kInt64ProdAVX2, kInt64ProdAVX2NT, 32, 32}},
+	{featAVX2, Uint64, Min, false, kernel{kUint64MinAVX2, kUint64MinAVX2NT, 32, 32}},
+	{featAVX2, Uint64, Max, false, kernel{kUint64MaxAVX2, kUint64MaxAVX2NT, 32, 32}},
+	{featAVX2, Uint64, Prod, false, kernel{kUint64ProdAVX2, kUint64ProdAVX2NT, 32, 32}},
+	{featAVX2F16C, Float16, Sum, false, kernel{kFloat16SumAVX2, kFloat16SumAVX2NT, 16, 32}},
+	{featAVX2, BFloat16, Sum, false, kernel{kBFloat16SumAVX2, kBFloat16SumAVX2NT, 32, 32}},
+	{featAVX2F16C, Float16, Prod, false, kernel{kFloat16ProdAVX2, kFloat16ProdAVX2NT, 16, 32}},
+	{featAVX2, BFloat16, Prod, false, kernel{kBFloat16ProdAVX2, kBFloat16ProdAVX2NT, 32, 32}},
+	{featAVX2F16C, Float16, Min, false, kernel{kFloat16MinAVX2, kFloat16MinAVX2NT, 16, 32}},
+	{featAVX2, BFloat16, Min, false, kernel{kBFloat16MinAVX2, kBFloat16MinAVX2NT, 32, 32}},
+	{featAVX2F16C, Float16, Max, false, kernel{kFloat16MaxAVX2, kFloat16MaxAVX2NT, 16, 32}},
+	{featAVX2, BFloat16, Max, false, kernel{kBFloat16MaxAVX2, kBFloat16MaxAVX2NT, 32, 32}},
+	{featAVX512, Float32, Sum, false, kernel{kFloat32SumAVX512, kFloat32SumAVX512NT, 64, 64}},
+	{featAVX512, Float32, Prod, false, kernel{kFloat32ProdAVX512, kFloat32ProdAVX512NT, 64, 64}},
+	{featAVX512, Float32, Min, false, kernel{kFloat32MinAVX512, kFloat32MinAVX512NT, 64, 64}},
+	{featAVX512, Float32, Max, true, kernel{kFloat32MaxAVX512, kFloat32MaxAVX512NT, 64, 64}},
+	{featAVX512, Float64, Sum, false, kernel{kFloat64SumAVX512, kFloat64SumAVX512NT, 64, 64}},
+	{featAVX512, Float64, Prod, false, kernel{kFloat64ProdAVX512, kFloat64ProdAVX512NT, 64, 64}},
+	{featAVX512, Float64, Min, false, kernel{kFloat64MinAVX512, kFloat64MinAVX512NT, 64, 64}},
+	{featAVX512, Float64, Max, true, kernel{kFloat64MaxAVX512, kFloat64MaxAVX512NT, 64, 64}},
+	{featAVX512, Int8, Sum, false, kernel{kInt8SumAVX512, kInt8SumAVX512NT, 64, 64}},
+	{featAVX512, Uint8, Sum, false, kernel{kUint8SumAVX512, kUint8SumAVX512NT, 64, 64}},
+	{featAVX512, Int8, Min, false, kernel{kInt8MinAVX512, kInt8MinAVX512NT, 64, 64}},
+	{featAVX512, Int8, Max, false, kernel{kInt8MaxAVX512, kInt8MaxAVX512NT, 64, 64}},
+	{featAVX512, Uint8, Min, false, kernel{kUint8MinAVX512, kUint8MinAVX512NT, 64, 64}},
+	{featAVX512, Uint8, Max, false, kernel{kUint8MaxAVX512, kUint8MaxAVX512NT, 64, 64}},
+	{featAVX512, Int32, Sum, false, kernel{kInt32SumAVX512, kInt32SumAVX512NT, 64, 64}},
+	{featAVX512, Uint32, Sum, false, kernel{kUint32SumAVX512, kUint32SumAVX512NT, 64, 64}},
+	{featAVX512, Int32, Prod, false, kernel{kInt32ProdAVX512, kInt32ProdAVX512NT, 64, 64}},
+	{featAVX512, Uint32, Prod, false, kernel{kUint32ProdAVX512, kUint32ProdAVX512NT, 64, 64}},
+	{featAVX512, Int32, Min, false, kernel{kInt32MinAVX512, kInt32MinAVX512NT, 64, 64}},
+	{featAVX512, Int32, Max, false, kernel{kInt32MaxAVX512, kInt32MaxAVX512NT, 64, 64}},
+	{featAVX512, Uint32, Min, false, kernel{kUint32MinAVX512, kUint32MinAVX512NT, 64, 64}},
+	{featAVX512, Uint32, Max, false, kernel{kUint32MaxAVX512, kUint32MaxAVX512NT, 64, 64}},
+	{featAVX512, Int64, Sum, false, kernel{kInt64SumAVX512, kInt64SumAVX512NT, 64, 64}},
+	{featAVX512, Uint64, Sum, false, kernel{kUint64SumAVX512, kUint64SumAVX512NT, 64, 64}},
+	{featAVX512, Int64, Prod, true, kernel{kInt64ProdAVX512, kInt64ProdAVX512NT, 64, 64}},
+	{featAVX512, Uint64, Prod, true, kernel{kUint64ProdAVX512, kUint64ProdAVX512NT, 64, 64}},
+	{featAVX512, Int64, Min, true, kernel{kInt64MinAVX512, kInt64MinAVX512NT, 64, 64}},
+	{featAVX512, Int64, Max, true, kernel{kInt64MaxAVX512, kInt64MaxAVX512NT, 64, 64}},
+	{featAVX512, Uint64, Min, true, kernel{kUint64MinAVX512, kUint64MinAVX512NT, 64, 64}},
+	{featAVX512, Uint64, Max, true, kernel{kUint64MaxAVX512, kUint64MaxAVX512NT, 64, 64}},
+	{featAVX512, Int8, Prod, false, kernel{kInt8ProdAVX512, kInt8ProdAVX512NT, 64, 64}},
+	{featAVX512, Uint8, Prod, false, kernel{kUint8ProdAVX512, kUint8ProdAVX512NT, 64, 64}},
+	{featAVX512, Float16, Sum, false, kernel{kFloat16SumAVX512, kFloat16SumAVX512NT, 32, 64}},
+	{featAVX512, BFloat16, Sum, true, kernel{kBFloat16SumAVX512, kBFloat16SumAVX512NT, 32, 64}},
+	{featAVX512, Float16, Prod, false, kernel{kFloat16ProdAVX512, kFloat16ProdAVX512NT, 32, 64}},
+	{featAVX512, BFloat16, Prod, true, kernel{kBFloat16ProdAVX512, kBFloat16ProdAVX512NT, 32, 64}},
+	{featAVX512, Float16, Min, false, kernel{kFloat16MinAVX512, kFloat16MinAVX512NT, 32, 64}},
+	{featAVX512, BFloat16, Min, true, kernel{kBFloat16MinAVX512, kBFloat16MinAVX512NT, 32, 64}},
+	{featAVX512, Float16, Max, false, kernel{kFloat16MaxAVX512, kFloat16MaxAVX512NT, 32, 64}},
+	{featAVX512, BFloat16, Max, true, kernel{kBFloat16MaxAVX512, kBFloat16MaxAVX512NT, 32, 64}},
 }
