@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"runtime"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -63,8 +64,22 @@ func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *f
 	e := &engine{channel: channel, rank: rank, ranks: ranks, comm: comm, qps: qps, rec: rec, notify: notify,
 		submit: make(chan *task, 64), stop: make(chan struct{}), stopped: make(chan struct{}),
 		wcs: make([]transport.WC, 64)}
+	liveEngines.Add(1)
 	go e.run()
 	return e
+}
+
+// liveEngines counts the progress engines of this process. Spinning pays
+// only while each engine has a core to itself; with more engines than cores
+// (many ranks in one process) a spinning engine takes the core its peer needs
+// to make the progress it waits for, so engines then go straight to sleep.
+var liveEngines atomic.Int32
+
+func spinBudget() int {
+	if int(liveEngines.Load()) > runtime.NumCPU() {
+		return 0
+	}
+	return 64
 }
 
 // errEngineStopped is what tasks submitted after Close get.
@@ -105,6 +120,7 @@ func (e *engine) run() {
 	runtime.LockOSThread()
 	defer runtime.UnlockOSThread()
 	defer close(e.stopped)
+	defer liveEngines.Add(-1)
 	idle := 0
 	var timer *time.Timer
 	for iter := 0; ; iter++ {
@@ -137,10 +153,11 @@ func (e *engine) run() {
 			continue
 		}
 		idle++
+		spin := spinBudget()
 		switch {
-		case idle < 64:
+		case idle < spin:
 			// spin: completions usually follow within microseconds
-		case idle < 128:
+		case idle < 2*spin:
 			runtime.Gosched()
 		default:
 			if e.checkDeadlines() {
@@ -168,7 +185,7 @@ func (e *engine) run() {
 				default:
 				}
 			}
-			idle = 64
+			idle = spin
 		}
 		select {
 		case <-e.stop:
