@@ -27,7 +27,8 @@ type Backend struct {
 	// its local address to.
 	Interface string
 	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
-	// connection. Zero leaves the kernel's autotuning alone.
+	// connection (the kernel caps it at net.core.{w,r}mem_max). Zero, the
+	// better choice on loopback, leaves the kernel's autotuning alone.
 	SockBuf int
 	// Logger receives refused connections (slog.Default when nil).
 	Logger *slog.Logger

@@ -340,3 +340,8 @@ func TestErrReportsPeerDeath(t *testing.T) {
 		t.Fatalf("Err after own Close = %v, want nil", err)
 	}
 }
+
+func TestSockBuf(t *testing.T) {
+	p := connect(t, Backend{SockBuf: 1 << 20}, "")
+	checkTransfer(t, p, patternOf(3<<20, 1))
+}
