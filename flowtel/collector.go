@@ -126,7 +126,8 @@ type Collector struct {
 }
 
 type ringState struct {
-	ring *Ring
+	ring  *Ring
+	clock *Clock // the ring's recorder's clock
 	// Drain goroutine only.
 	seenLost uint64 // sum of the Bytes of the KindLost records drained from ring
 	lastRank int32  // Rank of the last record drained (-1 before any)
@@ -233,7 +234,7 @@ func (c *Collector) NewRecorderClock(clk *Clock) *Recorder {
 	old := *c.rings.Load()
 	rings := make([]*ringState, len(old), len(old)+1)
 	copy(rings, old)
-	rings = append(rings, &ringState{ring: ring, lastRank: -1})
+	rings = append(rings, &ringState{ring: ring, clock: clk, lastRank: -1})
 	c.rings.Store(&rings)
 	return NewRecorder(ring, clk)
 }
@@ -387,7 +388,7 @@ func (c *Collector) final() {
 		}
 		ts := rs.lastTs // keeps the ring's stream in time order
 		if ts == 0 {
-			ts = c.cfg.clock.Now()
+			ts = rs.clock.Now()
 		}
 		b.recs[b.n] = Record{TsNs: ts, Kind: KindLost, Rank: rs.lastRank, Peer: -1, Bytes: d - rs.seenLost}
 		rs.seenLost = d
