@@ -215,12 +215,22 @@ type LinkStats struct {
 	LatP99Ns       int64
 	LatMaxNs       int64
 
-	Backlog          uint32 // WRs outstanding: the Depth of the latest post or wc, summed over the link's QPs
-	OutstandingBytes uint64 // bytes of the posts seen whose completion has not been seen
-	PendingWRs       int    // number of those posts
+	// Backlog is the Depth of each of the link's QPs at its latest record,
+	// summed. Depth is what the transport reports, per QP: it counts sends
+	// and receives together (transport.Core does), so both directions of a
+	// link over the same QPs show the same Backlog. PendingWRs and
+	// OutstandingBytes are this direction's own, from pairing: the posts
+	// seen whose completion has not been seen, and their bytes.
+	Backlog          uint32
+	OutstandingBytes uint64
+	PendingWRs       int
 
-	CreditWaitNs  int64 // time sends waited for credit within [now-T, now]; a wait still open counts up to now
-	CreditWaiting bool  // a send is waiting for credit now
+	// CreditWaitNs is the time within [now-T, now] during which at least
+	// one send of the link waited for credit (from its KindCreditWait to
+	// the KindCreditGrant with its WrID); overlapping waits count once, and
+	// a wait still open counts up to now. CreditWaiting: one is open now.
+	CreditWaitNs  int64
+	CreditWaiting bool
 
 	LastNs int64 // time of the link's latest record
 
@@ -249,9 +259,10 @@ func WithWindowClock(clk *Clock) WindowOption {
 // order. When records were lost (a KindLost gap), pairing resynchronises on
 // the WrIDs: posts older than the completion at hand are dropped as orphans,
 // and a completion older than every pending post counts without a latency.
-// A credit wait is closed by the KindCreditGrant with its WrID; a wait
-// superseded by a later post or completion of its QP (its grant was lost) is
-// dropped rather than guessed.
+// Credit waits are kept per QP in a FIFO as well, since a QP grants credit
+// to its waiting sends in posting order: a KindCreditGrant closes the wait
+// with its WrID, and waits older than it, or not older than a completed send,
+// lost their grant and are dropped rather than guessed.
 //
 // Window is a Sink, so it can be attached to a Collector. All methods are safe
 // for concurrent use; updates and snapshots take one mutex. Updating does not
@@ -290,9 +301,8 @@ type pendingWR struct {
 type linkState struct {
 	key       LinkKey
 	samples   ring[sample]
-	waits     ring[interval]
-	qds       []*qpDir // the QP directions feeding this link
-	depthSum  int64
+	waits     ring[interval] // finished credit waits, overlapping ones merged
+	qds       []*qpDir       // the QP directions feeding this link
 	outBytes  uint64
 	pending   int
 	lastNs    int64
@@ -301,16 +311,21 @@ type linkState struct {
 }
 
 type qpDir struct {
+	qp    *qpState
 	link  *linkState
 	fifo  ring[pendingWR]
-	depth uint32
-	// Open credit wait (send direction only).
-	waitOpen bool
-	waitWr   uint64
-	waitTs   int64
+	waits ring[openWait] // sends waiting for credit, oldest first (send direction only)
 }
 
-type qpState struct{ dir [2]qpDir }
+type openWait struct {
+	wrID uint64
+	ts   int64
+}
+
+type qpState struct {
+	dir   [2]qpDir
+	depth uint32 // Depth of the QP's latest record
+}
 
 // maxPending bounds a QP direction's FIFO of posts awaiting completion; past
 // it the oldest is dropped as an orphan.
@@ -386,9 +401,6 @@ func (w *Window) add(rec *Record) {
 		d := Dir(rec.WrID & 1)
 		qd := w.qpDir(rec, d)
 		l := w.linkOf(qd, rec, d)
-		if d == DirSend && qd.waitOpen && rec.WrID > qd.waitWr {
-			qd.waitOpen = false // a later send got credit: this wait's grant was lost
-		}
 		if qd.fifo.n == maxPending {
 			old := qd.fifo.popFront()
 			l.outBytes -= old.bytes
@@ -398,8 +410,7 @@ func (w *Window) add(rec *Record) {
 		qd.fifo.push(pendingWR{wrID: rec.WrID, ts: rec.TsNs, bytes: rec.Bytes}, maxPending)
 		l.outBytes += rec.Bytes
 		l.pending++
-		l.depthSum += int64(rec.Depth) - int64(qd.depth)
-		qd.depth = rec.Depth
+		qd.qp.depth = rec.Depth
 		l.lastNs = max(l.lastNs, rec.TsNs)
 
 	case KindWC:
@@ -426,28 +437,38 @@ func (w *Window) add(rec *Record) {
 			l.unmatched++
 		}
 		l.samples.push(s, w.cfg.N)
-		if d == DirSend && qd.waitOpen && rec.WrID >= qd.waitWr {
-			qd.waitOpen = false // completed, so it had credit: the grant was lost
+		// A completed send had its credit: a wait still open for it, or
+		// for an older send, lost its grant. Drop it rather than guess.
+		for qd.waits.n > 0 && qd.waits.front().wrID <= rec.WrID {
+			qd.waits.popFront()
 		}
-		l.depthSum += int64(rec.Depth) - int64(qd.depth)
-		qd.depth = rec.Depth
+		qd.qp.depth = rec.Depth
 		l.lastNs = max(l.lastNs, rec.TsNs)
 
 	case KindCreditWait:
 		qd := w.qpDir(rec, DirSend)
 		l := w.linkOf(qd, rec, DirSend)
-		if !qd.waitOpen || qd.waitWr != rec.WrID {
-			qd.waitOpen, qd.waitWr, qd.waitTs = true, rec.WrID, rec.TsNs
+		if qd.waits.n == 0 || rec.WrID > qd.waits.back().wrID { // else a duplicate
+			if qd.waits.n == maxPending {
+				qd.waits.popFront()
+			}
+			qd.waits.push(openWait{wrID: rec.WrID, ts: rec.TsNs}, maxPending)
 		}
+		qd.qp.depth = rec.Depth
 		l.lastNs = max(l.lastNs, rec.TsNs)
 
 	case KindCreditGrant:
 		qd := w.qpDir(rec, DirSend)
 		l := w.linkOf(qd, rec, DirSend)
-		if qd.waitOpen && qd.waitWr == rec.WrID {
-			qd.waitOpen = false
-			l.waits.push(interval{from: qd.waitTs, to: rec.TsNs}, w.cfg.N)
+		// Credit comes in posting order: older waits lost their grant.
+		for qd.waits.n > 0 && qd.waits.front().wrID < rec.WrID {
+			qd.waits.popFront()
 		}
+		if qd.waits.n > 0 && qd.waits.front().wrID == rec.WrID {
+			wt := qd.waits.popFront()
+			l.addWait(wt.ts, rec.TsNs, w.cfg.N)
+		}
+		qd.qp.depth = rec.Depth
 		l.lastNs = max(l.lastNs, rec.TsNs)
 
 	case KindLost:
@@ -463,6 +484,7 @@ func (w *Window) qpDir(rec *Record, d Dir) *qpDir {
 	q := w.qps[k]
 	if q == nil {
 		q = &qpState{}
+		q.dir[0].qp, q.dir[1].qp = q, q
 		w.qps[k] = q
 	}
 	w.lastQK, w.lastQP = k, q
@@ -484,11 +506,8 @@ func (w *Window) linkOf(qd *qpDir, rec *Record, d Dir) *linkState {
 	}
 	if qd.link != l {
 		if old := qd.link; old != nil {
-			// The QP moved to another link (unusual): move its share of
-			// the backlog along.
-			old.depthSum -= int64(qd.depth)
+			// The QP moved to another link (unusual).
 			old.qds = slices.DeleteFunc(old.qds, func(x *qpDir) bool { return x == qd })
-			l.depthSum += int64(qd.depth)
 		}
 		qd.link = l
 		l.qds = append(l.qds, qd)
@@ -557,7 +576,6 @@ func (w *Window) stats(l *linkState, now int64) LinkStats {
 	start := now - int64(w.cfg.T)
 	st := LinkStats{
 		Key:              l.key,
-		Backlog:          uint32(max(l.depthSum, 0)),
 		OutstandingBytes: l.outBytes,
 		PendingWRs:       l.pending,
 		LastNs:           l.lastNs,
@@ -613,17 +631,46 @@ func (w *Window) stats(l *linkState, now int64) LinkStats {
 	}
 	w.scratch = lats[:0]
 
+	var backlog uint64
+	for _, qd := range l.qds {
+		backlog += uint64(qd.qp.depth)
+	}
+	st.Backlog = uint32(min(backlog, 1<<32-1))
+
+	// Credit waits: the time at least one send waited, so overlapping
+	// waits count once. Finished waits are stored merged; the oldest wait
+	// still open covers every later one, up to now.
+	lastTo := int64(-1 << 63)
 	for i := range l.waits.n {
 		iv := l.waits.at(i)
 		st.CreditWaitNs += overlap(iv.from, iv.to, start, now)
+		lastTo = max(lastTo, iv.to)
 	}
+	openFrom := int64(1<<63 - 1)
 	for _, qd := range l.qds {
-		if qd.waitOpen {
+		if qd.waits.n > 0 {
 			st.CreditWaiting = true
-			st.CreditWaitNs += overlap(qd.waitTs, now, start, now)
+			openFrom = min(openFrom, qd.waits.front().ts)
 		}
 	}
+	if st.CreditWaiting {
+		st.CreditWaitNs += overlap(max(openFrom, lastTo), now, start, now)
+	}
 	return st
+}
+
+// addWait stores a finished credit wait, merging it into the previous one
+// when they overlap.
+func (l *linkState) addWait(from, to int64, bound int) {
+	to = max(to, from)
+	if l.waits.n > 0 {
+		last := l.waits.back()
+		if from <= last.to && to >= last.from {
+			last.from, last.to = min(last.from, from), max(last.to, to)
+			return
+		}
+	}
+	l.waits.push(interval{from: from, to: to}, bound)
 }
 
 // nearestRank returns the p-th percentile of sorted by the nearest-rank
@@ -682,6 +729,8 @@ func (r *ring[T]) grow(c int) {
 }
 
 func (r *ring[T]) front() *T { return &r.buf[r.head] }
+
+func (r *ring[T]) back() *T { return r.at(r.n - 1) }
 
 func (r *ring[T]) popFront() T {
 	v := r.buf[r.head]

@@ -31,6 +31,7 @@ func on(r flowtel.Record, peer int32, ch uint16, path uint8) flowtel.Record {
 
 func withStatus(r flowtel.Record, s flowtel.Status) flowtel.Record { r.Status = s; return r }
 func withBytes(r flowtel.Record, b uint64) flowtel.Record          { r.Bytes = b; return r }
+func withDepth(r flowtel.Record, d uint32) flowtel.Record          { r.Depth = d; return r }
 
 var (
 	send01 = flowtel.LinkKey{Rank: 0, Peer: 1, Dir: flowtel.DirSend}
@@ -172,6 +173,45 @@ func TestWindowStats(t *testing.T) {
 			want: []flowtel.LinkStats{{Key: send01, CreditWaitNs: 200 + 50 + 100, CreditWaiting: true, LastNs: 900}},
 		},
 		{
+			// As transports record it: the sends are posted, find no
+			// credit, and get it in posting order.
+			name: "overlapping waits count once",
+			recs: []flowtel.Record{
+				wpost(0, 1, 0, false, 10, 1), wpost(0, 1, 1, false, 10, 2), wpost(0, 1, 2, false, 10, 3),
+				credit(10, flowtel.KindCreditWait, 1, 0), credit(20, flowtel.KindCreditWait, 1, 1),
+				credit(30, flowtel.KindCreditWait, 1, 2),
+				credit(100, flowtel.KindCreditGrant, 1, 0), withDepth(credit(150, flowtel.KindCreditGrant, 1, 1), 3),
+			},
+			now: 200,
+			want: []flowtel.LinkStats{{
+				Key: send01, Backlog: 3, OutstandingBytes: 30, PendingWRs: 3,
+				CreditWaitNs: 200 - 10, CreditWaiting: true, LastNs: 150,
+			}},
+		},
+		{
+			name: "disjoint waits add up; a lost grant drops its wait",
+			recs: []flowtel.Record{
+				credit(10, flowtel.KindCreditWait, 1, 0), credit(40, flowtel.KindCreditGrant, 1, 0),
+				credit(50, flowtel.KindCreditWait, 1, 1), // its grant is lost
+				{Kind: flowtel.KindLost, Bytes: 1, TsNs: 60},
+				credit(70, flowtel.KindCreditWait, 1, 2), credit(100, flowtel.KindCreditGrant, 1, 2),
+				credit(200, flowtel.KindCreditWait, 1, 3), credit(200, flowtel.KindCreditWait, 1, 3), // a duplicate
+				credit(250, flowtel.KindCreditGrant, 1, 3),
+			},
+			now:  300,
+			lost: 1,
+			want: []flowtel.LinkStats{{Key: send01, CreditWaitNs: 30 + 30 + 50, LastNs: 250}},
+		},
+		{
+			name: "two QPs on one link",
+			recs: []flowtel.Record{
+				credit(10, flowtel.KindCreditWait, 1, 0), credit(20, flowtel.KindCreditWait, 2, 0),
+				credit(30, flowtel.KindCreditGrant, 1, 0),
+			},
+			now:  100,
+			want: []flowtel.LinkStats{{Key: send01, CreditWaitNs: 90, CreditWaiting: true, LastNs: 30}},
+		},
+		{
 			name: "lost grant: the wait is dropped, not guessed",
 			recs: []flowtel.Record{
 				{Kind: flowtel.KindLost, Bytes: 1, TsNs: 150},
@@ -224,7 +264,8 @@ func TestWindowStats(t *testing.T) {
 			},
 			now: 70,
 			want: []flowtel.LinkStats{
-				{Key: send01, Completions: 1, Bytes: 8, BandwidthBps: 8 * 1e9 / 5, LatencySamples: 1, LatP50Ns: 5, LatP99Ns: 5, LatMaxNs: 5, Backlog: 2, LastNs: 10},
+				// Depth is per QP, both directions: the last record says 0.
+				{Key: send01, Completions: 1, Bytes: 8, BandwidthBps: 8 * 1e9 / 5, LatencySamples: 1, LatP50Ns: 5, LatP99Ns: 5, LatMaxNs: 5, LastNs: 10},
 				{Key: recv01, Completions: 2, Bytes: 16, SpanNs: 30, BandwidthBps: 8 * 1e9 / 30, LatencySamples: 2, LatP50Ns: 40, LatP99Ns: 70, LatMaxNs: 70, LastNs: 70},
 			},
 		},
