@@ -276,8 +276,7 @@ type Window struct {
 	links   map[LinkKey]*linkState
 	sorted  []*linkState // links ordered by key
 	qps     map[uint64]*qpState
-	lastQK  uint64
-	lastQP  *qpState
+	qpCache [qpCacheSize]qpCacheEntry // direct-mapped, in front of qps
 	maxTs   int64
 	lost    uint64
 	scratch []int64
@@ -320,6 +319,13 @@ type qpDir struct {
 type openWait struct {
 	wrID uint64
 	ts   int64
+}
+
+const qpCacheSize = 256
+
+type qpCacheEntry struct {
+	key uint64
+	qp  *qpState
 }
 
 type qpState struct {
@@ -387,7 +393,7 @@ func (w *Window) Reset() {
 	w.links = make(map[LinkKey]*linkState)
 	w.sorted = nil
 	w.qps = make(map[uint64]*qpState)
-	w.lastQP = nil
+	w.qpCache = [qpCacheSize]qpCacheEntry{}
 	w.maxTs = 0
 	w.lost = 0
 }
@@ -478,8 +484,9 @@ func (w *Window) add(rec *Record) {
 
 func (w *Window) qpDir(rec *Record, d Dir) *qpDir {
 	k := uint64(uint32(rec.Rank))<<32 | uint64(rec.QP)
-	if w.lastQP != nil && w.lastQK == k {
-		return &w.lastQP.dir[d]
+	e := &w.qpCache[(uint64(rec.QP)^uint64(rec.Rank)*0x9e37)%qpCacheSize]
+	if e.qp != nil && e.key == k {
+		return &e.qp.dir[d]
 	}
 	q := w.qps[k]
 	if q == nil {
@@ -487,7 +494,7 @@ func (w *Window) qpDir(rec *Record, d Dir) *qpDir {
 		q.dir[0].qp, q.dir[1].qp = q, q
 		w.qps[k] = q
 	}
-	w.lastQK, w.lastQP = k, q
+	e.key, e.qp = k, q
 	return &q.dir[d]
 }
 
