@@ -102,8 +102,9 @@ type Collector struct {
 	sinksClosed bool // no sink may be added: the final drain has begun
 	stopping    bool // Shutdown was called: no ring may be added
 
-	wake chan struct{} // a ring crossed half full (capacity 1)
-	stop chan struct{} // closed by Shutdown
+	wake    chan struct{} // a ring crossed half full (capacity 1)
+	stop    chan struct{} // closed by Shutdown
+	flushes chan flushReq // Flush calls, served by the drain goroutine
 
 	shutdownOnce sync.Once
 	shutdownCtx  context.Context // set before stop is closed
@@ -140,10 +141,17 @@ type batch struct {
 	refs atomic.Int32
 }
 
+// flushReq asks the drain goroutine to drain now and mark every sink queue.
+type flushReq struct {
+	ctx  context.Context
+	done chan struct{}
+}
+
 type queued struct {
-	b    *batch
-	lost uint64 // records dropped for this sink just before b
-	last Record // the last record dropped (valid when lost > 0)
+	b      *batch          // nil for a flush marker
+	marker *sync.WaitGroup // a flush marker: Done once the sink got here
+	lost   uint64          // records dropped for this sink just before b
+	last   Record          // the last record dropped (valid when lost > 0)
 }
 
 type sinkRunner struct {
@@ -190,6 +198,7 @@ func NewCollector(opts ...CollectorOption) *Collector {
 		cfg:       cfg,
 		wake:      make(chan struct{}, 1),
 		stop:      make(chan struct{}),
+		flushes:   make(chan flushReq),
 		drainDone: make(chan struct{}),
 		allDone:   make(chan struct{}),
 	}
@@ -344,6 +353,9 @@ func (c *Collector) run() {
 			case <-c.stop:
 				c.final()
 				return
+			case f := <-c.flushes:
+				c.flush(f)
+				continue
 			default:
 				continue
 			}
@@ -352,6 +364,9 @@ func (c *Collector) run() {
 		timer.Reset(idle)
 		select {
 		case <-timer.C:
+		case f := <-c.flushes:
+			timer.Stop()
+			c.flush(f)
 		case <-c.wake:
 			timer.Stop()
 		case <-c.stop:
@@ -360,6 +375,53 @@ func (c *Collector) run() {
 			return
 		}
 	}
+}
+
+// Flush delivers every record written before the call to every sink: it
+// drains the rings now and returns once each sink has consumed what was
+// queued for it, or when ctx ends. Use it before reading a sink's state (a
+// Window's snapshot, say) that must include everything recorded so far.
+func (c *Collector) Flush(ctx context.Context) error {
+	c.mu.Lock()
+	started := c.started
+	c.mu.Unlock()
+	if !started {
+		return errors.New("flowtel: Flush before Start")
+	}
+	f := flushReq{ctx: ctx, done: make(chan struct{})}
+	select {
+	case c.flushes <- f:
+	case <-c.stop:
+		return errors.New("flowtel: Flush after Shutdown")
+	case <-ctx.Done():
+		return fmt.Errorf("flowtel: flush: %w", ctx.Err())
+	}
+	select {
+	case <-f.done:
+		return nil
+	case <-ctx.Done():
+		return fmt.Errorf("flowtel: flush: %w", ctx.Err())
+	}
+}
+
+// flush serves a Flush on the drain goroutine: a pass that waits for room in
+// the sink queues (within the caller's ctx), then a marker down every queue.
+func (c *Collector) flush(f flushReq) {
+	for c.pass(f.ctx) > 0 {
+	}
+	var wg sync.WaitGroup
+	for _, s := range *c.sinks.Load() {
+		wg.Add(1)
+		select {
+		case s.q <- queued{marker: &wg}:
+		case <-f.ctx.Done():
+			wg.Done()
+		}
+	}
+	go func() {
+		wg.Wait()
+		close(f.done)
+	}()
 }
 
 // final is the drain goroutine's last act: drain everything, report unreported
@@ -517,6 +579,10 @@ func (c *Collector) dispatch(b *batch, ctx context.Context) {
 func (c *Collector) runSink(s *sinkRunner) {
 	defer c.sinkWG.Done()
 	for item := range s.q {
+		if item.marker != nil {
+			item.marker.Done()
+			continue
+		}
 		b := item.b
 		if c.runCtx.Err() != nil {
 			// Shutdown's deadline passed: drop what is left, counted.

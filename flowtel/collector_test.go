@@ -489,3 +489,44 @@ func TestCollectorShutdownCancelled(t *testing.T) {
 		t.Fatalf("sink Shutdown called %d times", s.ShutdownCalls())
 	}
 }
+
+func TestCollectorFlushDeliversEverythingRecorded(t *testing.T) {
+	c := flowtel.NewCollector(flowtel.WithMaxIdle(time.Hour)) // only a flush or a wake drains
+	var mu sync.Mutex
+	got := 0
+	c.AddSink(sinkFunc(func(recs []flowtel.Record) {
+		mu.Lock()
+		got += len(recs)
+		mu.Unlock()
+	}))
+	if err := c.Flush(context.Background()); err == nil {
+		t.Fatal("Flush before Start succeeded")
+	}
+	c.Start()
+	rec := c.NewRecorder()
+	for i := range 100 {
+		rec.Record(&flowtel.Record{TsNs: int64(i + 1), Kind: flowtel.KindWC})
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	mu.Lock()
+	n := got
+	mu.Unlock()
+	if n != 100 {
+		t.Fatalf("after Flush the sink has %d of 100 records", n)
+	}
+	if err := c.Shutdown(ctx); err != nil {
+		t.Fatal(err)
+	}
+	if err := c.Flush(ctx); err == nil {
+		t.Fatal("Flush after Shutdown succeeded")
+	}
+}
+
+type sinkFunc func([]flowtel.Record)
+
+func (f sinkFunc) Consume(_ context.Context, recs []flowtel.Record) error { f(recs); return nil }
+func (f sinkFunc) Shutdown(context.Context) error                         { return nil }

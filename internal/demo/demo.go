@@ -82,7 +82,10 @@ func Run(ctx context.Context, c *collective.Comm, cfg Config, win *flowtel.Windo
 	if err := c.Barrier(ctx); err != nil {
 		return err
 	}
-	// Let the collector deliver this rank's records before reporting them.
+	// Deliver every record so far before reading the sinks.
+	if err := c.Collector().Flush(ctx); err != nil {
+		return err
+	}
 	report := Report(c.Rank(), timings, win.SnapshotAt(win.Now()), colls.Summary())
 	return gatherAndPrint(ctx, c, report, w)
 }
