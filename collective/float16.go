@@ -6,6 +6,15 @@ import "math"
 // value (subnormals, ±Inf and NaN included) is representable as a float32.
 // NaN payloads are kept (shifted into the top of the float32 mantissa).
 func (h Half) Float32() float32 {
+	// Fast path, small enough to inline: normal numbers only need the
+	// exponent rebiased (+112) and the fraction shifted into place.
+	if em := uint32(h) & 0x7fff; em-0x0400 < 0x7800 {
+		return math.Float32frombits(uint32(h&0x8000)<<16 | (em<<13 + 112<<23))
+	}
+	return h.float32Slow()
+}
+
+func (h Half) float32Slow() float32 {
 	sign := uint32(h&0x8000) << 16
 	exp := uint32(h>>10) & 0x1f
 	man := uint32(h) & 0x3ff
@@ -28,6 +37,18 @@ func (h Half) Float32() float32 {
 // or ±0. A NaN becomes a quiet NaN with the same sign and the top bits of
 // the payload.
 func HalfFrom(f float32) Half {
+	// Fast path, small enough to inline: |f| in [2^-14, 65520) gives a
+	// normal binary16. Rebias the exponent and round the 13 dropped bits to
+	// nearest even; a carry out of the fraction correctly bumps the exponent,
+	// and the bound 65520 (halfway to 2^16) keeps the result finite.
+	bits := math.Float32bits(f)
+	if a := bits & 0x7fffffff; a-0x38800000 < 0x477ff000-0x38800000 {
+		return Half(bits>>16&0x8000 | (a-112<<23+0xfff+a>>13&1)>>13)
+	}
+	return halfFromSlow(f)
+}
+
+func halfFromSlow(f float32) Half {
 	bits := math.Float32bits(f)
 	sign := uint16(bits>>16) & 0x8000
 	exp := int(bits>>23) & 0xff

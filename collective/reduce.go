@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"math"
 	"runtime"
 	"unsafe"
 )
@@ -141,16 +142,7 @@ func misaligned(size int, bufs ...[]byte) bool {
 // reduceGo is the pure-Go reduction (op is not Avg).
 func reduceGo(dt Datatype, op ReduceOp, dst, a, b []byte) {
 	if !unalignedOK && dt.Size() > 1 && misaligned(dt.Size(), dst, a, b) {
-		var scratch [3][512]uint64
-		sd, sa, sb := AsBytes(scratch[0][:]), AsBytes(scratch[1][:]), AsBytes(scratch[2][:])
-		for len(dst) > 0 {
-			m := min(len(dst), len(sd))
-			copy(sa, a[:m])
-			copy(sb, b[:m])
-			reduceGo(dt, op, sd[:m], sa[:m], sb[:m])
-			copy(dst[:m], sd[:m])
-			dst, a, b = dst[m:], a[m:], b[m:]
-		}
+		reduceGoStaged(dt, op, dst, a, b)
 		return
 	}
 	switch dt {
@@ -174,6 +166,21 @@ func reduceGo(dt Datatype, op ReduceOp, dst, a, b []byte) {
 		halfLoop(op, view[Half](dst), view[Half](a), view[Half](b))
 	case BFloat16:
 		bfloatLoop(op, view[BFloat](dst), view[BFloat](a), view[BFloat](b))
+	}
+}
+
+// reduceGoStaged runs reduceGo through aligned scratch buffers, for
+// architectures that fault on (or emulate) misaligned typed accesses.
+func reduceGoStaged(dt Datatype, op ReduceOp, dst, a, b []byte) {
+	var scratch [3][512]uint64
+	sd, sa, sb := AsBytes(scratch[0][:]), AsBytes(scratch[1][:]), AsBytes(scratch[2][:])
+	for len(dst) > 0 {
+		m := min(len(dst), len(sd))
+		copy(sa, a[:m])
+		copy(sb, b[:m])
+		reduceGo(dt, op, sd[:m], sa[:m], sb[:m])
+		copy(dst[:m], sd[:m])
+		dst, a, b = dst[m:], a[m:], b[m:]
 	}
 }
 
@@ -260,46 +267,69 @@ func maxLoop[T number](d, x, y []T) {
 	}
 }
 
+// halfLoop and bfloatLoop widen chunks of both operands to float32, reduce
+// them with the float32 loops, and round the chunk back. Reading a chunk of
+// x and y before writing the same chunk of d keeps exact aliasing safe.
 func halfLoop(op ReduceOp, d, x, y []Half) {
+	var fx, fy [256]float32
 	x, y = x[:len(d)], y[:len(d)]
-	switch op {
-	case Sum, Avg:
-		for i := range d {
-			d[i] = HalfFrom(x[i].Float32() + y[i].Float32())
-		}
-	case Prod:
-		for i := range d {
-			d[i] = HalfFrom(x[i].Float32() * y[i].Float32())
-		}
-	case Min:
-		for i := range d {
-			d[i] = HalfFrom(min(x[i].Float32(), y[i].Float32()))
-		}
-	case Max:
-		for i := range d {
-			d[i] = HalfFrom(max(x[i].Float32(), y[i].Float32()))
-		}
+	for len(d) > 0 {
+		m := min(len(d), len(fx))
+		halvesToFloat32(fx[:m], x[:m])
+		halvesToFloat32(fy[:m], y[:m])
+		loopOp(op, fx[:m], fx[:m], fy[:m])
+		float32sToHalves(d[:m], fx[:m])
+		d, x, y = d[m:], x[m:], y[m:]
 	}
 }
 
 func bfloatLoop(op ReduceOp, d, x, y []BFloat) {
+	var fx, fy [256]float32
 	x, y = x[:len(d)], y[:len(d)]
-	switch op {
-	case Sum, Avg:
-		for i := range d {
-			d[i] = BFloatFrom(x[i].Float32() + y[i].Float32())
+	for len(d) > 0 {
+		m := min(len(d), len(fx))
+		fa, fb := fx[:m], fy[:m]
+		for i, v := range x[:m] {
+			fa[i] = v.Float32()
 		}
-	case Prod:
-		for i := range d {
-			d[i] = BFloatFrom(x[i].Float32() * y[i].Float32())
+		for i, v := range y[:m] {
+			fb[i] = v.Float32()
 		}
-	case Min:
-		for i := range d {
-			d[i] = BFloatFrom(min(x[i].Float32(), y[i].Float32()))
+		loopOp(op, fa, fa, fb)
+		dd := d[:m]
+		for i, v := range fa {
+			dd[i] = BFloatFrom(v)
 		}
-	case Max:
-		for i := range d {
-			d[i] = BFloatFrom(max(x[i].Float32(), y[i].Float32()))
+		d, x, y = d[m:], x[m:], y[m:]
+	}
+}
+
+// halvesToFloat32 is Half.Float32 over a slice, written without calls or
+// data-dependent branches: the 15 magnitude bits shifted into a float32 and
+// scaled by 2^112 give every finite value, subnormals included (exactly: a
+// power-of-two scaling); Inf and NaN then get the all-ones exponent.
+func halvesToFloat32(dst []float32, src []Half) {
+	src = src[:len(dst)]
+	for i, h := range src {
+		em := uint32(h) & 0x7fff
+		bits := math.Float32bits(math.Float32frombits(em<<13)*0x1p112) | uint32(h&0x8000)<<16
+		if em >= 0x7c00 {
+			bits |= 0x7f800000
+		}
+		dst[i] = math.Float32frombits(bits)
+	}
+}
+
+// float32sToHalves is HalfFrom over a slice, with HalfFrom's normal-range
+// fast path inline.
+func float32sToHalves(dst []Half, src []float32) {
+	src = src[:len(dst)]
+	for i, f := range src {
+		bits := math.Float32bits(f)
+		if a := bits & 0x7fffffff; a-0x38800000 < 0x477ff000-0x38800000 {
+			dst[i] = Half(bits>>16&0x8000 | (a-112<<23+0xfff+a>>13&1)>>13)
+		} else {
+			dst[i] = halfFromSlow(f)
 		}
 	}
 }
@@ -320,14 +350,7 @@ func scaleDiv(dt Datatype, buf []byte, n int) {
 		return
 	}
 	if !unalignedOK && dt.Size() > 1 && misaligned(dt.Size(), buf) {
-		var scratch [512]uint64
-		s := AsBytes(scratch[:])
-		for len(buf) > 0 {
-			m := copy(s, buf)
-			scaleDiv(dt, s[:m], n)
-			copy(buf, s[:m])
-			buf = buf[m:]
-		}
+		scaleDivStaged(dt, buf, n)
 		return
 	}
 	switch dt {
@@ -365,6 +388,18 @@ func scaleDiv(dt Datatype, buf []byte, n int) {
 		for i := range s {
 			s[i] = BFloatFrom(float32(float64(s[i].Float32()) / d))
 		}
+	}
+}
+
+// scaleDivStaged runs scaleDiv through an aligned scratch buffer.
+func scaleDivStaged(dt Datatype, buf []byte, n int) {
+	var scratch [512]uint64
+	s := AsBytes(scratch[:])
+	for len(buf) > 0 {
+		m := copy(s, buf)
+		scaleDiv(dt, s[:m], n)
+		copy(buf, s[:m])
+		buf = buf[m:]
 	}
 }
 

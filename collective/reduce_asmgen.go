@@ -289,78 +289,75 @@ func halfKernel(is isa, op string) *kernel {
 	return k
 }
 
-// bfloatKernel: bfloat16 widened by a 16-bit shift, op in float32, rounded
-// back to nearest even: (x + 0x7fff + (x>>16 & 1)) >> 16, NaN -> (x>>16) | 0x40.
+// bfloatKernel: bfloat16 in float32 without any shuffles. A vector of
+// bfloat16 pairs is split into its even elements (x << 16) and its odd
+// elements (x & 0xffff0000), both exact float32 vectors; the op runs on each,
+// and each result is rounded to nearest even,
+//
+//	(r + 0x7fff + (r>>16 & 1)) >> 16     NaN: (r>>16) | 0x40 (quiet)
+//
+// keeping the even results in the low and the odd results in the high half
+// of each 32-bit lane, which are then OR-ed together.
 func bfloatKernel(is isa, op string) *kernel {
 	f := fty(is, false)
-	k := &kernel{dt: "BFloat16", op: op, isa: is, unroll: 2}
+	k := &kernel{dt: "BFloat16", op: op, isa: is, block: is.vbytes, unroll: 2}
 	top := is.nregs - 1
-	one := fmt.Sprintf("%s%d", is.v, top)
-	bias := fmt.Sprintf("%s%d", is.v, top-1)
-	qnan := fmt.Sprintf("%s%d", is.v, top-2)
-	k.consts = []konst{{one, 1, 32}, {bias, 0x7fff, 32}, {qnan, 0x40, 32}}
-	k.block = 32 // 16 elements: one Z or two Y registers of float32
-	// round converts float32 lanes in r to bfloat16 bits in the low 16 bits
-	// of each 32-bit lane of dst, using temporaries t1, t2.
-	round := func(g *gen, r, dst, t1, t2 string) {
-		g.p("VPSRLD $16, %s, %s", r, t1)
-		if is.avx512 {
-			g.p("VPANDD %s, %s, %s", one, t1, t2)
-		} else {
-			g.p("VPAND %s, %s, %s", one, t1, t2)
-		}
-		g.p("VPADDD %s, %s, %s", bias, r, dst)
-		g.p("VPADDD %s, %s, %s", t2, dst, dst)
-		g.p("VPSRLD $16, %s, %s", dst, dst)
-		if is.avx512 {
-			g.p("VCMPPS $3, %s, %s, K2", r, r)
-			g.p("VPORD %s, %s, K2, %s", qnan, t1, dst)
-		} else {
-			g.p("VCMPPS $3, %s, %s, %s", r, r, t2)
-			g.p("VPOR %s, %s, %s", qnan, t1, t1)
-			g.p("VPBLENDVB %s, %s, %s, %s", t2, t1, dst, dst)
-		}
+	r := func(i int) string { return fmt.Sprintf("%s%d", is.v, i) }
+	one, bias, qnan, himask, qnanhi := r(top), r(top-1), r(top-2), r(top-3), r(top-4)
+	k.consts = []konst{{one, 1, 32}, {bias, 0x7fff, 32}, {qnan, 0x40, 32}, {himask, 0xffff0000, 32}, {qnanhi, 0x400000, 32}}
+	and, or := "VPAND", "VPOR"
+	if is.avx512 {
+		and, or = "VPANDD", "VPORD"
 	}
 	k.body = func(g *gen, off int) {
+		aLo, aHi, bLo, bHi := g.reg(0), g.reg(1), g.reg(2), g.reg(3)
+		if is.avx512 { // EVEX shifts and ANDs take the memory operand
+			g.p("VPSLLD $16, %s, %s", mem("SI", off), aLo)
+			g.p("%s %s, %s, %s", and, mem("SI", off), himask, aHi)
+			g.p("VPSLLD $16, %s, %s", mem("DX", off), bLo)
+			g.p("%s %s, %s, %s", and, mem("DX", off), himask, bHi)
+		} else {
+			g.p("VMOVDQU %s, %s", mem("SI", off), aHi)
+			g.p("VMOVDQU %s, %s", mem("DX", off), bHi)
+			g.p("VPSLLD $16, %s, %s", aHi, aLo)
+			g.p("VPSLLD $16, %s, %s", bHi, bLo)
+			g.p("%s %s, %s, %s", and, himask, aHi, aHi)
+			g.p("%s %s, %s, %s", and, himask, bHi, bHi)
+		}
+		rLo := fop(g, f, op, aLo, bLo, g.reg(4), g.reg(5), "K1")
+		rHi := fop(g, f, op, aHi, bHi, g.reg(6), g.reg(7), "K3")
+		// u = r + 0x7fff + (r>>16 & 1); t = r >> 16. The inputs (0-3) and
+		// the op's second temporaries (5, 7) are free by now.
+		round := func(rr, t, l, u string) {
+			g.p("VPSRLD $16, %s, %s", rr, t)
+			g.p("%s %s, %s, %s", and, one, t, l)
+			g.p("VPADDD %s, %s, %s", bias, rr, u)
+			g.p("VPADDD %s, %s, %s", l, u, u)
+		}
+		tLo, uLo := g.reg(0), g.reg(2)
+		uHi := g.reg(7)
+		round(rLo, tLo, g.reg(1), uLo)
+		round(rHi, g.reg(3), g.reg(5), uHi)
+		g.p("VPSRLD $16, %s, %s", uLo, uLo)
 		if is.avx512 {
-			z0, z1, z2, z3, z4, z5, z6 := g.reg(0), g.reg(1), g.reg(2), g.reg(3), g.reg(4), g.reg(5), g.reg(6)
-			g.p("VPMOVZXWD %s, %s", mem("SI", off), z0)
-			g.p("VPMOVZXWD %s, %s", mem("DX", off), z1)
-			g.p("VPSLLD $16, %s, %s", z0, z0)
-			g.p("VPSLLD $16, %s, %s", z1, z1)
-			r := fop(g, f, op, z0, z1, z2, z3, "K1")
-			// For the NaN fix-up the merge-masked OR must OR into the
-			// rounded value's NaN lanes only: compute the rounded value,
-			// then overwrite NaN lanes with (x>>16)|0x40.
-			g.p("VPSRLD $16, %s, %s", r, z4)
-			g.p("VPANDD %s, %s, %s", one, z4, z5)
-			g.p("VPADDD %s, %s, %s", bias, r, z6)
-			g.p("VPADDD %s, %s, %s", z5, z6, z6)
-			g.p("VPSRLD $16, %s, %s", z6, z6)
-			g.p("VCMPPS $3, %s, %s, K2", r, r)
-			g.p("VPORD %s, %s, %s", qnan, z4, z4)
-			g.p("VMOVDQU32 %s, K2, %s", z4, z6)
-			g.p("VPMOVDW %s, %s", z6, half(z6))
-			g.store(half(z6), off)
+			g.p("VCMPPS $3, %s, %s, K2", rLo, rLo)
+			g.p("VPORD %s, %s, K2, %s", qnan, tLo, uLo) // NaN lanes: (r>>16)|0x40
+			g.p("VCMPPS $3, %s, %s, K4", rHi, rHi)
+			g.p("VPORD %s, %s, K4, %s", qnanhi, rHi, uHi)         // NaN lanes: r|0x400000
+			g.p("VPTERNLOGD $0xEA, %s, %s, %s", uLo, himask, uHi) // (uHi & himask) | uLo
+			g.store(uHi, off)
 			return
 		}
-		// AVX2: two halves of 8 elements each.
-		var res [2]string
-		for h := 0; h < 2; h++ {
-			b := h * 6
-			a0, b0, t0, t1, t2 := g.reg(b), g.reg(b+1), g.reg(b+2), g.reg(b+3), g.reg(b+4)
-			g.p("VPMOVZXWD %s, %s", mem("SI", off+16*h), a0)
-			g.p("VPMOVZXWD %s, %s", mem("DX", off+16*h), b0)
-			g.p("VPSLLD $16, %s, %s", a0, a0)
-			g.p("VPSLLD $16, %s, %s", b0, b0)
-			r := fop(g, f, op, a0, b0, t0, t1, "")
-			dst := g.reg(b + 5)
-			round(g, r, dst, t1, t2)
-			res[h] = dst
-		}
-		g.p("VPACKUSDW %s, %s, %s", res[1], res[0], res[0])
-		g.p("VPERMQ $0xD8, %s, %s", res[0], res[0])
-		g.store(res[0], off)
+		m, q := g.reg(8), g.reg(9)
+		g.p("VCMPPS $3, %s, %s, %s", rLo, rLo, m)
+		g.p("%s %s, %s, %s", or, qnan, tLo, q)
+		g.p("VPBLENDVB %s, %s, %s, %s", m, q, uLo, uLo)
+		g.p("VCMPPS $3, %s, %s, %s", rHi, rHi, m)
+		g.p("%s %s, %s, %s", or, qnanhi, rHi, q)
+		g.p("VPBLENDVB %s, %s, %s, %s", m, q, uHi, uHi)
+		g.p("%s %s, %s, %s", and, himask, uHi, uHi)
+		g.p("%s %s, %s, %s", or, uLo, uHi, uHi)
+		g.store(uHi, off)
 	}
 	return k
 }
