@@ -1,0 +1,32 @@
+//go:build !linux
+
+package shm
+
+import (
+	"context"
+	"errors"
+
+	"github.com/vccl-go/vccl/transport"
+)
+
+// Name is the backend's name.
+const Name = "shm"
+
+// Backend is the shared-memory backend; it needs Linux (memfd, abstract
+// Unix sockets, futexes).
+type Backend struct{}
+
+var errUnsupported = errors.New("shm: the shared-memory transport needs Linux")
+
+// Name returns "shm".
+func (Backend) Name() string { return Name }
+
+// Listen fails: the backend needs Linux.
+func (Backend) Listen(context.Context, transport.ListenConfig) (transport.Listener, error) {
+	return nil, errUnsupported
+}
+
+// Dial fails: the backend needs Linux.
+func (Backend) Dial(context.Context, string, string, transport.Config) (transport.QP, error) {
+	return nil, errUnsupported
+}

@@ -1,0 +1,36 @@
+// Package shm is the shared-memory transport for processes on one host.
+//
+// Connection set-up runs over a Unix domain socket, by default in the
+// abstract namespace ("@vccl-shm-<pid>-<n>"), with the job-token handshake
+// of the stream backends (transport.Acceptor, transport.DialHandshake). The
+// dialler then creates the shared segment with memfd_create (sealed against
+// resizing), maps it and passes its descriptor over the socket
+// (SCM_RIGHTS); the acceptor maps it. Nothing is ever named in /dev/shm, so
+// nothing is left behind, whether the processes close or crash. The socket
+// stays open for the QP's life: its end of file is how either side learns,
+// within microseconds, that the other has gone.
+//
+// Each direction has a ring of records in the segment (1 MiB; a message
+// moves in records of at most 64 KiB, so the sender's copy-in and the
+// receiver's copy-out of a large message overlap), written by the sender
+// (tail) and consumed by the receiver (head), and an array of credit slots
+// in which the receiver announces its posted receives and their sizes. A
+// send moves only once the peer's receive is announced (credit_wait until
+// then, credit_grant when it comes); a send larger than that receive moves
+// no payload and fails both sides with transport.TooLargeError. The
+// receiver copies straight from the ring into the posted buffer.
+//
+// Whoever holds the QP's progress lock moves data: the owner in Poll (and a
+// bounded amount in PostSend/PostRecv, which never wait), or the QP's
+// background goroutine while the owner is not polling. That goroutine naps
+// beside a busy-polling owner and takes over when the owner stops; then it
+// sleeps on a futex in the segment, and the peer, which sees its "sleeping"
+// flag, wakes it with FUTEX_WAKE only then, so the hot path makes no system
+// call.
+//
+// Files follow the skeleton every backend repeats: backend.go (Backend,
+// Listen, Dial), qp.go (the queue pair), conformance_test.go
+// (transporttest), with ring.go (the segment layout and records) and
+// futex_linux.go. The backend is Linux only; elsewhere Listen and Dial
+// return an error.
+package shm

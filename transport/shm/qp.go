@@ -1,0 +1,854 @@
+//go:build linux
+
+package shm
+
+import (
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"math"
+	"net"
+	"sync"
+	"sync/atomic"
+	"time"
+	"unsafe"
+
+	"golang.org/x/sys/unix"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+)
+
+// Progress. Whoever holds QP.mu moves data: the owner inside Poll (and,
+// for a bounded amount, inside PostSend/PostRecv), or the QP's background
+// goroutine when the owner is not polling. The background goroutine keeps
+// out of the way of an owner that busy-polls (it naps, with no wake-up
+// announced to the peer, so the peer's hot path makes no system call) and
+// takes over once the owner stops polling: it then sleeps on its futex with
+// its "sleeping" flag up, and the peer wakes it when it publishes.
+const (
+	postBudget = 64 << 10 // bytes a PostSend/PostRecv copies inline
+	passBudget = 1 << 20  // bytes one Poll or background pass copies
+
+	activePolls = 8                      // polls in a nap that mean "the owner is busy-polling"
+	napMin      = 50 * time.Microsecond  // first nap of the background goroutine beside a busy owner
+	napMax      = 1 * time.Millisecond   // longest nap: the delay before it takes over from an owner that stopped polling
+	sleepMax    = 100 * time.Millisecond // futex timeout, a backstop: closure and peer death ring the bell
+	spinChecks  = 2000                   // peer-word checks before the background goroutine sleeps
+	headBatch   = 4 << 10                // a consumed record this large publishes head at once
+)
+
+type sendOp struct {
+	wr      transport.WR
+	telID   uint64
+	idx     uint64 // the credit (the peer's receive) this send consumes
+	off     int    // payload bytes published
+	limit   int    // size of the matched receive, once started
+	waited  bool   // recorded credit_wait: owes a credit_grant
+	started bool
+	cma     bool // published by address: waits for the receiver's read
+}
+
+type recvOp struct {
+	wr      transport.WR
+	telID   uint64
+	msgLen  int
+	off     int
+	started bool
+	retry   bool // a single-copy read failed: the message comes again through the ring
+}
+
+type goneReason struct{ err error }
+
+// QP is one end of a shared-memory queue pair.
+type QP struct {
+	core    *transport.Core
+	seg     *segment
+	side    int
+	conn    *net.UnixConn
+	local   string
+	remote  string
+	peerPid int
+	rmask   uint64
+	slots   uint64
+
+	// Owner state.
+	nsend uint64        // credit index of the next send
+	polls atomic.Uint64 // Poll calls, read by the background goroutine
+
+	closed   atomic.Bool
+	live     sync.RWMutex // owner calls hold it shared to touch the mapping; Close takes it to unmap
+	unmapped bool
+
+	// WRs posted, not yet taken by a pass.
+	pmu     sync.Mutex
+	pclosed bool
+	psends  []sendOp
+	precvs  []recvOp
+	posts   atomic.Uint64 // WRs ever queued
+
+	// Progress state, guarded by mu.
+	mu        sync.Mutex
+	drained   uint64 // posts taken so far
+	spareS    []sendOp
+	spareR    []recvOp
+	sends     fifo[sendOp]
+	recvs     fifo[recvOp]
+	otail     uint64 // out ring: bytes published
+	ohead     uint64 // out ring: last head seen
+	ocredits  uint64 // last posted count seen
+	ihead     uint64 // in ring: bytes consumed
+	ipub      uint64 // in ring: head last published
+	itail     uint64 // in ring: last tail seen
+	firstSeen uint64 // messages whose first record arrived
+	credPub   uint64 // receives announced to the peer
+	recvDone  uint64 // receives completed
+	notify    bool   // something was published: wake the peer if it sleeps
+	starved   bool   // the last pass stopped on its budget, not on the peer
+
+	// Single copy (cma_linux.go), guarded by mu.
+	cma       *cmaPeer // nil: cannot read the peer
+	probed    bool
+	cmaOff    bool   // sender: a read failed, keep to the ring
+	cmaSent   uint64 // sender: single-copy records published
+	cmaFails  uint64 // sender: failures acknowledged
+	cmaIn     uint64 // receiver: single-copy records finished
+	cmaInFail uint64 // receiver: of those, failed
+
+	gone atomic.Pointer[goneReason]
+
+	kick   chan struct{}
+	stop   chan struct{}
+	bgIdle atomic.Bool
+	wg     sync.WaitGroup
+}
+
+var _ transport.QP = (*QP)(nil)
+
+func newQP(seg *segment, side int, conn *net.UnixConn, cfg transport.Config, local, remote string, peerPid int) *QP {
+	q := &QP{
+		core: transport.NewCore(Name, cfg), seg: seg, side: side, conn: conn,
+		local: local, remote: remote, peerPid: peerPid,
+		rmask: uint64(seg.geo.ring - 1), slots: uint64(seg.geo.slots),
+		kick: make(chan struct{}, 1), stop: make(chan struct{}),
+	}
+	if cmaMin > 0 {
+		q.cma = openCMAPeer(peerPid)
+	}
+	q.wg.Add(2)
+	go q.run()
+	go q.watch()
+	return q
+}
+
+func (q *QP) Info() transport.Info { return q.core.Info(q.local, q.remote) }
+
+func (q *QP) Outstanding() int { return q.core.Outstanding() }
+
+// PostSend queues a send; it copies up to postBudget bytes into the ring at
+// once when the peer has a receive posted.
+func (q *QP) PostSend(wr transport.WR) error {
+	if q.closed.Load() {
+		return transport.ErrClosed
+	}
+	if err := transport.CheckWR(&wr); err != nil {
+		return err
+	}
+	q.live.RLock()
+	defer q.live.RUnlock()
+	if q.unmapped {
+		return transport.ErrClosed
+	}
+	id := q.core.Posted(transport.OpSend, &wr)
+	s := sendOp{wr: wr, telID: id, idx: q.nsend}
+	q.nsend++
+	if q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
+		// The receive this send needs is not posted yet.
+		s.waited = true
+		q.core.CreditWait(id, &wr)
+	}
+	q.pmu.Lock()
+	if q.pclosed {
+		q.pmu.Unlock()
+		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		return nil
+	}
+	q.psends = append(q.psends, s)
+	q.posts.Add(1)
+	q.pmu.Unlock()
+	q.afterPost()
+	return nil
+}
+
+// PostRecv queues a receive and announces it to the peer as a credit.
+func (q *QP) PostRecv(wr transport.WR) error {
+	if q.closed.Load() {
+		return transport.ErrClosed
+	}
+	if err := transport.CheckWR(&wr); err != nil {
+		return err
+	}
+	q.live.RLock()
+	defer q.live.RUnlock()
+	if q.unmapped {
+		return transport.ErrClosed
+	}
+	id := q.core.Posted(transport.OpRecv, &wr)
+	r := recvOp{wr: wr, telID: id}
+	q.pmu.Lock()
+	if q.pclosed {
+		q.pmu.Unlock()
+		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		return nil
+	}
+	q.precvs = append(q.precvs, r)
+	q.posts.Add(1)
+	q.pmu.Unlock()
+	q.afterPost()
+	return nil
+}
+
+// afterPost moves the new WR at once if no one else is moving data, and
+// makes sure the background goroutine watches for what is left. The caller
+// holds q.live shared.
+func (q *QP) afterPost() {
+	if q.mu.TryLock() {
+		q.pass(postBudget)
+		pending := q.sends.len() > 0 || q.recvs.len() > 0
+		starved := q.starved
+		q.mu.Unlock()
+		if pending && q.bgIdle.Load() {
+			q.wakeBG()
+		} else if starved {
+			// Work is left that needs no peer: wake the background
+			// goroutine if it sleeps on the peer (an owner that polls
+			// finds it anyway, and pays nothing here).
+			ring(q.seg.me)
+		}
+		return
+	}
+	q.wakeBG()
+}
+
+func (q *QP) wakeBG() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+	ring(q.seg.me)
+}
+
+// ring wakes side's waiter if it announced that it sleeps.
+func ring(sc sideCtl) {
+	if sc.sleeping.Load() != 0 && sc.sleeping.CompareAndSwap(1, 0) {
+		sc.bell.Add(1)
+		futexWake(sc.bell, 1)
+	}
+}
+
+// Poll moves data (unless another goroutine is doing so) and returns the
+// completions.
+func (q *QP) Poll(dst []transport.WC) int {
+	q.polls.Add(1)
+	q.live.RLock()
+	if !q.unmapped && q.mu.TryLock() {
+		q.pass(passBudget)
+		q.mu.Unlock()
+	}
+	q.live.RUnlock()
+	return q.core.Poll(dst)
+}
+
+func (q *QP) complete(wr *transport.WR, telID uint64, op transport.Opcode, st flowtel.Status, n int, err error) {
+	q.core.Complete(transport.WC{ID: wr.ID, Op: op, Status: st, Bytes: n, Err: err}, telID, wr.Tag)
+}
+
+// pass is one round of progress: take new WRs, consume what arrived,
+// announce receives, publish sends, copying at most budget bytes each way.
+// The caller holds q.mu with the mapping live. It reports whether anything
+// moved.
+func (q *QP) pass(budget int) bool {
+	q.starved = false
+	if q.closed.Load() {
+		return false
+	}
+	moved := false
+	if q.posts.Load() != q.drained {
+		q.drainPosts()
+		moved = true
+	}
+	if g := q.gone.Load(); g != nil {
+		return q.failAll(g.err) || moved
+	}
+	if q.recvs.len() > 0 {
+		if !q.probed {
+			q.probe()
+		}
+		b := budget
+		moved = q.recvPass(&b) || moved
+		moved = q.publishCredits() || moved
+		q.starved = b <= 0
+	}
+	if q.sends.len() > 0 {
+		b := budget
+		moved = q.sendPass(&b) || moved
+		q.starved = q.starved || b <= 0
+	}
+	if q.notify {
+		q.notify = false
+		ring(q.seg.peer)
+	}
+	return moved
+}
+
+// probe finds out, once the peer has published its probe word, whether this
+// side can read the peer's memory, and tells the peer.
+func (q *QP) probe() {
+	if q.cma == nil {
+		q.probed = true
+		return
+	}
+	if q.seg.peer.probe.Load() == 0 {
+		return // the acceptor has not attached yet
+	}
+	q.probed = true
+	if q.cma.probe(q.seg.peer) {
+		q.seg.in.cmaOK.Store(1)
+	}
+}
+
+func (q *QP) drainPosts() {
+	q.pmu.Lock()
+	ps, pr := q.psends, q.precvs
+	q.psends, q.precvs = q.spareS[:0], q.spareR[:0]
+	q.drained = q.posts.Load()
+	q.pmu.Unlock()
+	for i := range ps {
+		q.sends.push(ps[i])
+	}
+	for i := range pr {
+		q.recvs.push(pr[i])
+	}
+	clear(ps)
+	clear(pr)
+	q.spareS, q.spareR = ps[:0], pr[:0]
+}
+
+// recvPass copies arrived records into the posted receives.
+func (q *QP) recvPass(budget *int) bool {
+	in := &q.seg.in
+	rb := in.ring
+	moved := false
+	for *budget > 0 && q.recvs.len() > 0 {
+		if q.ihead == q.itail {
+			q.itail = in.tail.Load()
+			if q.ihead == q.itail {
+				break
+			}
+			if q.itail-q.ihead > uint64(len(rb)) || q.itail&(recAlign-1) != 0 {
+				q.protocolError("tail %d beyond head %d", q.itail, q.ihead)
+				return true
+			}
+		}
+		pos := int(q.ihead & q.rmask)
+		flags, n, msgLen := getRec(rb, pos)
+		if flags&fPad != 0 {
+			q.ihead += uint64(len(rb) - pos)
+			continue
+		}
+		size := recSize(n)
+		if n > len(rb) || pos+size > len(rb) || q.ihead+uint64(size) > q.itail {
+			q.protocolError("record of %d bytes at %d", n, q.ihead)
+			return true
+		}
+		r := q.recvs.front()
+		if flags&fFirst != 0 {
+			if (r.started && !r.retry) || msgLen > math.MaxInt {
+				q.protocolError("message start of %d bytes", msgLen)
+				return true
+			}
+			if !r.started {
+				q.firstSeen++
+			}
+			r.started, r.retry = true, false
+			r.msgLen = int(msgLen)
+			if flags&fCMA != 0 {
+				if n != 16 || flags&fLast == 0 || r.msgLen > len(r.wr.Buf) {
+					q.protocolError("single-copy record of %d bytes for %d into %d", n, r.msgLen, len(r.wr.Buf))
+					return true
+				}
+				addr := binary.LittleEndian.Uint64(rb[pos+recHdr:])
+				q.ihead += uint64(size)
+				*budget -= r.msgLen
+				moved = true
+				if !q.readCMA(r, addr) {
+					return true
+				}
+				continue
+			}
+			if flags&fTooBig != 0 {
+				q.ihead += uint64(size)
+				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
+				q.popRecv()
+				moved = true
+				continue
+			}
+			if r.msgLen > len(r.wr.Buf) {
+				q.protocolError("message of %d bytes for a receive of %d", r.msgLen, len(r.wr.Buf))
+				return true
+			}
+		} else if !r.started {
+			q.protocolError("continuation without a start")
+			return true
+		}
+		if r.off+n > r.msgLen {
+			q.protocolError("message overruns its length %d", r.msgLen)
+			return true
+		}
+		copy(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n])
+		r.off += n
+		*budget -= n
+		q.ihead += uint64(size)
+		moved = true
+		if size >= headBatch {
+			q.ipub = q.ihead
+			in.head.Store(q.ihead)
+			q.notify = true
+		}
+		if flags&fLast != 0 {
+			if r.off != r.msgLen {
+				q.protocolError("message of %d bytes ended at %d", r.msgLen, r.off)
+				return true
+			}
+			q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, r.msgLen, nil)
+			q.popRecv()
+		}
+	}
+	if q.ipub != q.ihead {
+		q.ipub = q.ihead
+		in.head.Store(q.ihead)
+		q.notify = true
+	}
+	return moved
+}
+
+// readCMA copies a single-copy message from the sender's memory into r and
+// acknowledges it. It reports false if the peer turned out to be gone.
+func (q *QP) readCMA(r *recvOp, addr uint64) bool {
+	in := &q.seg.in
+	err := errors.New("no single copy from this peer")
+	if q.cma != nil {
+		err = q.cma.read(r.wr.Buf[:r.msgLen], addr)
+	}
+	// The sender flushes its send only after announcing its close, so a
+	// read that sees no close read a buffer the sender still held.
+	if err == errPeerExited || q.seg.peer.state.Load() == stateClosed {
+		q.markGone(fmt.Errorf("%w: shm peer (pid %d) left during a single-copy read", transport.ErrPeerDead, q.peerPid))
+		return false
+	}
+	if err != nil {
+		// The message comes again through the ring; stop reading directly.
+		r.retry = true
+		in.cmaOK.Store(0)
+		q.cmaInFail++
+		in.cmaFail.Store(q.cmaInFail)
+	} else {
+		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, r.msgLen, nil)
+		q.popRecv()
+	}
+	q.cmaIn++
+	in.cmaDone.Store(q.cmaIn)
+	q.ipub = q.ihead
+	in.head.Store(q.ihead)
+	q.notify = true
+	return true
+}
+
+func (q *QP) popRecv() {
+	q.recvs.pop()
+	q.recvDone++
+}
+
+// publishCredits announces posted receives to the peer: their sizes in the
+// slot array, then their count. Slot i%slots is reused only once message i
+// has started, that is, once the peer has read it.
+func (q *QP) publishCredits() bool {
+	in := &q.seg.in
+	lim := min(q.firstSeen+q.slots, q.recvDone+uint64(q.recvs.len()))
+	if q.credPub >= lim {
+		return false
+	}
+	for ; q.credPub < lim; q.credPub++ {
+		r := q.recvs.at(int(q.credPub - q.recvDone))
+		in.sizes[q.credPub&(q.slots-1)].Store(uint64(len(r.wr.Buf)))
+	}
+	in.posted.Store(q.credPub)
+	q.notify = true
+	return true
+}
+
+// sendPass publishes the sends that have credit, chunk by chunk, as far as
+// the ring has room.
+func (q *QP) sendPass(budget *int) bool {
+	out := &q.seg.out
+	rb := out.ring
+	R := len(rb)
+	moved := false
+	for q.sends.len() > 0 && *budget > 0 {
+		s := q.sends.front()
+		if !s.started {
+			if s.idx >= q.ocredits {
+				q.ocredits = out.posted.Load()
+				if s.idx >= q.ocredits {
+					break
+				}
+			}
+			s.started = true
+			s.limit = int(out.sizes[s.idx&(q.slots-1)].Load())
+			if s.waited {
+				q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
+			}
+			moved = true
+		}
+		buf := s.wr.Buf
+		if s.cma {
+			// Published by address: wait for the receiver's read.
+			if out.cmaDone.Load() != q.cmaSent {
+				return moved
+			}
+			moved = true
+			if f := out.cmaFail.Load(); f != q.cmaFails {
+				q.cmaFails, q.cmaOff, s.cma = f, true, false // resend through the ring
+			} else {
+				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
+				q.sends.pop()
+				continue
+			}
+		} else if s.off == 0 && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && !q.cmaOff && out.cmaOK.Load() == 1 {
+			const need = recAlign
+			pos := int(q.otail & q.rmask)
+			if !q.room(need) {
+				return moved
+			}
+			putRec(rb, pos, fFirst|fLast|fCMA, 16, len(buf))
+			binary.LittleEndian.PutUint64(rb[pos+recHdr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+			q.otail += need
+			out.tail.Store(q.otail)
+			q.cmaSent++
+			s.cma = true
+			q.notify = true
+			return true // the ring waits behind this message until it is read
+		}
+		for {
+			n := min(len(buf)-s.off, chunkMax)
+			flags := uint32(0)
+			if s.off == 0 {
+				flags = fFirst
+			}
+			tooBig := len(buf) > s.limit
+			if tooBig {
+				n = 0
+				flags |= fTooBig | fLast
+			}
+			need := recSize(n)
+			pos := int(q.otail & q.rmask)
+			contig := R - pos
+			if need > contig {
+				if n > 0 && contig >= minSplit {
+					n, need = contig-recHdr, contig
+				} else {
+					// Pad to the end of the ring and start over at 0.
+					if !q.room(contig) {
+						return moved
+					}
+					putRec(rb, pos, fPad, 0, 0)
+					q.otail += uint64(contig)
+					continue
+				}
+			}
+			if !q.room(need) {
+				free := R - int(q.otail-q.ohead)
+				if n == 0 || free < minSplit {
+					if moved {
+						q.notify = true
+					}
+					return moved
+				}
+				n, need = free-recHdr, free
+			}
+			if !tooBig && s.off+n == len(buf) {
+				flags |= fLast
+			}
+			putRec(rb, pos, flags, n, len(buf))
+			copy(rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n])
+			q.otail += uint64(need)
+			out.tail.Store(q.otail)
+			q.notify = true
+			moved = true
+			s.off += n
+			*budget -= n
+			if flags&fLast != 0 {
+				if tooBig {
+					q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusError, 0, transport.TooLargeError(len(buf), s.limit))
+				} else {
+					q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
+				}
+				q.sends.pop()
+				break
+			}
+			if *budget <= 0 {
+				return moved
+			}
+		}
+	}
+	return moved
+}
+
+// room reports whether the out ring has need free bytes.
+func (q *QP) room(need int) bool {
+	R := uint64(len(q.seg.out.ring))
+	if q.otail-q.ohead+uint64(need) <= R {
+		return true
+	}
+	h := q.seg.out.head.Load()
+	if h < q.ohead || h > q.otail {
+		q.protocolError("peer head %d outside [%d, %d]", h, q.ohead, q.otail)
+		return false
+	}
+	q.ohead = h
+	return q.otail-q.ohead+uint64(need) <= R
+}
+
+func (q *QP) protocolError(format string, args ...any) {
+	err := fmt.Errorf("%w: shm peer (pid %d) broke the ring protocol: %s", transport.ErrPeerDead, q.peerPid, fmt.Sprintf(format, args...))
+	q.markGone(err)
+	q.conn.Close() // the peer learns it too
+}
+
+// failAll completes every WR with err once the peer is gone, after
+// delivering the messages it published completely before it went.
+func (q *QP) failAll(err error) bool {
+	if q.sends.len() == 0 && q.recvs.len() == 0 {
+		return false
+	}
+	b := math.MaxInt
+	if q.recvs.len() > 0 {
+		q.recvPass(&b)
+	}
+	for q.sends.len() > 0 {
+		s := q.sends.front()
+		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusError, 0, err)
+		q.sends.pop()
+	}
+	for q.recvs.len() > 0 {
+		r := q.recvs.front()
+		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, err)
+		q.popRecv()
+	}
+	return true
+}
+
+func (q *QP) markGone(err error) {
+	q.gone.CompareAndSwap(nil, &goneReason{err})
+	q.wakeBG()
+}
+
+// peerWords is what the peer writes that this side waits on.
+type peerWords struct{ tail, head, posted, cmaDone uint64 }
+
+func (q *QP) peerWords() peerWords {
+	return peerWords{q.seg.in.tail.Load(), q.seg.out.head.Load(), q.seg.out.posted.Load(), q.seg.out.cmaDone.Load()}
+}
+
+// run is the background progress goroutine.
+func (q *QP) run() {
+	defer q.wg.Done()
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
+	passive := false
+	nap := napMin
+	lastPolls := q.polls.Load()
+	for !q.closed.Load() {
+		seen := q.posts.Load()
+		snap := q.peerWords()
+		if !q.mu.TryLock() {
+			// Someone else is moving data: the owner is busy.
+			passive = true
+			q.nap(timer, nap)
+			continue
+		}
+		moved := q.pass(passBudget)
+		pending := q.sends.len() > 0 || q.recvs.len() > 0
+		q.mu.Unlock()
+		p := q.polls.Load()
+		if p-lastPolls >= activePolls {
+			passive = true
+		}
+		lastPolls = p
+		switch {
+		case moved && !passive:
+			continue
+		case !pending:
+			q.idleWait(seen)
+			passive, nap = false, napMin
+		case passive:
+			p0 := q.polls.Load()
+			q.nap(timer, nap)
+			if q.polls.Load()-p0 >= activePolls {
+				nap = min(2*nap, napMax)
+			} else {
+				passive, nap = false, napMin
+			}
+		default:
+			q.waitPeer(seen, snap)
+		}
+	}
+}
+
+func (q *QP) nap(t *time.Timer, d time.Duration) {
+	t.Reset(d)
+	select {
+	case <-t.C:
+	case <-q.kick:
+		t.Stop()
+	case <-q.stop:
+		t.Stop()
+	}
+}
+
+// idleWait parks the background goroutine while the QP has no WRs.
+func (q *QP) idleWait(seen uint64) {
+	q.bgIdle.Store(true)
+	if q.posts.Load() == seen && q.gone.Load() == nil && !q.closed.Load() {
+		select {
+		case <-q.kick:
+		case <-q.stop:
+		}
+	}
+	q.bgIdle.Store(false)
+}
+
+// waitPeer waits for the peer to publish: a short spin, then the futex with
+// the sleeping flag up so the peer's next publication wakes it.
+func (q *QP) waitPeer(seen uint64, snap peerWords) {
+	changed := func() bool {
+		return q.posts.Load() != seen || q.gone.Load() != nil || q.closed.Load() || q.peerWords() != snap
+	}
+	for range spinChecks {
+		if changed() {
+			return
+		}
+	}
+	me := q.seg.me
+	seq := me.bell.Load()
+	me.sleeping.Store(1)
+	if !changed() {
+		futexWait(me.bell, seq, sleepMax)
+	}
+	me.sleeping.Store(0)
+}
+
+// watch holds the Unix socket: its end of file is the peer's exit, crashed
+// or not.
+func (q *QP) watch() {
+	defer q.wg.Done()
+	var b [16]byte
+	for {
+		if _, err := q.conn.Read(b[:]); err != nil {
+			break
+		}
+	}
+	if q.closed.Load() {
+		return
+	}
+	why := "died"
+	if q.seg.peer.state.Load() == stateClosed {
+		why = "closed its queue pair"
+	}
+	q.markGone(fmt.Errorf("%w: shm peer (pid %d) %s", transport.ErrPeerDead, q.peerPid, why))
+}
+
+// Close flushes this end's WRs, tells the peer and releases the segment.
+func (q *QP) Close() error {
+	if q.closed.Swap(true) {
+		return nil
+	}
+	q.pmu.Lock()
+	q.pclosed = true
+	ps, pr := q.psends, q.precvs
+	q.psends, q.precvs = nil, nil
+	q.pmu.Unlock()
+	close(q.stop)
+	q.wakeBG()
+	q.mu.Lock()
+	// Announced before the flush: a peer that reads a send's buffer by
+	// address checks this after the read (readCMA).
+	q.seg.me.state.Store(stateClosed)
+	for q.sends.len() > 0 {
+		s := q.sends.front()
+		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		q.sends.pop()
+	}
+	for i := range ps {
+		q.complete(&ps[i].wr, ps[i].telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
+	}
+	for q.recvs.len() > 0 {
+		r := q.recvs.front()
+		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		q.recvs.pop()
+	}
+	for i := range pr {
+		q.complete(&pr[i].wr, pr[i].telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
+	}
+	q.mu.Unlock()
+	q.release()
+	return nil
+}
+
+// crash abandons the QP as a killed process would: no flush, no goodbye in
+// the segment; the socket closes and the mapping goes away.
+func (q *QP) crash() {
+	if q.closed.Swap(true) {
+		return
+	}
+	q.pmu.Lock()
+	q.pclosed = true
+	q.pmu.Unlock()
+	close(q.stop)
+	q.wakeBG()
+	q.release()
+}
+
+func (q *QP) release() {
+	q.conn.Close()
+	q.wg.Wait()
+	q.live.Lock()
+	q.unmapped = true
+	unix.Munmap(q.seg.mem)
+	q.live.Unlock()
+	q.cma.close()
+}
+
+// fifo is a queue on a slice.
+type fifo[T any] struct {
+	buf  []T
+	head int
+}
+
+func (f *fifo[T]) len() int    { return len(f.buf) - f.head }
+func (f *fifo[T]) push(v T)    { f.buf = append(f.buf, v) }
+func (f *fifo[T]) front() *T   { return &f.buf[f.head] }
+func (f *fifo[T]) at(i int) *T { return &f.buf[f.head+i] }
+func (f *fifo[T]) pop() {
+	var zero T
+	f.buf[f.head] = zero
+	f.head++
+	switch {
+	case f.head == len(f.buf):
+		f.buf, f.head = f.buf[:0], 0
+	case f.head >= 256 && 2*f.head >= len(f.buf):
+		n := copy(f.buf, f.buf[f.head:])
+		clear(f.buf[n:])
+		f.buf, f.head = f.buf[:n], 0
+	}
+}
