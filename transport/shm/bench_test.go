@@ -166,25 +166,20 @@ func stream(b *testing.B, size int, tel bool) {
 	b.ReportMetric(got/rate, "x-copy")
 }
 
-// BenchmarkStream streams 1 MiB and 4 MiB messages by single copy
-// (process_vm_readv) and through the ring (two copies, pipelined);
-// x-copy is the throughput over a copy() of the same size measured in the
-// same run.
+// BenchmarkStream streams 1 MiB and 4 MiB messages, telemetry off and on
+// (both ends); x-copy is the throughput over a copy() of the same size
+// measured in the same run. BenchmarkTelemetry is the finer comparison.
 func BenchmarkStream(b *testing.B) {
 	for _, size := range []struct {
 		name string
 		n    int
 	}{{"1MiB", 1 << 20}, {"4MiB", 4 << 20}} {
-		for _, path := range []string{"ring", "cma"} {
-			b.Run(size.name+"/"+path, func(b *testing.B) {
-				defer func(old int) { cmaMin = old }(cmaMin)
-				if path == "ring" {
-					cmaMin = 0
-				} else {
-					cmaMin = 256 << 10
-				}
-				stream(b, size.n, false)
-			})
+		for _, tel := range []bool{false, true} {
+			name := size.name + "/tel=off"
+			if tel {
+				name = size.name + "/tel=on"
+			}
+			b.Run(name, func(b *testing.B) { stream(b, size.n, tel) })
 		}
 	}
 }

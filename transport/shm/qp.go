@@ -3,15 +3,12 @@
 package shm
 
 import (
-	"encoding/binary"
-	"errors"
 	"fmt"
 	"math"
 	"net"
 	"sync"
 	"sync/atomic"
 	"time"
-	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -46,7 +43,6 @@ type sendOp struct {
 	limit   int    // size of the matched receive, once started
 	waited  bool   // recorded credit_wait: owes a credit_grant
 	started bool
-	cma     bool // published by address: waits for the receiver's read
 }
 
 type recvOp struct {
@@ -55,10 +51,12 @@ type recvOp struct {
 	msgLen  int
 	off     int
 	started bool
-	retry   bool // a single-copy read failed: the message comes again through the ring
 }
 
-type goneReason struct{ err error }
+type goneReason struct {
+	err     error
+	corrupt bool // the peer broke the ring protocol: nothing more is read from it
+}
 
 // QP is one end of a shared-memory queue pair.
 type QP struct {
@@ -106,15 +104,6 @@ type QP struct {
 	notify    bool   // something was published: wake the peer if it sleeps
 	starved   bool   // the last pass stopped on its budget, not on the peer
 
-	// Single copy (cma_linux.go), guarded by mu.
-	cma       *cmaPeer // nil: cannot read the peer
-	probed    bool
-	cmaOff    bool   // sender: a read failed, keep to the ring
-	cmaSent   uint64 // sender: single-copy records published
-	cmaFails  uint64 // sender: failures acknowledged
-	cmaIn     uint64 // receiver: single-copy records finished
-	cmaInFail uint64 // receiver: of those, failed
-
 	gone atomic.Pointer[goneReason]
 
 	kick   chan struct{}
@@ -131,9 +120,6 @@ func newQP(seg *segment, side int, conn *net.UnixConn, cfg transport.Config, loc
 		local: local, remote: remote, peerPid: peerPid,
 		rmask: uint64(seg.geo.ring - 1), slots: uint64(seg.geo.slots),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
-	}
-	if cmaMin > 0 {
-		q.cma = openCMAPeer(peerPid)
 	}
 	q.wg.Add(2)
 	go q.run()
@@ -278,14 +264,14 @@ func (q *QP) pass(budget int) bool {
 		moved = true
 	}
 	if g := q.gone.Load(); g != nil {
-		return q.failAll(g.err) || moved
+		return q.failAll(g) || moved
 	}
 	if q.recvs.len() > 0 {
-		if !q.probed {
-			q.probe()
-		}
 		b := budget
 		moved = q.recvPass(&b) || moved
+		if g := q.gone.Load(); g != nil {
+			return q.failAll(g) || moved
+		}
 		moved = q.publishCredits() || moved
 		q.starved = b <= 0
 	}
@@ -299,22 +285,6 @@ func (q *QP) pass(budget int) bool {
 		ring(q.seg.peer)
 	}
 	return moved
-}
-
-// probe finds out, once the peer has published its probe word, whether this
-// side can read the peer's memory, and tells the peer.
-func (q *QP) probe() {
-	if q.cma == nil {
-		q.probed = true
-		return
-	}
-	if q.seg.peer.probe.Load() == 0 {
-		return // the acceptor has not attached yet
-	}
-	q.probed = true
-	if q.cma.probe(q.seg.peer) {
-		q.seg.in.cmaOK.Store(1)
-	}
 }
 
 func (q *QP) drainPosts() {
@@ -353,6 +323,10 @@ func (q *QP) recvPass(budget *int) bool {
 		pos := int(q.ihead & q.rmask)
 		flags, n, msgLen := getRec(rb, pos)
 		if flags&fPad != 0 {
+			if q.ihead+uint64(len(rb)-pos) > q.itail {
+				q.protocolError("padding beyond tail %d", q.itail)
+				return true
+			}
 			q.ihead += uint64(len(rb) - pos)
 			continue
 		}
@@ -363,29 +337,13 @@ func (q *QP) recvPass(budget *int) bool {
 		}
 		r := q.recvs.front()
 		if flags&fFirst != 0 {
-			if (r.started && !r.retry) || msgLen > math.MaxInt {
-				q.protocolError("message start of %d bytes", msgLen)
+			if r.started || msgLen > math.MaxInt || q.firstSeen >= q.credPub {
+				q.protocolError("message start of %d bytes (message %d, %d credits)", msgLen, q.firstSeen, q.credPub)
 				return true
 			}
-			if !r.started {
-				q.firstSeen++
-			}
-			r.started, r.retry = true, false
+			r.started = true
 			r.msgLen = int(msgLen)
-			if flags&fCMA != 0 {
-				if n != 16 || flags&fLast == 0 || r.msgLen > len(r.wr.Buf) {
-					q.protocolError("single-copy record of %d bytes for %d into %d", n, r.msgLen, len(r.wr.Buf))
-					return true
-				}
-				addr := binary.LittleEndian.Uint64(rb[pos+recHdr:])
-				q.ihead += uint64(size)
-				*budget -= r.msgLen
-				moved = true
-				if !q.readCMA(r, addr) {
-					return true
-				}
-				continue
-			}
+			q.firstSeen++
 			if flags&fTooBig != 0 {
 				q.ihead += uint64(size)
 				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
@@ -430,38 +388,6 @@ func (q *QP) recvPass(budget *int) bool {
 		q.notify = true
 	}
 	return moved
-}
-
-// readCMA copies a single-copy message from the sender's memory into r and
-// acknowledges it. It reports false if the peer turned out to be gone.
-func (q *QP) readCMA(r *recvOp, addr uint64) bool {
-	in := &q.seg.in
-	err := errors.New("no single copy from this peer")
-	if q.cma != nil {
-		err = q.cma.read(r.wr.Buf[:r.msgLen], addr)
-	}
-	// The sender flushes its send only after announcing its close, so a
-	// read that sees no close read a buffer the sender still held.
-	if err == errPeerExited || q.seg.peer.state.Load() == stateClosed {
-		q.markGone(fmt.Errorf("%w: shm peer (pid %d) left during a single-copy read", transport.ErrPeerDead, q.peerPid))
-		return false
-	}
-	if err != nil {
-		// The message comes again through the ring; stop reading directly.
-		r.retry = true
-		in.cmaOK.Store(0)
-		q.cmaInFail++
-		in.cmaFail.Store(q.cmaInFail)
-	} else {
-		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, r.msgLen, nil)
-		q.popRecv()
-	}
-	q.cmaIn++
-	in.cmaDone.Store(q.cmaIn)
-	q.ipub = q.ihead
-	in.head.Store(q.ihead)
-	q.notify = true
-	return true
 }
 
 func (q *QP) popRecv() {
@@ -511,34 +437,6 @@ func (q *QP) sendPass(budget *int) bool {
 			moved = true
 		}
 		buf := s.wr.Buf
-		if s.cma {
-			// Published by address: wait for the receiver's read.
-			if out.cmaDone.Load() != q.cmaSent {
-				return moved
-			}
-			moved = true
-			if f := out.cmaFail.Load(); f != q.cmaFails {
-				q.cmaFails, q.cmaOff, s.cma = f, true, false // resend through the ring
-			} else {
-				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
-				q.sends.pop()
-				continue
-			}
-		} else if s.off == 0 && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && !q.cmaOff && out.cmaOK.Load() == 1 {
-			const need = recAlign
-			pos := int(q.otail & q.rmask)
-			if !q.room(need) {
-				return moved
-			}
-			putRec(rb, pos, fFirst|fLast|fCMA, 16, len(buf))
-			binary.LittleEndian.PutUint64(rb[pos+recHdr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
-			q.otail += need
-			out.tail.Store(q.otail)
-			q.cmaSent++
-			s.cma = true
-			q.notify = true
-			return true // the ring waits behind this message until it is read
-		}
 		for {
 			n := min(len(buf)-s.off, chunkMax)
 			flags := uint32(0)
@@ -569,9 +467,6 @@ func (q *QP) sendPass(budget *int) bool {
 			if !q.room(need) {
 				free := R - int(q.otail-q.ohead)
 				if n == 0 || free < minSplit {
-					if moved {
-						q.notify = true
-					}
 					return moved
 				}
 				n, need = free-recHdr, free
@@ -621,20 +516,22 @@ func (q *QP) room(need int) bool {
 
 func (q *QP) protocolError(format string, args ...any) {
 	err := fmt.Errorf("%w: shm peer (pid %d) broke the ring protocol: %s", transport.ErrPeerDead, q.peerPid, fmt.Sprintf(format, args...))
-	q.markGone(err)
+	q.gone.CompareAndSwap(nil, &goneReason{err: err, corrupt: true})
+	q.wakeBG()
 	q.conn.Close() // the peer learns it too
 }
 
-// failAll completes every WR with err once the peer is gone, after
-// delivering the messages it published completely before it went.
-func (q *QP) failAll(err error) bool {
+// failAll completes every WR with the reason the peer is gone, after
+// delivering the messages it published completely before it went (unless
+// it broke the protocol).
+func (q *QP) failAll(g *goneReason) bool {
 	if q.sends.len() == 0 && q.recvs.len() == 0 {
 		return false
 	}
-	b := math.MaxInt
-	if q.recvs.len() > 0 {
+	if b := math.MaxInt; q.recvs.len() > 0 && !g.corrupt {
 		q.recvPass(&b)
 	}
+	err := g.err
 	for q.sends.len() > 0 {
 		s := q.sends.front()
 		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusError, 0, err)
@@ -649,15 +546,15 @@ func (q *QP) failAll(err error) bool {
 }
 
 func (q *QP) markGone(err error) {
-	q.gone.CompareAndSwap(nil, &goneReason{err})
+	q.gone.CompareAndSwap(nil, &goneReason{err: err})
 	q.wakeBG()
 }
 
 // peerWords is what the peer writes that this side waits on.
-type peerWords struct{ tail, head, posted, cmaDone uint64 }
+type peerWords struct{ tail, head, posted uint64 }
 
 func (q *QP) peerWords() peerWords {
-	return peerWords{q.seg.in.tail.Load(), q.seg.out.head.Load(), q.seg.out.posted.Load(), q.seg.out.cmaDone.Load()}
+	return peerWords{q.seg.in.tail.Load(), q.seg.out.head.Load(), q.seg.out.posted.Load()}
 }
 
 // run is the background progress goroutine.
@@ -781,8 +678,7 @@ func (q *QP) Close() error {
 	close(q.stop)
 	q.wakeBG()
 	q.mu.Lock()
-	// Announced before the flush: a peer that reads a send's buffer by
-	// address checks this after the read (readCMA).
+	// The peer reads it when our socket closes: "closed", not "died".
 	q.seg.me.state.Store(stateClosed)
 	for q.sends.len() > 0 {
 		s := q.sends.front()
@@ -826,7 +722,6 @@ func (q *QP) release() {
 	q.unmapped = true
 	unix.Munmap(q.seg.mem)
 	q.live.Unlock()
-	q.cma.close()
 }
 
 // fifo is a queue on a slice.

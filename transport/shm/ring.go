@@ -15,9 +15,9 @@ import (
 // the data that side d sends.
 //
 //	0      header: magic, version, ring size, credit slots, segment size, pids
-//	512    side 0: state | bell, sleeping | probe address, probe cookie
+//	512    side 0: state | bell, sleeping              (one line each)
 //	1536   side 1: the same
-//	4096   direction 0: tail | head | posted | CMA done, failed, ok | sizes[slots] | ring
+//	4096   direction 0: tail | head | posted | sizes[slots] | ring
 //	...    direction 1: the same
 //
 // Every word one side writes and the other reads sits on its own 128-byte
@@ -41,15 +41,11 @@ const (
 	offState   = 0
 	offBell    = line
 	offSleep   = line + 4
-	offProbe   = 2 * line // address and cookie of a word the peer may read (CMA probe)
 
-	offTail    = 0
-	offHead    = line
-	offPosted  = 2 * line
-	offCMADone = 3 * line // single-copy records the receiver finished
-	offCMAFail = 3*line + 8
-	offCMAOK   = 3*line + 16 // the receiver can read the sender's memory
-	offSizes   = 4 * line
+	offTail   = 0
+	offHead   = line
+	offPosted = 2 * line
+	offSizes  = 3 * line
 
 	pageSize = 4096
 )
@@ -80,11 +76,10 @@ const (
 	recHdr   = 16
 	recAlign = 64
 
-	fFirst  = 1  // first record of a message (carries the message length)
-	fLast   = 2  // last record of a message
-	fPad    = 4  // skip to the end of the ring
-	fTooBig = 8  // the message does not fit the receive; no payload follows
-	fCMA    = 16 // single copy: the payload is the sender's buffer address; the receiver reads it and acknowledges
+	fFirst  = 1 // first record of a message (carries the message length)
+	fLast   = 2 // last record of a message
+	fPad    = 4 // skip to the end of the ring
+	fTooBig = 8 // the message does not fit the receive; no payload follows
 )
 
 func recSize(n int) int { return (recHdr + n + recAlign - 1) &^ (recAlign - 1) }
@@ -119,8 +114,6 @@ type sideCtl struct {
 	state    *atomic.Uint32
 	bell     *atomic.Uint32 // futex word: bumped to wake the side's waiter
 	sleeping *atomic.Uint32 // 1 while the side's waiter sleeps or is about to
-	probe    *atomic.Uint64 // address of the side's probe word, 0 until set
-	cookie   *atomic.Uint64 // what the probe word holds
 }
 
 // dirCtl is one direction: the sender writes tail and the ring, the receiver
@@ -131,10 +124,6 @@ type dirCtl struct {
 	posted *atomic.Uint64 // receives the receiver has announced (credits)
 	sizes  []atomic.Uint64
 	ring   []byte
-
-	cmaDone *atomic.Uint64 // single-copy records the receiver has finished
-	cmaFail *atomic.Uint64 // of those, the ones it could not read
-	cmaOK   *atomic.Uint32 // the receiver can read the sender's memory
 }
 
 // segment is a mapped segment seen from one side.
@@ -194,17 +183,15 @@ func view(mem []byte, g geometry, side int) *segment {
 	s := &segment{mem: mem, geo: g}
 	sc := func(i int) sideCtl {
 		b := sideBase + i*sideStride
-		return sideCtl{state: u32At(mem, b+offState), bell: u32At(mem, b+offBell), sleeping: u32At(mem, b+offSleep),
-			probe: u64At(mem, b+offProbe), cookie: u64At(mem, b+offProbe+8)}
+		return sideCtl{state: u32At(mem, b+offState), bell: u32At(mem, b+offBell), sleeping: u32At(mem, b+offSleep)}
 	}
 	dc := func(d int) dirCtl {
 		b := g.dirBase(d)
 		rb := b + g.ctlSize()
 		return dirCtl{
 			tail: u64At(mem, b+offTail), head: u64At(mem, b+offHead), posted: u64At(mem, b+offPosted),
-			sizes:   unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offSizes])), g.slots),
-			ring:    mem[rb : rb+g.ring : rb+g.ring],
-			cmaDone: u64At(mem, b+offCMADone), cmaFail: u64At(mem, b+offCMAFail), cmaOK: u32At(mem, b+offCMAOK),
+			sizes: unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offSizes])), g.slots),
+			ring:  mem[rb : rb+g.ring : rb+g.ring],
 		}
 	}
 	s.me, s.peer = sc(side), sc(1-side)

@@ -1,0 +1,105 @@
+//go:build linux
+
+package shm
+
+import (
+	"errors"
+	"strings"
+	"testing"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/transporttest"
+)
+
+// TestCorruptRing writes bad records into a ring by hand: the receiver must
+// fail its WRs with a protocol error wrapping ErrPeerDead, never panic or
+// read out of bounds, and the sender must learn of it.
+func TestCorruptRing(t *testing.T) {
+	R := defaultRing
+	cases := []struct {
+		name    string
+		write   func(ring []byte) (tail uint64)
+		firstOK bool // the first message is sound; the bad one meets the next receive
+	}{
+		{"unaligned-tail", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 1, 1); return 1 }, false},
+		{"tail-beyond-ring", func(ring []byte) uint64 { return uint64(2 * R) }, false},
+		{"huge-record", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 1<<31, 1<<31); return 64 }, false},
+		{"record-past-tail", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 100, 100); return 64 }, false},
+		{"continuation-first", func(ring []byte) uint64 { putRec(ring, 0, fLast, 4, 4); return 64 }, false},
+		{"longer-than-receive", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 32, 32); return 64 }, false},
+		{"overrun", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 8, 4); return 64 }, false},
+		{"short-end", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 4, 8); return 64 }, false},
+		{"pad-past-tail", func(ring []byte) uint64 { putRec(ring, 0, fPad, 0, 0); return 64 }, false},
+		{"no-credit", func(ring []byte) uint64 {
+			putRec(ring, 0, fFirst|fLast, 4, 4)
+			putRec(ring, 64, fFirst|fLast, 4, 4) // sent before its receive was announced
+			return 128
+		}, true},
+	}
+	for _, tc := range cases {
+		t.Run(tc.name, func(t *testing.T) {
+			p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+			a, b := p.A.(*QP), p.B.(*QP)
+			if err := b.PostRecv(transport.WR{ID: 1, Buf: make([]byte, 16)}); err != nil {
+				t.Fatal(err)
+			}
+			a.live.RLock()
+			a.seg.out.tail.Store(tc.write(a.seg.out.ring))
+			a.live.RUnlock()
+			wc := transporttest.WaitN(t, b, p.NotB, 1)[0]
+			if tc.firstOK {
+				if wc.Status != flowtel.StatusOK {
+					t.Fatalf("first receive: %v", wc.Err)
+				}
+				b.PostRecv(transport.WR{ID: 3, Buf: make([]byte, 16)})
+				wc = transporttest.WaitN(t, b, p.NotB, 1)[0]
+			}
+			if wc.Status != flowtel.StatusError || !errors.Is(wc.Err, transport.ErrPeerDead) || !strings.Contains(wc.Err.Error(), "protocol") {
+				t.Fatalf("receive completed %v: %v, want a protocol error wrapping ErrPeerDead", wc.Status, wc.Err)
+			}
+			// The sender hears of it: its socket closed.
+			a.PostRecv(transport.WR{ID: 2, Buf: make([]byte, 1)})
+			if wc := transporttest.WaitN(t, a, p.NotA, 1)[0]; !errors.Is(wc.Err, transport.ErrPeerDead) {
+				t.Fatalf("sender's receive: %v, want ErrPeerDead", wc.Err)
+			}
+		})
+	}
+}
+
+func TestGeometry(t *testing.T) {
+	g := geometry{ring: defaultRing, slots: defaultSlots}
+	if err := g.check(); err != nil {
+		t.Fatal(err)
+	}
+	mem := make([]byte, g.segSize())
+	initSegment(mem, g, 1)
+	if got, err := readGeometry(mem); err != nil || got != g {
+		t.Fatalf("readGeometry = %v, %v", got, err)
+	}
+	// Every control word sits on its own line, and the rings on pages.
+	for d := range 2 {
+		b := g.dirBase(d)
+		if b%pageSize != 0 || (b+g.ctlSize())%pageSize != 0 {
+			t.Fatalf("direction %d at %d, ring at %d: not page aligned", d, b, b+g.ctlSize())
+		}
+	}
+	for _, bad := range []func([]byte){
+		func(m []byte) { u64At(m, offMagic).Store(1) },
+		func(m []byte) { u32At(m, offVersion).Store(9) },
+		func(m []byte) { u64At(m, offRing).Store(3 << 20) },
+		func(m []byte) { u64At(m, offRing).Store(1 << 62) },
+		func(m []byte) { u64At(m, offSlots).Store(1000) },
+		func(m []byte) { u64At(m, offSegSize).Store(12345) },
+	} {
+		m := make([]byte, len(mem))
+		copy(m, mem)
+		bad(m)
+		if _, err := readGeometry(m); err == nil {
+			t.Fatalf("a bad header passed")
+		}
+	}
+	if _, err := readGeometry(mem[:len(mem)-pageSize]); err == nil {
+		t.Fatalf("a short segment passed")
+	}
+}
