@@ -1,0 +1,94 @@
+package collective
+
+import (
+	"bytes"
+	"context"
+	"errors"
+	"log/slog"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+func TestNewOverTCPStoreAndClockOffset(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	addr := freeAddr(t)
+	comms := make([]*Comm, 3)
+	errs := make([]error, 3)
+	var wg sync.WaitGroup
+	for r := range 3 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = New(ctx, WithRank(r, 3), WithMaster(addr), WithToken("secret"), WithTransport("tcp"))
+		}()
+	}
+	wg.Wait()
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	for _, c := range comms {
+		defer c.Close()
+		if c.UID() != comms[0].UID() || c.ID() != comms[0].ID() {
+			t.Fatalf("rank %d has communicator %s, rank 0 %s", c.Rank(), c.UID(), comms[0].UID())
+		}
+		// One host, one monotonic clock: the measured offset is ~0 and
+		// within the reported error.
+		if off, e := c.Clock().Offset(), c.Clock().ErrorNs(); off > e+1000 || off < -e-1000 || e > int64(time.Second) {
+			t.Errorf("rank %d clock offset %dns ± %dns on one host", c.Rank(), off, e)
+		}
+	}
+	if err := runOnAll(comms, func(c *Comm) error {
+		buf := []float64{1}
+		return AllReduce(ctx, c, buf, buf, Sum)
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+func TestWrongJobTokenRefused(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
+	defer cancel()
+	addr := freeAddr(t)
+	var logged bytes.Buffer
+	var mu sync.Mutex
+	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r, tok := range []string{"right", "wrong"} {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := New(ctx, WithRank(r, 2), WithMaster(addr), WithToken(tok), WithLogger(log))
+			if err == nil {
+				c.Abort()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	if errs[1] == nil || !strings.Contains(errs[1].Error(), "token") {
+		t.Fatalf("rank with the wrong token: %v, want a token error", errs[1])
+	}
+	if errs[0] == nil {
+		t.Fatal("rank 0 formed a job without rank 1")
+	}
+	mu.Lock()
+	defer mu.Unlock()
+	if !strings.Contains(logged.String(), "token") {
+		t.Fatalf("refusal not logged with its reason; log:\n%s", logged.String())
+	}
+}
+
+type lockedWriter struct {
+	w  *bytes.Buffer
+	mu *sync.Mutex
+}
+
+func (l *lockedWriter) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.w.Write(p)
+}
