@@ -27,7 +27,14 @@ const AddrPrefix = "@vccl-shm-"
 
 // Backend is the shared-memory backend for processes on one host. Its zero
 // value is ready to use.
-type Backend struct{}
+type Backend struct {
+	// RingSize is the bytes of each direction's ring in the QPs this
+	// backend dials (the acceptor takes the dialler's): a power of two from
+	// 64 KiB to 1 GiB, or 0 for 4 MiB. A ring that holds the messages in
+	// flight lets sends complete without waiting for the receiver; each QP
+	// maps two rings.
+	RingSize int
+}
 
 var _ transport.Backend = Backend{}
 
@@ -71,7 +78,14 @@ const (
 // Dial connects to the listener at addr under key, creates the shared
 // segment and hands it over. The QP is usable at once; its sends wait for
 // credit until the other end accepts and posts receives.
-func (Backend) Dial(ctx context.Context, addr, key string, cfg transport.Config) (transport.QP, error) {
+func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Config) (transport.QP, error) {
+	g := geometry{ring: b.RingSize, slots: defaultSlots}
+	if g.ring == 0 {
+		g.ring = defaultRing
+	}
+	if err := g.check(); err != nil {
+		return nil, fmt.Errorf("shm: RingSize: %v (want a power of two from 64 KiB to 1 GiB)", err)
+	}
 	var d net.Dialer
 	c, err := d.DialContext(ctx, "unix", addr)
 	if err != nil {
@@ -82,7 +96,6 @@ func (Backend) Dial(ctx context.Context, addr, key string, cfg transport.Config)
 		conn.Close()
 		return nil, err
 	}
-	g := geometry{ring: defaultRing, slots: defaultSlots}
 	mem, fd, err := createSegment(g)
 	if err != nil {
 		conn.Close()

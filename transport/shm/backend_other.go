@@ -14,7 +14,9 @@ const Name = "shm"
 
 // Backend is the shared-memory backend; it needs Linux (memfd, abstract
 // Unix sockets, futexes).
-type Backend struct{}
+type Backend struct {
+	RingSize int // see the Linux documentation
+}
 
 var errUnsupported = errors.New("shm: the shared-memory transport needs Linux")
 

@@ -10,9 +10,10 @@
 // stays open for the QP's life: its end of file is how either side learns,
 // within microseconds, that the other has gone.
 //
-// Each direction has a ring of records in the segment (1 MiB; a message
-// moves in records of at most 64 KiB, so the sender's copy-in and the
-// receiver's copy-out of a large message overlap), written by the sender
+// Each direction has a ring of records in the segment (4 MiB by default,
+// Backend.RingSize; a message moves in records of at most 64 KiB, so the
+// sender's copy-in and the receiver's copy-out of a large message overlap,
+// on two cores, and the ring stays in cache), written by the sender
 // (tail) and consumed by the receiver (head), and an array of credit slots
 // in which the receiver announces its posted receives and their sizes. A
 // send moves only once the peer's receive is announced (credit_wait until

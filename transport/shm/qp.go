@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -31,7 +32,7 @@ const (
 	napMin      = 50 * time.Microsecond  // first nap of the background goroutine beside a busy owner
 	napMax      = 1 * time.Millisecond   // longest nap: the delay before it takes over from an owner that stopped polling
 	sleepMax    = 100 * time.Millisecond // futex timeout, a backstop: closure and peer death ring the bell
-	spinChecks  = 2000                   // peer-word checks before the background goroutine sleeps
+	spinChecks  = 200                    // peer-word checks (a few µs) before the background goroutine sleeps
 	headBatch   = 4 << 10                // a consumed record this large publishes head at once
 )
 
@@ -103,6 +104,7 @@ type QP struct {
 	recvDone  uint64 // receives completed
 	notify    bool   // something was published: wake the peer if it sleeps
 	starved   bool   // the last pass stopped on its budget, not on the peer
+	ncomp     uint64 // completions queued (Close's flush too, under mu)
 
 	gone atomic.Pointer[goneReason]
 
@@ -246,6 +248,7 @@ func (q *QP) Poll(dst []transport.WC) int {
 }
 
 func (q *QP) complete(wr *transport.WR, telID uint64, op transport.Opcode, st flowtel.Status, n int, err error) {
+	q.ncomp++
 	q.core.Complete(transport.WC{ID: wr.ID, Op: op, Status: st, Bytes: n, Err: err}, telID, wr.Tag)
 }
 
@@ -574,9 +577,16 @@ func (q *QP) run() {
 			q.nap(timer, nap)
 			continue
 		}
+		n0 := q.ncomp
 		moved := q.pass(passBudget)
 		pending := q.sends.len() > 0 || q.recvs.len() > 0
+		completed := q.ncomp != n0
 		q.mu.Unlock()
+		if completed {
+			// The Notifier readied the owner on this P: let it run now
+			// rather than when this goroutine next blocks.
+			runtime.Gosched()
+		}
 		p := q.polls.Load()
 		if p-lastPolls >= activePolls {
 			passive = true

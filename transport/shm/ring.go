@@ -61,7 +61,7 @@ const (
 // of at most chunkMax payload bytes, so the sender's copy-in of one chunk
 // overlaps the receiver's copy-out of the one before.
 const (
-	defaultRing  = 1 << 20
+	defaultRing  = 4 << 20
 	defaultSlots = 1024
 	chunkMax     = 64 << 10
 	minSplit     = 4 << 10 // a chunk is cut to fit the space left only down to this
