@@ -16,6 +16,7 @@ import (
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/loop"
+	"github.com/vccl-go/vccl/transport/shm"
 	"github.com/vccl-go/vccl/transport/tcp"
 )
 
@@ -105,7 +106,10 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	var err error
 	if o.rank == 0 {
-		if c.server, err = bootstrap.Serve(ctx, o.master, o.token, bootstrap.WithLogger(o.logger)); err != nil {
+		// The store outlives New (cancelling Serve's context closes it): the
+		// last ranks may still be leaving the ready barrier when rank 0
+		// returns, and exporters publish endpoints in it later.
+		if c.server, err = bootstrap.Serve(context.WithoutCancel(ctx), o.master, o.token, bootstrap.WithLogger(o.logger)); err != nil {
 			return nil, fmt.Errorf("collective: rank 0 cannot serve the rendezvous store: %w", err)
 		}
 	}
@@ -291,8 +295,8 @@ func (c *Comm) backend(name string) transport.Backend {
 	switch name {
 	case loop.Name:
 		return loop.Backend{}
-	case "shm":
-		return shmBackend
+	case shm.Name:
+		return shm.Backend{}
 	default:
 		return tcp.Backend{Interface: c.opts.ifname}
 	}
