@@ -31,6 +31,11 @@ func (b Buffer) Len() int {
 	return 0
 }
 
+type inlineKey struct{}
+
+// inlineCtx marks ctx as the context of a blocking call.
+func inlineCtx(ctx context.Context) context.Context { return context.WithValue(ctx, inlineKey{}, true) }
+
 // Handle is an operation in flight.
 type Handle struct {
 	tasks  []*task
@@ -48,9 +53,7 @@ func (h *Handle) Wait(ctx context.Context) error {
 		return h.err
 	}
 	for _, t := range h.tasks {
-		select {
-		case <-t.done:
-		case <-ctx.Done():
+		if err := t.eng.await(ctx, t); err != nil {
 			// When the call's own deadline is the one that passed, the
 			// engine fails the task within a poll interval, with an error
 			// naming what it waited for: prefer that one.
@@ -61,7 +64,7 @@ func (h *Handle) Wait(ctx context.Context) error {
 				continue
 			case <-grace.C:
 			}
-			return fmt.Errorf("collective: waiting for %v seq %d: %w", t.call.op, t.seq, ctx.Err())
+			return fmt.Errorf("collective: waiting for %v seq %d: %w", t.call.op, t.seq, err)
 		}
 	}
 	h.waited = true
@@ -98,7 +101,12 @@ func (c *Comm) check(b Buffer, what string) error {
 }
 
 // start submits a request and returns its handle.
+//
+// A blocking call marks its context with inline: its caller waits at once and
+// drives a single-channel call itself, so the background driver is not woken
+// to race it for the engine.
 func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
+	inline := ctx.Value(inlineKey{}) != nil
 	if !rq.call.redop.Valid() && rq.call.op.reduces() {
 		return nil, fmt.Errorf("collective: %v with invalid reduction %v", rq.call.op, rq.call.redop)
 	}
@@ -148,8 +156,10 @@ func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
 		h.tasks = append(h.tasks, t)
 	}
 	c.pending.Add(1)
+	inline = inline && len(h.tasks) == 1
 	for ch, t := range h.tasks {
-		c.engines[ch].enqueue(t)
+		t.eng = c.engines[ch]
+		t.eng.enqueue(t, inline)
 	}
 	c.mu.Unlock()
 	return h, nil
@@ -200,9 +210,7 @@ func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint
 	t.bufs = make([][]byte, numBufs, int(numBufs)+len(rq.extra))
 	t.bufs = append(t.bufs, rq.extra...)
 	t.bufs[bufIn], t.bufs[bufOut] = rq.in, rq.out
-	if s.scratch > 0 {
-		t.bufs[bufScratch] = make([]byte, s.scratch)
-	}
+	// Scratch comes from the engine's pool when the task is admitted.
 	if check {
 		t.bufs[bufSig] = make([]byte, c.size*sigSize)
 		sig := cl.signature(rq.dt, algo, seq)
@@ -244,15 +252,6 @@ func (c *Comm) splitChannels(rq *request) []request {
 		start += n
 	}
 	return parts
-}
-
-// run starts a request and waits for it.
-func (c *Comm) run(ctx context.Context, rq request) error {
-	h, err := c.start(ctx, rq)
-	if err != nil {
-		return err
-	}
-	return h.Wait(ctx)
 }
 
 func sameData(a, b []byte) bool {

@@ -70,7 +70,7 @@ func (j *benchJob) stop(b *testing.B) {
 func BenchmarkAllReduce2Proc(b *testing.B) {
 	for _, tr := range []string{"shm", "tcp"} {
 		for _, tel := range []bool{false, true} {
-			for _, size := range []int{64 << 10, 1 << 20, 16 << 20} {
+			for _, size := range []int{1 << 10, 64 << 10, 1 << 20, 16 << 20} {
 				name := fmt.Sprintf("%s/telemetry=%v/%s", tr, tel, sizeName(size))
 				var job *benchJob
 				b.Run(name, func(b *testing.B) {

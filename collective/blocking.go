@@ -17,61 +17,61 @@ func wait(ctx context.Context, h *Handle, err error) error {
 
 // AllReduce reduces send across ranks into recv (the same buffer for in place).
 func (c *Comm) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	h, err := c.AllReduceAsync(ctx, send, recv, op)
+	h, err := c.AllReduceAsync(inlineCtx(ctx), send, recv, op)
 	return wait(ctx, h, err)
 }
 
 // AllGather gathers every rank's send into recv on every rank.
 func (c *Comm) AllGather(ctx context.Context, send, recv Buffer) error {
-	h, err := c.AllGatherAsync(ctx, send, recv)
+	h, err := c.AllGatherAsync(inlineCtx(ctx), send, recv)
 	return wait(ctx, h, err)
 }
 
 // ReduceScatter reduces send across ranks and leaves block r in rank r's recv.
 func (c *Comm) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	h, err := c.ReduceScatterAsync(ctx, send, recv, op)
+	h, err := c.ReduceScatterAsync(inlineCtx(ctx), send, recv, op)
 	return wait(ctx, h, err)
 }
 
 // Broadcast copies root's send into every rank's recv.
 func (c *Comm) Broadcast(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.BroadcastAsync(ctx, send, recv, root)
+	h, err := c.BroadcastAsync(inlineCtx(ctx), send, recv, root)
 	return wait(ctx, h, err)
 }
 
 // Reduce reduces send across ranks into root's recv.
 func (c *Comm) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
-	h, err := c.ReduceAsync(ctx, send, recv, op, root)
+	h, err := c.ReduceAsync(inlineCtx(ctx), send, recv, op, root)
 	return wait(ctx, h, err)
 }
 
 // AllToAll exchanges block p of send with rank p.
 func (c *Comm) AllToAll(ctx context.Context, send, recv Buffer) error {
-	h, err := c.AllToAllAsync(ctx, send, recv)
+	h, err := c.AllToAllAsync(inlineCtx(ctx), send, recv)
 	return wait(ctx, h, err)
 }
 
 // AllToAllv exchanges variable blocks with every rank.
 func (c *Comm) AllToAllv(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
-	h, err := c.AllToAllvAsync(ctx, send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
+	h, err := c.AllToAllvAsync(inlineCtx(ctx), send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
 	return wait(ctx, h, err)
 }
 
 // Gather collects every rank's send into root's recv.
 func (c *Comm) Gather(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.GatherAsync(ctx, send, recv, root)
+	h, err := c.GatherAsync(inlineCtx(ctx), send, recv, root)
 	return wait(ctx, h, err)
 }
 
 // Scatter hands block r of root's send to rank r.
 func (c *Comm) Scatter(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.ScatterAsync(ctx, send, recv, root)
+	h, err := c.ScatterAsync(inlineCtx(ctx), send, recv, root)
 	return wait(ctx, h, err)
 }
 
 // SendRecv runs sends and receives to many peers as one operation.
 func (c *Comm) SendRecv(ctx context.Context, ops ...P2P) error {
-	h, err := c.SendRecvAsync(ctx, ops...)
+	h, err := c.SendRecvAsync(inlineCtx(ctx), ops...)
 	return wait(ctx, h, err)
 }
 
@@ -92,7 +92,7 @@ func (c *Comm) BarrierAsync(ctx context.Context) (*Handle, error) {
 
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	h, err := c.BarrierAsync(ctx)
+	h, err := c.BarrierAsync(inlineCtx(ctx))
 	return wait(ctx, h, err)
 }
 

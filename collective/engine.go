@@ -13,12 +13,18 @@ import (
 	"github.com/vccl-go/vccl/transport"
 )
 
-// engine is the progress engine of one channel: the CPU proxy. One goroutine,
-// locked to its OS thread, posts the work requests of every running task,
-// polls its queue pairs, runs local reductions and copies, and finishes
-// tasks. It busy-polls while work is in flight and backs off (spin, yield,
-// then sleep on the transports' notifier) when nothing moves, so an idle
-// communicator costs no CPU.
+// engine is the progress engine of one channel: the CPU proxy that posts the
+// work requests of every running task, polls the channel's queue pairs, runs
+// local reductions and copies, and finishes tasks.
+//
+// Progress is driven by whoever holds the engine's token: a goroutine
+// blocked in a call drives its own task (no hand-off to another goroutine
+// on the latency path), and a background goroutine drives async calls and
+// anything a caller left unfinished. The driver busy-polls while work is in
+// flight and backs off (spin, yield, then sleep on the transports' notifier)
+// when nothing moves, so an idle communicator costs no CPU. Host engines do
+// not lock their OS thread: a locked goroutine turns every hand-off into a
+// thread wake-up, which costs more than a small collective.
 type engine struct {
 	channel int
 	rank    int
@@ -27,17 +33,27 @@ type engine struct {
 	qps     []transport.QP // by peer rank; nil for this rank
 	rec     *flowtel.Recorder
 	notify  *transport.Notifier
-	submit  chan *task
+
+	qmu     sync.Mutex
+	queue   []*task // submitted, not yet admitted
+	closed  bool    // no task is accepted any more
+	token   chan struct{}
+	kick    chan struct{}
 	stop    chan struct{}
-	stopped chan struct{}
+	bgDone  chan struct{}
+	stopped chan struct{} // closed once shutdown finished every task
 
 	mu     sync.Mutex
 	failed error // set once a transfer failed: the channel's QPs are no longer in step
 
-	// Engine goroutine only.
-	active []*task
-	nextID uint32
-	wcs    []transport.WC
+	nActive atomic.Int32 // len(active), readable without the token
+
+	// Token holder only.
+	active  []*task
+	nextID  uint32
+	wcs     []transport.WC
+	timer   *time.Timer
+	scratch [][]byte // free scratch buffers
 }
 
 // task is one collective call's work on one channel.
@@ -51,6 +67,7 @@ type task struct {
 	tag   transport.Tag
 	seq   uint64
 	ctx   context.Context
+	eng   *engine
 
 	ready    []int32 // primitives that may start
 	deferred []int32 // sends/receives waiting for an earlier task's on the same queue
@@ -62,10 +79,10 @@ type task struct {
 
 func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier) *engine {
 	e := &engine{channel: channel, rank: rank, ranks: ranks, comm: comm, qps: qps, rec: rec, notify: notify,
-		submit: make(chan *task, 64), stop: make(chan struct{}), stopped: make(chan struct{}),
-		wcs: make([]transport.WC, 64)}
+		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64)}
 	liveEngines.Add(1)
-	go e.run()
+	go e.background()
 	return e
 }
 
@@ -79,35 +96,119 @@ func spinBudget() int {
 	if int(liveEngines.Load()) > runtime.NumCPU() {
 		return 0
 	}
-	return 64
+	return 256
 }
 
 // errEngineStopped is what tasks submitted after Close get.
 var errEngineStopped = errors.New("collective: communicator closed")
 
-// enqueue hands t to the engine; t.done closes when it finished.
-func (e *engine) enqueue(t *task) {
-	select {
-	case e.submit <- t:
-	case <-e.stopped:
+// enqueue hands t to the engine; t.done closes when it finished. With
+// inline, the caller will drive the task itself (await); otherwise the
+// background goroutine is woken to drive it.
+func (e *engine) enqueue(t *task, inline bool) {
+	e.qmu.Lock()
+	if e.closed {
+		e.qmu.Unlock()
 		t.err = errEngineStopped
 		close(t.done)
+		return
+	}
+	e.queue = append(e.queue, t)
+	e.qmu.Unlock()
+	e.notify.Signal() // a driver asleep on the notifier admits it at once
+	if !inline {
+		e.wake()
 	}
 }
 
-// shutdown stops the engine; running tasks fail with err.
+func (e *engine) wake() {
+	select {
+	case e.kick <- struct{}{}:
+	default:
+	}
+}
+
+// await drives the engine until t is done, or waits while another goroutine
+// drives, or gives up when ctx ends (the task goes on in the background).
+func (e *engine) await(ctx context.Context, t *task) error {
+	for {
+		select {
+		case <-t.done:
+			return nil
+		default:
+		}
+		select {
+		case <-t.done:
+			return nil
+		case <-e.stop:
+			<-t.done // shutdown finishes every task
+			return nil
+		case e.token <- struct{}{}:
+			e.drive(ctx, t)
+			<-e.token
+			if e.pending() {
+				e.wake()
+			}
+		case <-ctx.Done():
+			e.wake()
+			return ctx.Err()
+		}
+	}
+}
+
+// pending reports whether tasks are queued or running.
+func (e *engine) pending() bool {
+	e.qmu.Lock()
+	defer e.qmu.Unlock()
+	return len(e.queue) > 0 || e.nActive.Load() > 0
+}
+
+// background drives what no caller drives: async calls, and tasks whose
+// caller stopped waiting.
+func (e *engine) background() {
+	defer close(e.bgDone)
+	for {
+		select {
+		case <-e.kick:
+		case <-e.stop:
+			return
+		}
+		for e.pending() {
+			select {
+			case e.token <- struct{}{}:
+				e.drive(context.Background(), nil)
+				<-e.token
+			case <-e.stop:
+				return
+			}
+		}
+	}
+}
+
+// shutdown stops the engine; running and queued tasks fail with err.
 func (e *engine) shutdown(err error) {
 	e.mu.Lock()
 	if e.failed == nil {
 		e.failed = err
 	}
 	e.mu.Unlock()
-	select {
-	case <-e.stop:
-	default:
-		close(e.stop)
+	e.qmu.Lock()
+	if e.closed {
+		e.qmu.Unlock()
+		<-e.stopped
+		return
 	}
-	<-e.stopped
+	e.closed = true
+	e.qmu.Unlock()
+	close(e.stop)
+	<-e.bgDone
+	e.token <- struct{}{} // the driver, if any, leaves at its next check
+	e.admitQueued()
+	e.failAll(e.failure())
+	e.finish()
+	<-e.token
+	liveEngines.Add(-1)
+	close(e.stopped)
 }
 
 func (e *engine) failure() error {
@@ -116,33 +217,43 @@ func (e *engine) failure() error {
 	return e.failed
 }
 
-func (e *engine) run() {
-	runtime.LockOSThread()
-	defer runtime.UnlockOSThread()
-	defer close(e.stopped)
-	defer liveEngines.Add(-1)
+func (e *engine) admitQueued() {
+	e.qmu.Lock()
+	q := e.queue
+	e.queue = nil
+	e.qmu.Unlock()
+	for _, t := range q {
+		e.admit(t)
+	}
+}
+
+func isDone(t *task) bool {
+	select {
+	case <-t.done:
+		return true
+	default:
+		return false
+	}
+}
+
+// drive progresses every task until `until` is done (nil: until no task is
+// left), ctx ends, or the engine stops. The caller holds the token.
+func (e *engine) drive(ctx context.Context, until *task) {
 	idle := 0
-	var timer *time.Timer
 	for iter := 0; ; iter++ {
-		if iter&4095 == 0 && len(e.active) > 0 {
+		e.admitQueued()
+		if until != nil && isDone(until) || until == nil && len(e.active) == 0 {
+			return
+		}
+		select {
+		case <-e.stop:
+			return
+		case <-ctx.Done():
+			return
+		default:
+		}
+		if iter&1023 == 1023 {
 			e.checkDeadlines()
-		}
-		if len(e.active) == 0 {
-			select {
-			case t := <-e.submit:
-				e.admit(t)
-			case <-e.stop:
-				e.drainSubmitted()
-				return
-			}
-		}
-		for more := true; more; {
-			select {
-			case t := <-e.submit:
-				e.admit(t)
-			default:
-				more = false
-			}
 		}
 		progress := e.step()
 		if e.finish() {
@@ -163,48 +274,24 @@ func (e *engine) run() {
 			if e.checkDeadlines() {
 				continue
 			}
-			wait := time.Millisecond
-			if timer == nil {
-				timer = time.NewTimer(wait)
+			if e.timer == nil {
+				e.timer = time.NewTimer(time.Millisecond)
 			} else {
-				timer.Reset(wait)
+				e.timer.Reset(time.Millisecond)
 			}
 			select {
 			case <-e.notify.C():
-			case t := <-e.submit:
-				e.admit(t)
-			case <-timer.C:
+			case <-e.timer.C:
 			case <-e.stop:
-				e.failAll(e.failure())
-				e.drainSubmitted()
-				return
+			case <-ctx.Done():
 			}
-			if !timer.Stop() {
+			if !e.timer.Stop() {
 				select {
-				case <-timer.C:
+				case <-e.timer.C:
 				default:
 				}
 			}
 			idle = spin
-		}
-		select {
-		case <-e.stop:
-			e.failAll(e.failure())
-			e.drainSubmitted()
-			return
-		default:
-		}
-	}
-}
-
-func (e *engine) drainSubmitted() {
-	for {
-		select {
-		case t := <-e.submit:
-			t.err = errEngineStopped
-			close(t.done)
-		default:
-			return
 		}
 	}
 }
@@ -218,6 +305,9 @@ func (e *engine) admit(t *task) {
 	}
 	e.nextID++
 	t.id = e.nextID
+	if need := t.sched.scratch; need > 0 {
+		t.bufs[bufScratch] = e.takeScratch(need)
+	}
 	t.m = newMachine(t.sched, e.ranks)
 	t.ready = t.m.initial(t.ready[:0])
 	t.begin = e.rec.Now()
@@ -227,6 +317,29 @@ func (e *engine) admit(t *task) {
 			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload())})
 	}
 	e.active = append(e.active, t)
+	e.nActive.Add(1)
+}
+
+// takeScratch returns a scratch buffer of n bytes, reusing a free one.
+func (e *engine) takeScratch(n int) []byte {
+	for i, b := range e.scratch {
+		if cap(b) >= n {
+			e.scratch = append(e.scratch[:i], e.scratch[i+1:]...)
+			return b[:n]
+		}
+	}
+	return make([]byte, n)
+}
+
+// putScratch keeps a few scratch buffers for the next calls.
+func (e *engine) putScratch(b []byte) {
+	if b == nil {
+		return
+	}
+	if len(e.scratch) == 4 {
+		e.scratch = e.scratch[1:]
+	}
+	e.scratch = append(e.scratch, b)
 }
 
 // payload is the collective's size in bytes as nccl-tests counts it.
@@ -414,6 +527,7 @@ func (e *engine) finish() bool {
 	}
 	clear(e.active[len(kept):])
 	e.active = kept
+	e.nActive.Store(int32(len(kept)))
 	return any
 }
 
@@ -422,6 +536,11 @@ func (e *engine) end(t *task, st flowtel.Status) {
 		e.rec.Record(&flowtel.Record{Kind: flowtel.KindCollEnd, Status: st, Rank: int32(e.rank), Peer: -1,
 			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
 			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload())})
+	}
+	// A task that failed with transfers posted may still have its scratch
+	// written by a peer: only a clean one gives its buffer back.
+	if st == flowtel.StatusOK || t.posted == 0 {
+		e.putScratch(t.bufs[bufScratch])
 	}
 	close(t.done)
 }

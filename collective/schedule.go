@@ -100,7 +100,10 @@ func deps(ids ...int32) []int32 {
 // validate checks a schedule's references against buffer sizes.
 func (s *schedule) validate(bufs [][]byte) error {
 	size := func(b bufID) int {
-		if int(b) >= len(bufs) {
+		switch {
+		case b == bufScratch:
+			return s.scratch
+		case int(b) >= len(bufs):
 			return -1
 		}
 		return len(bufs[b])
