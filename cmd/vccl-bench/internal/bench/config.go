@@ -1,0 +1,243 @@
+// Package bench is vccl-bench: nccl-tests' sweeps, columns and checks over a
+// VCCL-Go communicator. Main is the command; Run is the sweep on any
+// communicator, so tests drive it on collective.NewLocal ranks.
+package bench
+
+import (
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"math"
+	"strconv"
+	"strings"
+
+	"github.com/vccl-go/vccl/collective"
+)
+
+// Config is one vccl-bench invocation.
+type Config struct {
+	Coll      Collective
+	MinBytes  int64
+	MaxBytes  int64
+	Factor    float64
+	Op        collective.ReduceOp
+	Type      collective.Datatype
+	Iters     int
+	Warmup    int
+	Check     bool
+	Root      int
+	JSON      bool
+	Telemetry string // "" (VCCL_TELEMETRY decides), "on" or "off"
+	Progress  string // "auto" (when stderr is a terminal), "on" or "off"
+}
+
+// DefaultConfig is nccl-tests' defaults where they carry over.
+func DefaultConfig() Config {
+	return Config{MinBytes: 32 << 20, MaxBytes: 32 << 20, Factor: 2, Op: collective.Sum,
+		Type: collective.Float32, Iters: 20, Warmup: 5, Check: true, Progress: "auto"}
+}
+
+const usageHead = `usage: vccl-bench COLLECTIVE [flags]
+
+Measures one collective over a sweep of sizes, in the mould of nccl-tests,
+on the communicator of this process (collective.NewFromEnv: run it under
+vcclrun -n N, torchrun, mpirun or srun). Only rank 0 prints.
+
+collectives: allreduce allgather reducescatter broadcast reduce alltoall sendrecv
+
+Sizes are bytes with optional K, M or G (powers of 1024): -b 8 -e 64M -f 4.
+Columns: size (bytes, the larger of send and receive buffers), count (the
+count argument of the call), time (µs, mean over iterations, averaged over
+ranks), algbw = size/time and busbw = algbw × nccl-tests' factor for the
+collective (GB/s), #wrong (elements differing from the tool's reference,
+summed over ranks; N/A without -c 1). Library knobs come from the
+environment: VCCL_TRANSPORT, VCCL_ALGO, VCCL_NCHANNELS, VCCL_CHUNK_SIZE, ...
+
+flags:
+`
+
+// ParseArgs parses the command line (without the program name). The
+// collective is the first argument, or the only one left after the flags.
+func ParseArgs(args []string) (Config, error) {
+	cfg := DefaultConfig()
+	fs, vals := flags(&cfg)
+	fs.SetOutput(io.Discard)
+	var name string
+	if len(args) > 0 && !strings.HasPrefix(args[0], "-") {
+		name, args = args[0], args[1:]
+	}
+	if err := fs.Parse(args); err != nil {
+		return Config{}, err
+	}
+	switch {
+	case name == "" && fs.NArg() > 0:
+		name = fs.Arg(0)
+		if fs.NArg() > 1 {
+			return Config{}, fmt.Errorf("unexpected arguments after the collective: %s", strings.Join(fs.Args()[1:], " "))
+		}
+	case fs.NArg() > 0:
+		return Config{}, fmt.Errorf("unexpected arguments: %s (flags go after the collective; nothing may follow them)", strings.Join(fs.Args(), " "))
+	}
+	if name == "" {
+		return Config{}, errors.New("no collective given (allreduce, allgather, reducescatter, broadcast, reduce, alltoall or sendrecv)")
+	}
+	var err error
+	if cfg.Coll, err = ParseCollective(name); err != nil {
+		return Config{}, err
+	}
+	if cfg.MinBytes, err = ParseSize(vals.min); err != nil {
+		return Config{}, fmt.Errorf("-b %q: %w", vals.min, err)
+	}
+	if cfg.MaxBytes, err = ParseSize(vals.max); err != nil {
+		return Config{}, fmt.Errorf("-e %q: %w", vals.max, err)
+	}
+	if cfg.Factor, err = strconv.ParseFloat(vals.factor, 64); err != nil || math.IsNaN(cfg.Factor) {
+		return Config{}, fmt.Errorf("-f %q: not a number", vals.factor)
+	}
+	if cfg.Op, err = collective.ParseReduceOp(strings.ToLower(vals.op)); err != nil {
+		return Config{}, fmt.Errorf("-o %q: want sum, prod, min, max or avg", vals.op)
+	}
+	if cfg.Type, err = collective.ParseDatatype(strings.ToLower(vals.dtype)); err != nil {
+		return Config{}, fmt.Errorf("-d %q: want int8, uint8, int32, uint32, int64, uint64, float16, bfloat16, float32 or float64", vals.dtype)
+	}
+	switch vals.check {
+	case 0, 1:
+		cfg.Check = vals.check == 1
+	default:
+		return Config{}, fmt.Errorf("-c %d: want 0 or 1", vals.check)
+	}
+	switch v := strings.ToLower(vals.telemetry); v {
+	case "", "env":
+		cfg.Telemetry = ""
+	case "on", "1", "true":
+		cfg.Telemetry = "on"
+	case "off", "0", "false":
+		cfg.Telemetry = "off"
+	default:
+		return Config{}, fmt.Errorf("--telemetry %q: want on or off", vals.telemetry)
+	}
+	switch v := strings.ToLower(vals.progress); v {
+	case "auto", "on", "off":
+		cfg.Progress = v
+	default:
+		return Config{}, fmt.Errorf("--progress %q: want auto, on or off", vals.progress)
+	}
+	return cfg, cfg.validate()
+}
+
+type flagVals struct {
+	min, max, factor, op, dtype, telemetry, progress string
+	check                                            int
+}
+
+func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
+	fs := flag.NewFlagSet("vccl-bench", flag.ContinueOnError)
+	v := &flagVals{min: FormatSize(cfg.MinBytes), max: FormatSize(cfg.MaxBytes), factor: strconv.FormatFloat(cfg.Factor, 'g', -1, 64),
+		op: cfg.Op.String(), dtype: cfg.Type.String(), progress: cfg.Progress, check: 1}
+	fs.StringVar(&v.min, "b", v.min, "smallest size in bytes (K, M, G suffixes)")
+	fs.StringVar(&v.max, "e", v.max, "largest size in bytes (K, M, G suffixes)")
+	fs.StringVar(&v.factor, "f", v.factor, "multiply the size by this from one step to the next (> 1)")
+	fs.StringVar(&v.op, "o", v.op, "reduction: sum, prod, min, max or avg")
+	fs.StringVar(&v.dtype, "d", v.dtype, "datatype: int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64 (or nccl-tests' names: float, half, double, ...)")
+	fs.IntVar(&cfg.Iters, "n", cfg.Iters, "timed iterations per size")
+	fs.IntVar(&cfg.Warmup, "w", cfg.Warmup, "warm-up iterations per size")
+	fs.IntVar(&v.check, "c", v.check, "1: check every result against the tool's own reference; 0: don't")
+	fs.IntVar(&cfg.Root, "r", cfg.Root, "root rank of broadcast and reduce")
+	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
+	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY)")
+	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal), on or off")
+	return fs, v
+}
+
+func (c *Config) validate() error {
+	switch {
+	case c.MinBytes > c.MaxBytes:
+		return fmt.Errorf("-b %s is larger than -e %s", FormatSize(c.MinBytes), FormatSize(c.MaxBytes))
+	case c.MinBytes != c.MaxBytes && !(c.Factor > 1):
+		return fmt.Errorf("-f %g: want a factor above 1 to step from -b to -e", c.Factor)
+	case c.MaxBytes > 1<<40:
+		return fmt.Errorf("-e %s: more than 1 TiB per buffer", FormatSize(c.MaxBytes))
+	case c.Iters < 1:
+		return fmt.Errorf("-n %d: want at least 1 iteration", c.Iters)
+	case c.Warmup < 0:
+		return fmt.Errorf("-w %d: must not be negative", c.Warmup)
+	case c.Root < 0:
+		return fmt.Errorf("-r %d: must not be negative", c.Root)
+	}
+	return nil
+}
+
+// Usage writes the usage text and flag defaults to w.
+func Usage(w io.Writer) {
+	cfg := DefaultConfig()
+	fs, _ := flags(&cfg)
+	fs.SetOutput(w)
+	fmt.Fprint(w, usageHead)
+	fs.PrintDefaults()
+}
+
+// ParseSize reads a byte count: 4096, 64K, 16M, 1G (powers of 1024; a
+// trailing B or iB is allowed: 64KiB).
+func ParseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(t, "B")
+	t = strings.TrimSuffix(t, "I")
+	mult := int64(1)
+	if n := len(t); n > 0 {
+		switch t[n-1] {
+		case 'K':
+			mult = 1 << 10
+		case 'M':
+			mult = 1 << 20
+		case 'G':
+			mult = 1 << 30
+		case 'T':
+			mult = 1 << 40
+		}
+		if mult > 1 {
+			t = t[:n-1]
+		}
+	}
+	n, err := strconv.ParseInt(t, 10, 64)
+	if err != nil || n < 0 {
+		return 0, errors.New("not a byte size (want e.g. 8, 64K, 16M, 1G)")
+	}
+	if n > math.MaxInt64/mult {
+		return 0, errors.New("byte size too large")
+	}
+	return n * mult, nil
+}
+
+// FormatSize writes n with the largest K, M or G suffix that divides it.
+func FormatSize(n int64) string {
+	for _, u := range []struct {
+		s string
+		v int64
+	}{{"G", 1 << 30}, {"M", 1 << 20}, {"K", 1 << 10}} {
+		if n >= u.v && n%u.v == 0 {
+			return strconv.FormatInt(n/u.v, 10) + u.s
+		}
+	}
+	return strconv.FormatInt(n, 10)
+}
+
+// Sizes returns the sweep: min, min×f, min×f², … up to max (each step at
+// least one byte larger), as nccl-tests does with -f.
+func Sizes(min, max int64, factor float64) []int64 {
+	out := []int64{min}
+	if min == max || !(factor > 1) {
+		return out
+	}
+	for s := min; ; {
+		next := int64(float64(s) * factor)
+		if next <= s {
+			next = s + 1
+		}
+		if next > max {
+			return out
+		}
+		out = append(out, next)
+		s = next
+	}
+}

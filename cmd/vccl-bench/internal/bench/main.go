@@ -1,0 +1,69 @@
+package bench
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+
+	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// Main is vccl-bench: it parses args, joins the job the environment
+// describes, runs the sweep and prints on rank 0. It returns the exit
+// status: 0, 1 when a run failed or a result was wrong, 2 for a bad command
+// line. stderr is passed as a file so the progress bar can tell whether it
+// is a terminal.
+func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File) int {
+	cfg, err := ParseArgs(args)
+	if errors.Is(err, flag.ErrHelp) {
+		Usage(stdout)
+		return 0
+	}
+	if err != nil {
+		fmt.Fprintf(stderr, "vccl-bench: %v\n(vccl-bench -h for usage)\n", err)
+		return 2
+	}
+	telemetry := flowtel.EnabledFromEnv()
+	var copts []collective.Option
+	if cfg.Telemetry != "" {
+		telemetry = cfg.Telemetry == "on"
+		copts = append(copts, collective.WithTelemetry(telemetry))
+	}
+	comm, err := collective.NewFromEnv(ctx, copts...)
+	if err != nil {
+		fmt.Fprintf(stderr, "vccl-bench: %v\n", err)
+		return 1
+	}
+	defer comm.Close()
+	opts := Options{Telemetry: telemetry}
+	if comm.Rank() == 0 {
+		if !cfg.JSON {
+			opts.Table = stdout
+		}
+		if cfg.Progress == "on" || cfg.Progress == "auto" && isTerminal(stderr) {
+			opts.Progress = NewProgress(stderr, "vccl-bench "+cfg.Coll.String())
+		}
+	}
+	rep, err := Run(ctx, comm, cfg, opts)
+	if err != nil {
+		fmt.Fprintf(stderr, "vccl-bench: rank %d: %v\n", comm.Rank(), err)
+		return 1
+	}
+	if comm.Rank() == 0 && cfg.JSON {
+		if err := WriteJSON(stdout, rep); err != nil {
+			fmt.Fprintf(stderr, "vccl-bench: %v\n", err)
+			return 1
+		}
+	}
+	if rep.Wrong > 0 {
+		if comm.Rank() == 0 {
+			fmt.Fprintf(stderr, "vccl-bench: %d wrong elements\n", rep.Wrong)
+		}
+		return 1
+	}
+	return 0
+}

@@ -1,0 +1,276 @@
+package bench
+
+import (
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"os"
+	"runtime"
+	"time"
+
+	"github.com/vccl-go/vccl/collective"
+)
+
+// Measure is one timed variant (out of place or in place) of one size.
+type Measure struct {
+	TimeUs float64 `json:"time_us"`
+	AlgBW  float64 `json:"algbw_gbps"`
+	BusBW  float64 `json:"busbw_gbps"`
+	Wrong  int64   `json:"wrong"` // -1: not checked (-c 0)
+}
+
+// Result is one row of the table.
+type Result struct {
+	Size       int64    `json:"size"`
+	Count      int      `json:"count"`
+	Type       string   `json:"type"`
+	RedOp      string   `json:"redop"`
+	Root       int      `json:"root"`
+	OutOfPlace Measure  `json:"out_of_place"`
+	InPlace    *Measure `json:"in_place"` // nil where the collective has no in-place form`
+}
+
+// RankInfo describes one rank of the job.
+type RankInfo struct {
+	Rank      int    `json:"rank"`
+	Pid       int    `json:"pid"`
+	Host      string `json:"host"`
+	Transport string `json:"transport"` // to the next rank
+}
+
+// Report is the whole run: what the JSON output holds.
+type Report struct {
+	Collective string     `json:"collective"`
+	Ranks      int        `json:"ranks"`
+	Type       string     `json:"type"`
+	RedOp      string     `json:"redop"`
+	Root       int        `json:"root"`
+	MinBytes   int64      `json:"min_bytes"`
+	MaxBytes   int64      `json:"max_bytes"`
+	Factor     float64    `json:"factor"`
+	Iters      int        `json:"iters"`
+	Warmup     int        `json:"warmup"`
+	Check      bool       `json:"check"`
+	Telemetry  bool       `json:"telemetry"`
+	Date       string     `json:"date"`
+	Host       string     `json:"host"`
+	CPUs       int        `json:"cpus"`
+	GoVersion  string     `json:"go_version"`
+	RankInfo   []RankInfo `json:"rank_info"`
+	Results    []Result   `json:"results"`
+	AvgBusBW   float64    `json:"avg_busbw_gbps"`
+	Wrong      int64      `json:"wrong"` // over every checked result; -1 without -c 1
+}
+
+// Options are the parts of a run that are not the command line.
+type Options struct {
+	// Table receives the nccl-tests table as the sweep goes (rank 0, not
+	// --json); nil prints nothing.
+	Table io.Writer
+	// Progress, when not nil, shows the sweep's progress (rank 0).
+	Progress *Progress
+	// Corrupt, when set, may alter a rank's output after a checked call and
+	// before the check: tests use it to see the check catch a bad result.
+	Corrupt func(rank int, inPlace bool, out []byte)
+	// Telemetry is what the report says about telemetry.
+	Telemetry bool
+}
+
+// Run measures cfg.Coll on comm over the sweep. Every rank calls it with the
+// same cfg; every rank gets the same report (times averaged over ranks,
+// wrong elements summed).
+func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (*Report, error) {
+	n, rank := comm.Size(), comm.Rank()
+	if cfg.Coll.Rooted() && cfg.Root >= n {
+		return nil, fmt.Errorf("-r %d: root out of range for %d ranks", cfg.Root, n)
+	}
+	if err := cfg.validate(); err != nil {
+		return nil, err
+	}
+	host, _ := os.Hostname()
+	rep := &Report{Collective: cfg.Coll.String(), Ranks: n, Type: cfg.Type.String(), RedOp: redopName(cfg), Root: rootOf(cfg),
+		MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, Factor: cfg.Factor, Iters: cfg.Iters, Warmup: cfg.Warmup,
+		Check: cfg.Check, Telemetry: opts.Telemetry, Date: time.Now().Format(time.RFC3339), Host: host,
+		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Wrong: -1, Results: []Result{}}
+	if cfg.Check {
+		rep.Wrong = 0
+	}
+	var err error
+	if rep.RankInfo, err = gatherInfo(ctx, comm); err != nil {
+		return nil, fmt.Errorf("exchanging rank information: %w", err)
+	}
+	sizes := Sizes(cfg.MinBytes, cfg.MaxBytes, cfg.Factor)
+	s := newSetup(cfg, rank, n, sizes[len(sizes)-1])
+	if opts.Table != nil {
+		writeHeader(opts.Table, rep)
+	}
+	if opts.Progress != nil {
+		var total float64
+		for _, size := range sizes {
+			total += work(cfg, size)
+		}
+		opts.Progress.Start(total)
+		defer opts.Progress.Finish()
+	}
+	var bwSum float64
+	var bwCount int
+	variants := []bool{false, true}
+	if !cfg.Coll.HasInPlace() {
+		variants = variants[:1]
+	}
+	for _, size := range sizes {
+		l := cfg.Coll.Layout(size, s.es, n)
+		res := Result{Size: l.Bytes, Count: l.Count, Type: rep.Type, RedOp: rep.RedOp, Root: rep.Root}
+		for _, inPlace := range variants {
+			m, err := s.measure(ctx, comm, l, inPlace, opts)
+			if err != nil {
+				where := "out of place"
+				if inPlace {
+					where = "in place"
+				}
+				return nil, fmt.Errorf("%v of %d bytes %s: %w", cfg.Coll, l.Bytes, where, err)
+			}
+			if inPlace {
+				res.InPlace = &m
+			} else {
+				res.OutOfPlace = m
+			}
+			bwSum += m.BusBW
+			bwCount++
+			if cfg.Check {
+				rep.Wrong += m.Wrong
+			}
+			if opts.Progress != nil {
+				opts.Progress.Add(work(cfg, size) / float64(len(variants)))
+			}
+		}
+		rep.Results = append(rep.Results, res)
+		if opts.Table != nil {
+			if opts.Progress != nil {
+				opts.Progress.Clear()
+			}
+			writeRow(opts.Table, res)
+			if opts.Progress != nil {
+				opts.Progress.Draw()
+			}
+		}
+	}
+	rep.AvgBusBW = bwSum / float64(bwCount)
+	if opts.Progress != nil {
+		opts.Progress.Finish()
+	}
+	if opts.Table != nil {
+		writeFooter(opts.Table, rep)
+	}
+	return rep, nil
+}
+
+// work is a size's weight for the progress bar: the bytes it moves.
+func work(cfg Config, size int64) float64 {
+	it := cfg.Iters + cfg.Warmup
+	if cfg.Check {
+		it++
+	}
+	if !cfg.Coll.HasInPlace() {
+		return float64(max(size, 1024)) * float64(it)
+	}
+	return float64(max(size, 1024)) * float64(2*it)
+}
+
+func redopName(cfg Config) string {
+	if cfg.Coll.Reduces() {
+		return cfg.Op.String()
+	}
+	return "none"
+}
+
+func rootOf(cfg Config) int {
+	if cfg.Coll.Rooted() {
+		return cfg.Root
+	}
+	return -1
+}
+
+// measure times one variant and, with -c 1, checks it.
+func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, inPlace bool, opts Options) (Measure, error) {
+	cl := s.buffers(l, inPlace)
+	m := Measure{Wrong: -1}
+	for range s.cfg.Warmup {
+		if err := s.start(ctx, comm, cl); err != nil {
+			return m, err
+		}
+	}
+	if err := comm.Barrier(ctx); err != nil {
+		return m, err
+	}
+	t0 := time.Now()
+	for range s.cfg.Iters {
+		if err := s.start(ctx, comm, cl); err != nil {
+			return m, err
+		}
+	}
+	elapsed := time.Since(t0)
+	// Mean over iterations on this rank, then over ranks (nccl-tests' -a 1).
+	t := []float64{float64(elapsed.Nanoseconds()) / 1e3 / float64(s.cfg.Iters)}
+	if err := collective.AllReduce(ctx, comm, t, t, collective.Sum); err != nil {
+		return m, err
+	}
+	m.TimeUs = t[0] / float64(s.n)
+	if m.TimeUs > 0 {
+		m.AlgBW = float64(l.Bytes) / (m.TimeUs * 1e3)
+		m.BusBW = m.AlgBW * s.cfg.Coll.BusFactor(s.n)
+	}
+	if !s.cfg.Check {
+		return m, nil
+	}
+	s.fill(l, cl)
+	if err := s.start(ctx, comm, cl); err != nil {
+		return m, err
+	}
+	if opts.Corrupt != nil && cl.out != nil {
+		opts.Corrupt(s.rank, inPlace, cl.out)
+	}
+	bad := []int64{0}
+	if cl.out != nil {
+		bad[0] = s.wrong(l, cl.out)
+	}
+	if err := collective.AllReduce(ctx, comm, bad, bad, collective.Sum); err != nil {
+		return m, err
+	}
+	m.Wrong = bad[0]
+	return m, nil
+}
+
+// gatherInfo collects every rank's pid, host and transport.
+func gatherInfo(ctx context.Context, comm *collective.Comm) ([]RankInfo, error) {
+	const slot = 512
+	n, rank := comm.Size(), comm.Rank()
+	host, _ := os.Hostname()
+	tr := "self"
+	if n > 1 {
+		tr = comm.Transport((rank + 1) % n)
+	}
+	b, _ := json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Host: host, Transport: tr})
+	if len(b) > slot {
+		b, _ = json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Transport: tr})
+	}
+	mine := make([]byte, slot)
+	copy(mine, b)
+	all := make([]byte, slot*n)
+	if err := collective.AllGather(ctx, comm, mine, all); err != nil {
+		return nil, err
+	}
+	out := make([]RankInfo, n)
+	for r := range n {
+		rec := all[r*slot : (r+1)*slot]
+		end := 0
+		for end < slot && rec[end] != 0 {
+			end++
+		}
+		if err := json.Unmarshal(rec[:end], &out[r]); err != nil {
+			return nil, fmt.Errorf("rank %d's record: %w", r, err)
+		}
+	}
+	return out, nil
+}
