@@ -182,28 +182,10 @@ func (c *Comm) Err() error { return c.failed() }
 func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint64, check bool) (*task, error) {
 	cl := rq.call
 	cl.chunk = c.chunkFor(&cl)
-	s := &schedule{algo: algo}
-	first := 0
-	var gate int32 = -1
 	check = check && c.opts.check && c.size > 1
-	if check {
-		gate = addSignatureExchange(s, c.rank, c.size)
-		first = len(s.prims)
-	}
-	body, err := build(&cl, algo)
+	s, fresh, err := c.schedule(&cl, algo, check)
 	if err != nil {
 		return nil, err
-	}
-	// Append the algorithm's primitives after the signature exchange.
-	for _, p := range body.prims {
-		for k := range p.deps {
-			p.deps[k] += int32(first)
-		}
-		s.prims = append(s.prims, p)
-	}
-	s.scratch = body.scratch
-	if check {
-		gateOn(s, first, gate)
 	}
 	t := &task{call: cl, dt: rq.dt, sched: s, ctx: ctx, seq: seq, done: make(chan struct{}),
 		tag: transport.Tag{CollSeq: seq, Op: uint8(cl.op), Algo: uint8(algo), Dtype: uint8(rq.dt)}}
@@ -216,10 +198,67 @@ func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint
 		sig := cl.signature(rq.dt, algo, seq)
 		copy(t.bufs[bufSig][c.rank*sigSize:], sig[:])
 	}
-	if err := s.validate(t.bufs); err != nil {
-		return nil, fmt.Errorf("%w (internal error: please report)", err)
+	if fresh { // a cached schedule was validated against this shape already
+		if err := s.validate(t.bufs); err != nil {
+			return nil, fmt.Errorf("%w (internal error: please report)", err)
+		}
 	}
 	return t, nil
+}
+
+// schedKey is the shape of a call: calls of one shape share one schedule.
+type schedKey struct {
+	op                        Op
+	algo                      Algorithm
+	redop                     ReduceOp
+	count, esize, chunk, root int
+	inPlace, check            bool
+}
+
+// maxCachedSchedules bounds the schedule cache; a training loop calls few
+// shapes over and over.
+const maxCachedSchedules = 256
+
+// schedule returns the compiled schedule of cl, from the cache when a call
+// of the same shape was made before. The caller holds c.mu.
+func (c *Comm) schedule(cl *call, algo Algorithm, check bool) (s *schedule, fresh bool, err error) {
+	cacheable := cl.op != OpAllToAllv && cl.p2p == nil
+	key := schedKey{cl.op, algo, cl.redop, cl.count, cl.esize, cl.chunk, cl.root, cl.inPlace, check}
+	if cacheable {
+		if s, ok := c.schedCache[key]; ok {
+			return s, false, nil
+		}
+	}
+	s = &schedule{algo: algo}
+	first := 0
+	var gate int32 = -1
+	if check {
+		gate = addSignatureExchange(s, c.rank, c.size)
+		first = len(s.prims)
+	}
+	body, err := build(cl, algo)
+	if err != nil {
+		return nil, false, err
+	}
+	// Append the algorithm's primitives after the signature exchange.
+	for _, p := range body.prims {
+		for k := range p.deps {
+			p.deps[k] += int32(first)
+		}
+		s.prims = append(s.prims, p)
+	}
+	s.scratch = body.scratch
+	if check {
+		gateOn(s, first, gate)
+	}
+	s.compile(c.size)
+	if cacheable {
+		if c.schedCache == nil || len(c.schedCache) >= maxCachedSchedules {
+			c.schedCache = map[schedKey]*schedule{}
+		}
+		c.schedCache[key] = s
+	}
+	return s, true, nil
 }
 
 // splitChannels divides a request among channels. Operations over one

@@ -42,12 +42,13 @@ type Comm struct {
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 
-	mu      sync.Mutex
-	seq     uint64
-	p2pSeq  uint64
-	splits  int
-	closed  bool
-	pending sync.WaitGroup
+	mu         sync.Mutex
+	schedCache map[schedKey]*schedule
+	seq        uint64
+	p2pSeq     uint64
+	splits     int
+	closed     bool
+	pending    sync.WaitGroup
 }
 
 // peerInfo is what ranks exchange at bootstrap to find and reach each other.

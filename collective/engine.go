@@ -46,7 +46,8 @@ type engine struct {
 	mu     sync.Mutex
 	failed error // set once a transfer failed: the channel's QPs are no longer in step
 
-	nActive atomic.Int32 // len(active), readable without the token
+	nActive  atomic.Int32 // len(active), readable without the token
+	stopping atomic.Bool  // stop is closed
 
 	// Token holder only.
 	active  []*task
@@ -200,6 +201,7 @@ func (e *engine) shutdown(err error) {
 	}
 	e.closed = true
 	e.qmu.Unlock()
+	e.stopping.Store(true)
 	close(e.stop)
 	<-e.bgDone
 	e.token <- struct{}{} // the driver, if any, leaves at its next check
@@ -245,12 +247,8 @@ func (e *engine) drive(ctx context.Context, until *task) {
 		if until != nil && isDone(until) || until == nil && len(e.active) == 0 {
 			return
 		}
-		select {
-		case <-e.stop:
+		if e.stopping.Load() || iter&63 == 63 && ctx.Err() != nil {
 			return
-		case <-ctx.Done():
-			return
-		default:
 		}
 		if iter&1023 == 1023 {
 			e.checkDeadlines()
@@ -380,7 +378,7 @@ func (e *engine) step() bool {
 		for len(t.ready) > 0 && t.err == nil {
 			i := t.ready[len(t.ready)-1]
 			t.ready = t.ready[:len(t.ready)-1]
-			if q := t.m.qid[i]; q >= 0 && e.earlierPending(ti, q) {
+			if q := t.m.s.qid[i]; q >= 0 && e.earlierPending(ti, q) {
 				t.deferred = append(t.deferred, i)
 				continue
 			}

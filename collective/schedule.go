@@ -59,6 +59,12 @@ type schedule struct {
 	prims   []prim
 	scratch int // bytes of scratch the schedule uses
 	algo    Algorithm
+
+	// The compiled graph (compile).
+	depCount   []int32
+	dependents [][]int32
+	queue      [][]int32 // per (peer, direction): sends or receives in program order
+	qid        []int32   // each primitive's queue, -1 for local primitives
 }
 
 func (s *schedule) add(p prim) int32 {
@@ -144,20 +150,43 @@ func (s *schedule) validate(bufs [][]byte) error {
 	return nil
 }
 
+// compile computes the schedule's static graph: dependency counts, reverse
+// edges and per-peer queues. Schedules are cached and shared by calls with
+// the same shape, so this runs once per shape.
+func (s *schedule) compile(ranks int) {
+	if s.dependents != nil {
+		return
+	}
+	n := len(s.prims)
+	s.depCount = make([]int32, n)
+	s.dependents = make([][]int32, n)
+	s.qid = make([]int32, n)
+	s.queue = make([][]int32, 2*ranks)
+	for i, p := range s.prims {
+		s.depCount[i] = int32(len(p.deps))
+		for _, d := range p.deps {
+			s.dependents[d] = append(s.dependents[d], int32(i))
+		}
+		s.qid[i] = -1
+		if p.kind == primSend || p.kind == primRecv {
+			q := queueOf(p.kind, p.peer)
+			s.qid[i] = q
+			s.queue[q] = append(s.queue[q], int32(i))
+		}
+	}
+}
+
 // machine runs a schedule: it tells which primitives may start and takes
 // their completions. It does no I/O. Sends and receives to one peer start in
 // program order, because a queue pair matches the k-th send with the k-th
 // receive; local primitives start as soon as their dependencies are done.
 type machine struct {
-	s          *schedule
-	unmet      []int32   // dependencies not yet complete, per primitive
-	dependents [][]int32 // reverse edges
-	started    []bool
-	completed  []bool
-	queue      [][]int32 // per (peer, direction): sends or receives in program order
-	head       []int     // next unstarted position in each queue
-	qid        []int32   // each primitive's queue, -1 for local primitives
-	left       int       // primitives not yet complete
+	s         *schedule
+	unmet     []int32 // dependencies not yet complete, per primitive
+	started   []bool
+	completed []bool
+	head      []int // next unstarted position in each of s.queue
+	left      int   // primitives not yet complete
 }
 
 // queueOf returns the queue id of a send or receive to peer.
@@ -169,21 +198,11 @@ func queueOf(kind primKind, peer int) int32 {
 }
 
 func newMachine(s *schedule, ranks int) *machine {
-	m := &machine{s: s, unmet: make([]int32, len(s.prims)), dependents: make([][]int32, len(s.prims)),
-		started: make([]bool, len(s.prims)), completed: make([]bool, len(s.prims)), queue: make([][]int32, 2*ranks), head: make([]int, 2*ranks),
-		qid: make([]int32, len(s.prims)), left: len(s.prims)}
-	for i, p := range s.prims {
-		m.unmet[i] = int32(len(p.deps))
-		for _, d := range p.deps {
-			m.dependents[d] = append(m.dependents[d], int32(i))
-		}
-		m.qid[i] = -1
-		if p.kind == primSend || p.kind == primRecv {
-			q := queueOf(p.kind, p.peer)
-			m.qid[i] = q
-			m.queue[q] = append(m.queue[q], int32(i))
-		}
-	}
+	s.compile(ranks)
+	n := len(s.prims)
+	flags := make([]bool, 2*n)
+	m := &machine{s: s, unmet: append([]int32(nil), s.depCount...), started: flags[:n:n], completed: flags[n:],
+		head: make([]int, len(s.queue)), left: n}
 	return m
 }
 
@@ -192,8 +211,8 @@ func (m *machine) ready(i int32) bool {
 	if m.unmet[i] != 0 || m.started[i] {
 		return false
 	}
-	q := m.qid[i]
-	return q < 0 || m.queue[q][m.head[q]] == i
+	q := m.s.qid[i]
+	return q < 0 || m.s.queue[q][m.head[q]] == i
 }
 
 // initial appends the primitives that may start at once to out.
@@ -210,10 +229,10 @@ func (m *machine) initial(out []int32) []int32 {
 // queue to out if that may start now.
 func (m *machine) start(i int32, out []int32) []int32 {
 	m.started[i] = true
-	if q := m.qid[i]; q >= 0 {
+	if q := m.s.qid[i]; q >= 0 {
 		m.head[q]++
-		if m.head[q] < len(m.queue[q]) {
-			if nx := m.queue[q][m.head[q]]; m.ready(nx) {
+		if m.head[q] < len(m.s.queue[q]) {
+			if nx := m.s.queue[q][m.head[q]]; m.ready(nx) {
 				out = append(out, nx)
 			}
 		}
@@ -226,7 +245,7 @@ func (m *machine) start(i int32, out []int32) []int32 {
 func (m *machine) complete(i int32, out []int32) []int32 {
 	m.left--
 	m.completed[i] = true
-	for _, d := range m.dependents[i] {
+	for _, d := range m.s.dependents[i] {
 		m.unmet[d]--
 		if m.ready(d) {
 			out = append(out, d)
@@ -236,7 +255,7 @@ func (m *machine) complete(i int32, out []int32) []int32 {
 }
 
 // pendingOn reports whether queue q still has primitives not started.
-func (m *machine) pendingOn(q int32) bool { return m.head[q] < len(m.queue[q]) }
+func (m *machine) pendingOn(q int32) bool { return m.head[q] < len(m.s.queue[q]) }
 
 // done reports whether every primitive completed.
 func (m *machine) done() bool { return m.left == 0 }
