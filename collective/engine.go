@@ -50,11 +50,12 @@ type engine struct {
 	stopping atomic.Bool  // stop is closed
 
 	// Token holder only.
-	active  []*task
-	nextID  uint32
-	wcs     []transport.WC
-	timer   *time.Timer
-	scratch [][]byte // free scratch buffers
+	lastProgress int64 // monotonic ns of the last progress
+	active       []*task
+	nextID       uint32
+	wcs          []transport.WC
+	timer        *time.Timer
+	scratch      [][]byte // free scratch buffers
 }
 
 // task is one collective call's work on one channel.
@@ -259,6 +260,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 		}
 		if progress {
 			idle = 0
+			e.lastProgress = flowtel.Monotonic()
 			continue
 		}
 		idle++
@@ -316,6 +318,7 @@ func (e *engine) admit(t *task) {
 	}
 	e.active = append(e.active, t)
 	e.nActive.Add(1)
+	e.lastProgress = flowtel.Monotonic()
 }
 
 // takeScratch returns a scratch buffer of n bytes, reusing a free one.
@@ -543,19 +546,26 @@ func (e *engine) end(t *task, st flowtel.Status) {
 	close(t.done)
 }
 
-// checkDeadlines fails tasks whose context ended, naming what they wait
-// for, and fails everything once a peer's connection is gone, even one this
-// rank was not waiting on: the ranks that were will stop, and this one would
-// otherwise wait on them until its deadline.
+// deadPeerGrace is how long a channel may make no progress, with a peer's
+// connection gone, before the missing peer is blamed although no running
+// task waits on it directly. A rank that finished and closed is gone too, so
+// its absence alone is no error; but a rank stuck on ranks that failed
+// because of it would otherwise wait until its deadline without naming it.
+const deadPeerGrace = time.Second
+
+// checkDeadlines fails tasks whose context ended, naming what they wait for,
+// and fails the channel when a peer's connection is gone and a running task
+// still needs that peer, or when nothing has moved for deadPeerGrace since.
 func (e *engine) checkDeadlines() bool {
 	any := false
 	if len(e.active) > 0 {
+		stale := flowtel.Monotonic()-e.lastProgress > int64(deadPeerGrace)
 		for peer, qp := range e.qps {
 			h, ok := qp.(interface{ Err() error })
 			if !ok || qp == nil {
 				continue
 			}
-			if err := h.Err(); err != nil {
+			if err := h.Err(); err != nil && (stale || e.needs(peer)) {
 				e.fail(e.active[0], e.peerError(peer, err), true)
 				e.finish()
 				return true
@@ -572,6 +582,20 @@ func (e *engine) checkDeadlines() bool {
 		e.finish()
 	}
 	return any
+}
+
+// needs reports whether a running task has a transfer with peer still to do.
+func (e *engine) needs(peer int) bool {
+	for _, t := range e.active {
+		for _, q := range [2]int32{queueOf(primSend, peer), queueOf(primRecv, peer)} {
+			for _, i := range t.sched.queue[q] {
+				if !t.m.completed[i] {
+					return true
+				}
+			}
+		}
+	}
+	return false
 }
 
 // waitingFor describes the transfers a stuck task waits on.

@@ -323,3 +323,30 @@ func TestNewValidatesOptions(t *testing.T) {
 		}
 	}
 }
+
+// A rank that finishes its last call and closes is gone, not dead: ranks
+// still finishing the same call must not fail because of it.
+func TestEarlyFinisherIsNotDeath(t *testing.T) {
+	for _, tr := range []string{"tcp", "shm"} {
+		t.Run(tr, func(t *testing.T) {
+			for round := range 10 {
+				comms := newLocal(t, 5, WithTransport(tr))
+				ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+				err := runOnAll(comms, func(c *Comm) error {
+					buf := make([]float32, 64<<10)
+					if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+						return err
+					}
+					if err := c.Barrier(ctx); err != nil {
+						return err
+					}
+					return c.Close()
+				})
+				cancel()
+				if err != nil {
+					t.Fatalf("round %d: %v", round, err)
+				}
+			}
+		})
+	}
+}
