@@ -1,0 +1,279 @@
+package arrow
+
+import (
+	"unsafe"
+
+	arrowgo "github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/array"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// colBatch is a batch of records laid out by column, ready to become an
+// Arrow record batch without copying.
+type colBatch struct {
+	n int // rows in use
+
+	ts                                    []int64
+	kind, status, op, algo, dtype, pathID []uint8
+	channel                               []uint16
+	rank, peer                            []int32
+	qp, comm                              []uint32
+	collSeq, wrID, bytes                  []uint64
+	depth, step                           []uint32
+}
+
+func newColBatch(rows int) *colBatch {
+	return &colBatch{
+		ts:      make([]int64, rows),
+		kind:    make([]uint8, rows),
+		status:  make([]uint8, rows),
+		op:      make([]uint8, rows),
+		algo:    make([]uint8, rows),
+		dtype:   make([]uint8, rows),
+		pathID:  make([]uint8, rows),
+		channel: make([]uint16, rows),
+		rank:    make([]int32, rows),
+		peer:    make([]int32, rows),
+		qp:      make([]uint32, rows),
+		comm:    make([]uint32, rows),
+		collSeq: make([]uint64, rows),
+		wrID:    make([]uint64, rows),
+		bytes:   make([]uint64, rows),
+		depth:   make([]uint32, rows),
+		step:    make([]uint32, rows),
+	}
+}
+
+// append copies as many of recs as fit and returns how many it took.
+func (b *colBatch) append(recs []flowtel.Record) int {
+	lo := b.n
+	k := min(len(recs), len(b.ts)-lo)
+	hi := lo + k
+	recs = recs[:k]
+	// Slicing every column to exactly k first lets the compiler drop the
+	// bounds checks in the loop.
+	ts, kind, status, op, algo, dtype, pathID := b.ts[lo:hi], b.kind[lo:hi], b.status[lo:hi], b.op[lo:hi], b.algo[lo:hi], b.dtype[lo:hi], b.pathID[lo:hi]
+	channel, rank, peer, qp, comm := b.channel[lo:hi], b.rank[lo:hi], b.peer[lo:hi], b.qp[lo:hi], b.comm[lo:hi]
+	collSeq, wrID, bytes, depth, step := b.collSeq[lo:hi], b.wrID[lo:hi], b.bytes[lo:hi], b.depth[lo:hi], b.step[lo:hi]
+	_, _, _, _, _, _, _ = ts[k-1], kind[k-1], status[k-1], op[k-1], algo[k-1], dtype[k-1], pathID[k-1]
+	_, _, _, _, _ = channel[k-1], rank[k-1], peer[k-1], qp[k-1], comm[k-1]
+	_, _, _, _, _ = collSeq[k-1], wrID[k-1], bytes[k-1], depth[k-1], step[k-1]
+	for i := range recs {
+		r := &recs[i]
+		ts[i] = r.TsNs
+		kind[i] = uint8(r.Kind)
+		status[i] = uint8(r.Status)
+		op[i] = r.Op
+		algo[i] = r.Algo
+		dtype[i] = r.Dtype
+		pathID[i] = r.Path
+		channel[i] = r.Channel
+		rank[i] = r.Rank
+		peer[i] = r.Peer
+		qp[i] = r.QP
+		comm[i] = r.Comm
+		collSeq[i] = r.CollSeq
+		wrID[i] = r.WrID
+		bytes[i] = r.Bytes
+		depth[i] = r.Depth
+		step[i] = r.Step
+	}
+	b.n = hi
+	return k
+}
+
+// full reports whether the batch has no room left.
+func (b *colBatch) full() bool { return b.n == len(b.ts) }
+
+// asBytes views the first n elements of s as bytes.
+func asBytes[T any](s []T, n int) []byte {
+	if n == 0 {
+		return nil
+	}
+	var z T
+	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), n*int(unsafe.Sizeof(z)))
+}
+
+// record wraps the batch's columns, without copying, in an Arrow record batch
+// of schema. The batch must not change until the record is released.
+func (b *colBatch) record(schema *arrowgo.Schema) arrowgo.RecordBatch {
+	n := b.n
+	raw := [nCols][]byte{
+		colTs:      asBytes(b.ts, n),
+		colKind:    asBytes(b.kind, n),
+		colStatus:  asBytes(b.status, n),
+		colOp:      asBytes(b.op, n),
+		colAlgo:    asBytes(b.algo, n),
+		colDtype:   asBytes(b.dtype, n),
+		colPath:    asBytes(b.pathID, n),
+		colChannel: asBytes(b.channel, n),
+		colRank:    asBytes(b.rank, n),
+		colPeer:    asBytes(b.peer, n),
+		colQP:      asBytes(b.qp, n),
+		colComm:    asBytes(b.comm, n),
+		colCollSeq: asBytes(b.collSeq, n),
+		colWrID:    asBytes(b.wrID, n),
+		colBytes:   asBytes(b.bytes, n),
+		colDepth:   asBytes(b.depth, n),
+		colStep:    asBytes(b.step, n),
+	}
+	cols := make([]arrowgo.Array, nCols)
+	for i := range cols {
+		data := array.NewData(columnTypes[i], n, []*memory.Buffer{nil, memory.NewBufferBytes(raw[i])}, nil, 0, 0)
+		cols[i] = array.MakeFromData(data)
+		data.Release()
+	}
+	rec := array.NewRecordBatch(schema, cols, int64(n))
+	for _, c := range cols {
+		c.Release()
+	}
+	return rec
+}
+
+// toRecords converts an Arrow record batch of a trace, whose columns are at
+// idx, into dst (grown as needed) and returns it. Null values read as zero.
+func toRecords(dst []flowtel.Record, rb arrowgo.RecordBatch, idx *[nCols]int) ([]flowtel.Record, error) {
+	n := int(rb.NumRows())
+	if n < 0 {
+		return dst[:0], errBadBatch("negative row count")
+	}
+	cols := make([]arrowgo.Array, nCols)
+	for c := range nCols {
+		cols[c] = rb.Column(idx[c])
+		if cols[c].Len() != n {
+			return dst[:0], errBadBatch("column %q has %d rows, the batch %d", ColumnNames[c], cols[c].Len(), n)
+		}
+	}
+	if cap(dst) < n {
+		dst = make([]flowtel.Record, n)
+	}
+	dst = dst[:n]
+	if n == 0 {
+		return dst, nil
+	}
+	var err error
+	ts := values[int64](cols[colTs], &err)
+	kind := values[uint8](cols[colKind], &err)
+	status := values[uint8](cols[colStatus], &err)
+	op := values[uint8](cols[colOp], &err)
+	algo := values[uint8](cols[colAlgo], &err)
+	dtype := values[uint8](cols[colDtype], &err)
+	pathID := values[uint8](cols[colPath], &err)
+	channel := values[uint16](cols[colChannel], &err)
+	rank := values[int32](cols[colRank], &err)
+	peer := values[int32](cols[colPeer], &err)
+	qp := values[uint32](cols[colQP], &err)
+	comm := values[uint32](cols[colComm], &err)
+	collSeq := values[uint64](cols[colCollSeq], &err)
+	wrID := values[uint64](cols[colWrID], &err)
+	bytes := values[uint64](cols[colBytes], &err)
+	depth := values[uint32](cols[colDepth], &err)
+	step := values[uint32](cols[colStep], &err)
+	if err != nil {
+		return dst[:0], err
+	}
+	_, _, _, _, _, _, _ = ts[n-1], kind[n-1], status[n-1], op[n-1], algo[n-1], dtype[n-1], pathID[n-1]
+	_, _, _, _, _ = channel[n-1], rank[n-1], peer[n-1], qp[n-1], comm[n-1]
+	_, _, _, _, _ = collSeq[n-1], wrID[n-1], bytes[n-1], depth[n-1], step[n-1]
+	for i := range dst {
+		dst[i] = flowtel.Record{
+			TsNs: ts[i], CollSeq: collSeq[i], WrID: wrID[i], Bytes: bytes[i],
+			Rank: rank[i], Peer: peer[i], QP: qp[i], Comm: comm[i], Depth: depth[i], Step: step[i],
+			Channel: channel[i],
+			Kind:    flowtel.Kind(kind[i]), Status: flowtel.Status(status[i]),
+			Op: op[i], Algo: algo[i], Dtype: dtype[i], Path: pathID[i],
+		}
+	}
+	for c, col := range cols {
+		if col.NullN() > 0 {
+			if err := zeroNulls(dst, col, c); err != nil {
+				return dst[:0], err
+			}
+		}
+	}
+	return dst, nil
+}
+
+type fixed interface {
+	~int8 | ~uint8 | ~int16 | ~uint16 | ~int32 | ~uint32 | ~int64 | ~uint64
+}
+
+// values returns the values of col, a primitive array of T, after checking
+// that its value buffer holds every row; on failure it sets *err (if not yet
+// set) and returns nil. A misaligned buffer is copied.
+func values[T fixed](col arrowgo.Array, err *error) []T {
+	data := col.Data()
+	bufs := data.Buffers()
+	var z T
+	width := int(unsafe.Sizeof(z))
+	n, off := data.Len(), data.Offset()
+	if len(bufs) < 2 || bufs[1] == nil || off < 0 || bufs[1].Len() < (off+n)*width {
+		if *err == nil {
+			*err = errBadBatch("the value buffer of a %s column is too short for %d rows", col.DataType(), n)
+		}
+		return nil
+	}
+	raw := bufs[1].Bytes()[off*width : (off+n)*width]
+	p := unsafe.Pointer(unsafe.SliceData(raw))
+	if uintptr(p)%unsafe.Alignof(z) != 0 {
+		out := make([]T, n)
+		copy(asBytes(out, n), raw)
+		return out
+	}
+	return unsafe.Slice((*T)(p), n)
+}
+
+// zeroNulls zeroes field c of the records whose value is null in col.
+func zeroNulls(dst []flowtel.Record, col arrowgo.Array, c int) error {
+	data := col.Data()
+	bufs := data.Buffers()
+	n, off := data.Len(), data.Offset()
+	if len(bufs) < 1 || bufs[0] == nil || bufs[0].Len()*8 < off+n {
+		return errBadBatch("the validity bitmap of column %q is too short for %d rows", ColumnNames[c], n)
+	}
+	for i := range dst {
+		if col.IsValid(i) {
+			continue
+		}
+		r := &dst[i]
+		switch c {
+		case colTs:
+			r.TsNs = 0
+		case colKind:
+			r.Kind = 0
+		case colStatus:
+			r.Status = 0
+		case colOp:
+			r.Op = 0
+		case colAlgo:
+			r.Algo = 0
+		case colDtype:
+			r.Dtype = 0
+		case colPath:
+			r.Path = 0
+		case colChannel:
+			r.Channel = 0
+		case colRank:
+			r.Rank = 0
+		case colPeer:
+			r.Peer = 0
+		case colQP:
+			r.QP = 0
+		case colComm:
+			r.Comm = 0
+		case colCollSeq:
+			r.CollSeq = 0
+		case colWrID:
+			r.WrID = 0
+		case colBytes:
+			r.Bytes = 0
+		case colDepth:
+			r.Depth = 0
+		case colStep:
+			r.Step = 0
+		}
+	}
+	return nil
+}

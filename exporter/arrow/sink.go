@@ -1,0 +1,650 @@
+package arrow
+
+import (
+	"bufio"
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	arrowgo "github.com/apache/arrow-go/v18/arrow"
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// Environment variables the sink reads; options given to New win.
+const (
+	EnvDir    = "VCCL_TELEMETRY_DIR"          // directory of the trace files
+	EnvFormat = "VCCL_TELEMETRY_ARROW_FORMAT" // "file" (.arrow, default) or "stream" (.arrows)
+	EnvRotate = "VCCL_TELEMETRY_ARROW_ROTATE" // rotate after this many bytes (512K, 64M, 1G; 0: never)
+)
+
+// Defaults.
+const (
+	DefaultBatchRows     = 1 << 16
+	DefaultFlushInterval = time.Second
+	DefaultMaxFileBytes  = 256 << 20
+	DefaultQueuedBatches = 4
+	// MaxBatchRows bounds WithBatchRows: a batch of that many rows is 64 MiB.
+	MaxBatchRows = 1 << 20
+)
+
+// Format is the Arrow IPC layout of the files.
+type Format uint8
+
+const (
+	// FormatFile is the Arrow IPC file format (.arrow): random access
+	// through the footer written when the file is closed.
+	FormatFile Format = iota
+	// FormatStream is the Arrow IPC stream format (.arrows): read front to
+	// back, readable up to its last complete message at any time.
+	FormatStream
+)
+
+// Ext returns the file name extension of the format, with its dot.
+func (f Format) Ext() string {
+	if f == FormatStream {
+		return ".arrows"
+	}
+	return ".arrow"
+}
+
+func (f Format) String() string {
+	if f == FormatStream {
+		return "stream"
+	}
+	return "file"
+}
+
+// ParseFormat parses "file" (or "arrow") and "stream" (or "arrows").
+func ParseFormat(s string) (Format, error) {
+	switch strings.ToLower(strings.TrimSpace(s)) {
+	case "", "file", "arrow", ".arrow":
+		return FormatFile, nil
+	case "stream", "arrows", ".arrows":
+		return FormatStream, nil
+	}
+	return FormatFile, fmt.Errorf("arrow: unknown format %q (want file or stream)", s)
+}
+
+// Compression is the body compression of the record batches.
+type Compression uint8
+
+// Compressions. Readers of the Arrow JS library do not decompress: keep the
+// default where a browser or Node.js reads the traces.
+const (
+	CompressionNone Compression = iota
+	CompressionLZ4
+	CompressionZstd
+)
+
+// Option configures a Sink.
+type Option func(*config)
+
+type config struct {
+	dir           string
+	format        Format
+	batchRows     int
+	flushInterval time.Duration
+	maxFileBytes  int64
+	queued        int
+	compression   Compression
+	prefix        string
+
+	errs []error // bad environment values
+
+	// Test hooks.
+	tick    <-chan time.Time // replaces the flush ticker
+	onWrite func()           // called after each batch is written (writer goroutine)
+}
+
+// WithDir sets the directory the files go to (default VCCL_TELEMETRY_DIR).
+// It is created if missing.
+func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
+
+// WithFormat sets the IPC layout (default VCCL_TELEMETRY_ARROW_FORMAT, else
+// FormatFile).
+func WithFormat(f Format) Option { return func(c *config) { c.format = f } }
+
+// WithBatchRows sets the rows of a record batch: a batch is written when it
+// is full (default DefaultBatchRows, at most MaxBatchRows).
+func WithBatchRows(n int) Option { return func(c *config) { c.batchRows = n } }
+
+// WithFlushInterval sets how long records may wait in a partly filled batch
+// before it is written anyway (default DefaultFlushInterval).
+func WithFlushInterval(d time.Duration) Option { return func(c *config) { c.flushInterval = d } }
+
+// WithMaxFileBytes sets the size after which the sink closes the file and
+// starts the next one (default VCCL_TELEMETRY_ARROW_ROTATE, else
+// DefaultMaxFileBytes; 0 or less: never rotate). A file ends at the first
+// batch boundary past the size.
+func WithMaxFileBytes(n int64) Option { return func(c *config) { c.maxFileBytes = n } }
+
+// WithQueuedBatches sets how many full batches may wait for the disk before
+// Consume waits (and so the collector, once its own queue is full, drops
+// batches for this sink, counted). Default DefaultQueuedBatches.
+func WithQueuedBatches(n int) Option { return func(c *config) { c.queued = n } }
+
+// WithCompression compresses record batch bodies (default none).
+func WithCompression(comp Compression) Option { return func(c *config) { c.compression = comp } }
+
+// WithFilePrefix sets the file name prefix; files are named
+// PREFIX-NNN.arrow. The default is vccl-UID8-rankR, UID8 being the first 8
+// characters of the communicator's unique id.
+func WithFilePrefix(p string) Option { return func(c *config) { c.prefix = p } }
+
+func configFromEnv(getenv func(string) string) config {
+	c := config{
+		dir:           getenv(EnvDir),
+		batchRows:     DefaultBatchRows,
+		flushInterval: DefaultFlushInterval,
+		maxFileBytes:  DefaultMaxFileBytes,
+		queued:        DefaultQueuedBatches,
+	}
+	if v := getenv(EnvFormat); v != "" {
+		f, err := ParseFormat(v)
+		if err != nil {
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", EnvFormat, err))
+		}
+		c.format = f
+	}
+	if v := getenv(EnvRotate); v != "" {
+		n, err := ParseSize(v)
+		if err != nil {
+			c.errs = append(c.errs, fmt.Errorf("%s: %w", EnvRotate, err))
+		} else {
+			c.maxFileBytes = n
+		}
+	}
+	return c
+}
+
+// ParseSize parses a byte count: a decimal number with an optional suffix K,
+// M, G or T (powers of 1024, case-insensitive, an optional trailing B or iB).
+func ParseSize(s string) (int64, error) {
+	t := strings.ToUpper(strings.TrimSpace(s))
+	t = strings.TrimSuffix(strings.TrimSuffix(t, "B"), "I")
+	shift := 0
+	if t != "" {
+		switch t[len(t)-1] {
+		case 'K':
+			shift = 10
+		case 'M':
+			shift = 20
+		case 'G':
+			shift = 30
+		case 'T':
+			shift = 40
+		}
+		if shift > 0 {
+			t = t[:len(t)-1]
+		}
+	}
+	n, err := strconv.ParseInt(strings.TrimSpace(t), 10, 64)
+	if err != nil || n < 0 || n > (1<<62)>>shift {
+		return 0, fmt.Errorf("bad size %q (want a byte count such as 512K, 64M, 1G)", s)
+	}
+	return n << shift, nil
+}
+
+var errClosed = errors.New("arrow: sink is shut down")
+
+// Sink is a flowtel.Sink that writes every record it consumes to Arrow IPC
+// files, one rank per file series (see the package documentation).
+//
+// Consume copies records into a column batch and returns; full batches are
+// written to disk by the sink's own goroutine. When that goroutine falls
+// more than WithQueuedBatches batches behind, Consume waits for it, which
+// makes the collector drop batches for this sink (counted by the collector,
+// and written into the trace in band as KindLost records): the data path is
+// never slowed.
+type Sink struct {
+	cfg  config
+	meta Meta
+
+	mu        sync.Mutex
+	cur       *colBatch // the batch Consume fills; nil: take one from free
+	allocated int       // batches made so far (Consume only)
+	shut      bool
+
+	free     chan *colBatch // written batches, for reuse
+	full     chan *colBatch // batches to write, in order; never blocks (capacity = every batch)
+	flushReq chan chan struct{}
+	stop     chan struct{}
+	done     chan struct{} // closed when the writer goroutine has finished
+	aborting atomic.Bool   // Shutdown's deadline passed: stop writing
+	stopOnce sync.Once
+	tickStop func()
+
+	// Writer goroutine only.
+	seg    *segment
+	segNum int
+
+	filesMu sync.Mutex
+	files   []string
+
+	errMu sync.Mutex
+	err   error // the first write error; later batches are dropped
+
+	records atomic.Uint64
+	batches atomic.Uint64
+	bytes   atomic.Uint64
+	dropped atomic.Uint64
+}
+
+var _ flowtel.Sink = (*Sink)(nil)
+
+// New returns a sink writing the records of the rank meta describes into the
+// directory given by WithDir or VCCL_TELEMETRY_DIR; it creates the directory
+// and the first file. Options win over the environment. Attach it to a
+// collector with AddSink; the collector's Shutdown closes the files.
+func New(meta Meta, opts ...Option) (*Sink, error) {
+	return newSink(meta, os.Getenv, opts...)
+}
+
+func newSink(meta Meta, getenv func(string) string, opts ...Option) (*Sink, error) {
+	cfg := configFromEnv(getenv)
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if len(cfg.errs) > 0 {
+		return nil, errors.Join(cfg.errs...)
+	}
+	if cfg.dir == "" {
+		return nil, fmt.Errorf("arrow: no trace directory (set %s or use WithDir)", EnvDir)
+	}
+	if cfg.batchRows <= 0 {
+		cfg.batchRows = DefaultBatchRows
+	}
+	cfg.batchRows = min(cfg.batchRows, MaxBatchRows)
+	if cfg.flushInterval <= 0 {
+		cfg.flushInterval = DefaultFlushInterval
+	}
+	if cfg.queued < 1 {
+		cfg.queued = 1
+	}
+	if cfg.format > FormatStream {
+		return nil, fmt.Errorf("arrow: unknown format %d", cfg.format)
+	}
+	if cfg.compression > CompressionZstd {
+		return nil, fmt.Errorf("arrow: unknown compression %d", cfg.compression)
+	}
+	if cfg.prefix == "" {
+		uid := meta.CommUID
+		if len(uid) > 8 {
+			uid = uid[:8]
+		}
+		if uid == "" {
+			uid = "local"
+		}
+		cfg.prefix = fmt.Sprintf("vccl-%s-rank%d", uid, meta.Rank)
+	}
+	if strings.ContainsRune(cfg.prefix, filepath.Separator) {
+		return nil, fmt.Errorf("arrow: file prefix %q holds a path separator", cfg.prefix)
+	}
+	if err := os.MkdirAll(cfg.dir, 0o755); err != nil {
+		return nil, fmt.Errorf("arrow: trace directory: %w", err)
+	}
+	meta.SchemaVersion = flowtel.SchemaVersion
+	meta.KindNames, meta.StatusNames = kindNames, statusNames
+	// One batch filling, the rest queued or being written.
+	nbatches := cfg.queued + 1
+	s := &Sink{
+		cfg:      cfg,
+		meta:     meta,
+		free:     make(chan *colBatch, nbatches),
+		full:     make(chan *colBatch, nbatches),
+		flushReq: make(chan chan struct{}),
+		stop:     make(chan struct{}),
+		done:     make(chan struct{}),
+	}
+	if err := s.openSegment(); err != nil {
+		return nil, err
+	}
+	tick := cfg.tick
+	if tick == nil {
+		t := time.NewTicker(cfg.flushInterval)
+		tick, s.tickStop = t.C, t.Stop
+	}
+	go s.run(tick)
+	return s, nil
+}
+
+// Dir returns the directory the files go to.
+func (s *Sink) Dir() string { return s.cfg.dir }
+
+// Format returns the IPC layout of the files.
+func (s *Sink) Format() Format { return s.cfg.format }
+
+// Files returns the paths of the files written so far, in order; the last
+// may still be open.
+func (s *Sink) Files() []string {
+	s.filesMu.Lock()
+	defer s.filesMu.Unlock()
+	return append([]string(nil), s.files...)
+}
+
+// SinkStats are a Sink's counters.
+type SinkStats struct {
+	Records uint64 // records written to files (handed to the OS)
+	Batches uint64 // record batches written
+	Bytes   uint64 // bytes written, all files together
+	Files   int    // files opened
+	Dropped uint64 // records consumed but not written (a write failed, or Shutdown's deadline passed)
+	Err     error  // the first write error, if any
+}
+
+// Stats returns the sink's counters; safe from any goroutine.
+func (s *Sink) Stats() SinkStats {
+	s.filesMu.Lock()
+	files := len(s.files)
+	s.filesMu.Unlock()
+	return SinkStats{
+		Records: s.records.Load(),
+		Batches: s.batches.Load(),
+		Bytes:   s.bytes.Load(),
+		Files:   files,
+		Dropped: s.dropped.Load(),
+		Err:     s.writeErr(),
+	}
+}
+
+func (s *Sink) writeErr() error {
+	s.errMu.Lock()
+	defer s.errMu.Unlock()
+	return s.err
+}
+
+func (s *Sink) setErr(err error) {
+	s.errMu.Lock()
+	if s.err == nil {
+		s.err = err
+	}
+	s.errMu.Unlock()
+}
+
+// Consume implements flowtel.Sink: it copies recs into the current batch and
+// hands full batches to the writer. It waits only when every batch is queued
+// for the disk, and returns the sink's write error, if any, once records are
+// being dropped because of it.
+func (s *Sink) Consume(ctx context.Context, recs []flowtel.Record) error {
+	for len(recs) > 0 {
+		s.mu.Lock()
+		if s.shut {
+			s.mu.Unlock()
+			s.dropped.Add(uint64(len(recs)))
+			return errClosed
+		}
+		if s.cur == nil {
+			s.mu.Unlock()
+			b, err := s.getBatch(ctx)
+			if err != nil {
+				s.dropped.Add(uint64(len(recs)))
+				return err
+			}
+			s.mu.Lock()
+			s.cur = b
+		}
+		k := s.cur.append(recs)
+		recs = recs[k:]
+		if s.cur.full() {
+			s.full <- s.cur // never blocks: full holds every batch there is
+			s.cur = nil
+		}
+		s.mu.Unlock()
+	}
+	return s.writeErr()
+}
+
+// getBatch returns an empty batch: a written one, a new one while fewer than
+// the limit exist, or the next one the writer is done with.
+func (s *Sink) getBatch(ctx context.Context) (*colBatch, error) {
+	select {
+	case b := <-s.free:
+		return b, nil
+	default:
+	}
+	if s.allocated < cap(s.free) {
+		s.allocated++
+		return newColBatch(s.cfg.batchRows), nil
+	}
+	select {
+	case b := <-s.free:
+		return b, nil
+	case <-ctx.Done():
+		return nil, fmt.Errorf("arrow: waiting for the writer: %w", ctx.Err())
+	case <-s.done:
+		return nil, errClosed
+	}
+}
+
+// Flush writes the records consumed so far to the current file (the batch
+// being filled included) and returns once they are handed to the OS: from
+// then on they survive the process being killed. It returns the sink's write
+// error, if any.
+func (s *Sink) Flush(ctx context.Context) error {
+	req := make(chan struct{})
+	select {
+	case s.flushReq <- req:
+	case <-s.done:
+		return errClosed
+	case <-ctx.Done():
+		return fmt.Errorf("arrow: flush: %w", ctx.Err())
+	}
+	select {
+	case <-req:
+		return s.writeErr()
+	case <-ctx.Done():
+		return fmt.Errorf("arrow: flush: %w", ctx.Err())
+	}
+}
+
+// Shutdown implements flowtel.Sink: it writes what is left, finishes the
+// current file (the footer of the file format, the end-of-stream marker of
+// the stream format) and returns when done, or when ctx expires: the sink
+// then stops writing batches, counting them as dropped, and finishes the file
+// in the background.
+func (s *Sink) Shutdown(ctx context.Context) error {
+	s.mu.Lock()
+	s.shut = true
+	s.mu.Unlock()
+	s.stopOnce.Do(func() { close(s.stop) })
+	select {
+	case <-s.done:
+		return s.writeErr()
+	case <-ctx.Done():
+		s.aborting.Store(true)
+		return fmt.Errorf("arrow: shutdown: %w", ctx.Err())
+	}
+}
+
+// run is the writer goroutine.
+func (s *Sink) run(tick <-chan time.Time) {
+	defer close(s.done)
+	if s.tickStop != nil {
+		defer s.tickStop()
+	}
+	for {
+		select {
+		case b := <-s.full:
+			s.write(b)
+		case <-tick:
+			s.cutCurrent()
+		case req := <-s.flushReq:
+			s.cutCurrent()
+			s.writeQueued()
+			close(req)
+		case <-s.stop:
+			s.cutCurrent()
+			s.writeQueued()
+			s.closeSegment()
+			return
+		}
+	}
+}
+
+// cutCurrent queues the batch being filled, if it holds anything, behind
+// the full ones.
+func (s *Sink) cutCurrent() {
+	s.mu.Lock()
+	if s.cur != nil && s.cur.n > 0 {
+		s.full <- s.cur
+		s.cur = nil
+	}
+	s.mu.Unlock()
+}
+
+// writeQueued writes every queued batch.
+func (s *Sink) writeQueued() {
+	for {
+		select {
+		case b := <-s.full:
+			s.write(b)
+		default:
+			return
+		}
+	}
+}
+
+// write writes b to the current file (opening the next one first if the
+// last was rotated out) and recycles it.
+func (s *Sink) write(b *colBatch) {
+	n := b.n
+	defer func() {
+		b.n = 0
+		s.free <- b // never blocks: free holds every batch there is
+	}()
+	if s.aborting.Load() || s.writeErr() != nil {
+		s.dropped.Add(uint64(n))
+		return
+	}
+	if s.seg == nil {
+		if err := s.openSegment(); err != nil {
+			s.setErr(err)
+			s.dropped.Add(uint64(n))
+			return
+		}
+	}
+	before := s.seg.cw.n
+	if err := s.seg.write(b); err != nil {
+		s.setErr(fmt.Errorf("arrow: writing %s: %w", s.seg.path, err))
+		s.dropped.Add(uint64(n))
+		s.abandonSegment()
+		return
+	}
+	s.records.Add(uint64(n))
+	s.batches.Add(1)
+	s.bytes.Add(uint64(s.seg.cw.n - before))
+	if s.cfg.maxFileBytes > 0 && s.seg.cw.n >= s.cfg.maxFileBytes {
+		s.closeSegment()
+	}
+	if s.cfg.onWrite != nil {
+		s.cfg.onWrite()
+	}
+}
+
+// segment is one open file.
+type segment struct {
+	path   string
+	f      *os.File
+	bw     *bufio.Writer
+	cw     *countingWriter
+	schema *arrowgo.Schema
+	w      interface {
+		Write(arrowgo.RecordBatch) error
+		Close() error
+	}
+}
+
+type countingWriter struct {
+	w io.Writer
+	n int64
+}
+
+func (c *countingWriter) Write(p []byte) (int, error) {
+	n, err := c.w.Write(p)
+	c.n += int64(n)
+	return n, err
+}
+
+func (s *Sink) openSegment() error {
+	path := filepath.Join(s.cfg.dir, fmt.Sprintf("%s-%03d%s", s.cfg.prefix, s.segNum, s.cfg.format.Ext()))
+	f, err := os.OpenFile(path, os.O_WRONLY|os.O_CREATE|os.O_TRUNC, 0o644)
+	if err != nil {
+		return fmt.Errorf("arrow: %w", err)
+	}
+	meta := s.meta
+	meta.Segment = s.segNum
+	seg := &segment{path: path, f: f, bw: bufio.NewWriterSize(f, 1<<20), schema: schemaFor(meta)}
+	seg.cw = &countingWriter{w: seg.bw}
+	opts := []ipc.Option{ipc.WithSchema(seg.schema)}
+	switch s.cfg.compression {
+	case CompressionLZ4:
+		opts = append(opts, ipc.WithLZ4(), ipc.WithCompressConcurrency(1))
+	case CompressionZstd:
+		opts = append(opts, ipc.WithZstd(), ipc.WithCompressConcurrency(1))
+	}
+	if s.cfg.format == FormatStream {
+		seg.w = ipc.NewWriter(seg.cw, opts...)
+	} else {
+		fw, err := ipc.NewFileWriter(seg.cw, opts...)
+		if err != nil {
+			f.Close()
+			return fmt.Errorf("arrow: %s: %w", path, err)
+		}
+		seg.w = fw
+	}
+	s.seg = seg
+	s.segNum++
+	s.filesMu.Lock()
+	s.files = append(s.files, path)
+	s.filesMu.Unlock()
+	return nil
+}
+
+// write writes b as one record batch and hands it to the OS.
+func (seg *segment) write(b *colBatch) error {
+	rec := b.record(seg.schema)
+	defer rec.Release()
+	if err := seg.w.Write(rec); err != nil {
+		return err
+	}
+	return seg.bw.Flush()
+}
+
+// closeSegment finishes the current file, if any.
+func (s *Sink) closeSegment() {
+	seg := s.seg
+	if seg == nil {
+		return
+	}
+	s.seg = nil
+	before := seg.cw.n
+	err := seg.w.Close()
+	if err == nil {
+		err = seg.bw.Flush()
+	}
+	s.bytes.Add(uint64(seg.cw.n - before))
+	if cerr := seg.f.Close(); err == nil {
+		err = cerr
+	}
+	if err != nil {
+		s.setErr(fmt.Errorf("arrow: closing %s: %w", seg.path, err))
+	}
+}
+
+// abandonSegment closes the current file after a write error, as it is.
+func (s *Sink) abandonSegment() {
+	if s.seg != nil {
+		s.seg.f.Close()
+		s.seg = nil
+	}
+}
