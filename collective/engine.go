@@ -435,7 +435,7 @@ func (e *engine) startPrim(t *task, i int32) {
 			err = qp.PostRecv(wr)
 		}
 		if err != nil {
-			e.fail(t, e.peerError(p.peer, err), true)
+			e.fail(t, fmt.Errorf("%v seq %d: posting %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, e.peerError(p.peer, err)), true)
 			return
 		}
 		t.posted++
@@ -466,7 +466,7 @@ func (e *engine) completion(peer int, wc transport.WC) {
 	t.posted--
 	p := &t.sched.prims[i]
 	if wc.Status != flowtel.StatusOK {
-		e.fail(t, e.peerError(peer, wc.Err), true)
+		e.fail(t, fmt.Errorf("%v seq %d: %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, e.peerError(peer, wc.Err)), true)
 		return
 	}
 	if p.kind == primRecv && wc.Bytes != p.n {
@@ -547,26 +547,26 @@ func (e *engine) end(t *task, st flowtel.Status) {
 }
 
 // deadPeerGrace is how long a channel may make no progress, with a peer's
-// connection gone, before the missing peer is blamed although no running
-// task waits on it directly. A rank that finished and closed is gone too, so
-// its absence alone is no error; but a rank stuck on ranks that failed
-// because of it would otherwise wait until its deadline without naming it.
+// connection gone, before that peer is blamed. Transfers with a dead peer
+// fail on their own (the transport completes them with errors); this catches
+// the rank left waiting on ranks that stopped because of the death, which
+// would otherwise wait until its deadline without naming the culprit. A peer
+// that merely finished and closed is gone too, which is why its absence
+// alone is no error.
 const deadPeerGrace = time.Second
 
 // checkDeadlines fails tasks whose context ended, naming what they wait for,
-// and fails the channel when a peer's connection is gone and a running task
-// still needs that peer, or when nothing has moved for deadPeerGrace since.
+// and fails the channel when it has stalled with a peer's connection gone.
 func (e *engine) checkDeadlines() bool {
 	any := false
-	if len(e.active) > 0 {
-		stale := flowtel.Monotonic()-e.lastProgress > int64(deadPeerGrace)
+	if len(e.active) > 0 && flowtel.Monotonic()-e.lastProgress > int64(deadPeerGrace) {
 		for peer, qp := range e.qps {
 			h, ok := qp.(interface{ Err() error })
 			if !ok || qp == nil {
 				continue
 			}
-			if err := h.Err(); err != nil && (stale || e.needs(peer)) {
-				e.fail(e.active[0], e.peerError(peer, err), true)
+			if err := h.Err(); err != nil {
+				e.fail(e.active[0], fmt.Errorf("no progress for %v: %w", deadPeerGrace, e.peerError(peer, err)), true)
 				e.finish()
 				return true
 			}
@@ -582,20 +582,6 @@ func (e *engine) checkDeadlines() bool {
 		e.finish()
 	}
 	return any
-}
-
-// needs reports whether a running task has a transfer with peer still to do.
-func (e *engine) needs(peer int) bool {
-	for _, t := range e.active {
-		for _, q := range [2]int32{queueOf(primSend, peer), queueOf(primRecv, peer)} {
-			for _, i := range t.sched.queue[q] {
-				if !t.m.completed[i] {
-					return true
-				}
-			}
-		}
-	}
-	return false
 }
 
 // waitingFor describes the transfers a stuck task waits on.
