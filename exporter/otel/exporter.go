@@ -1,0 +1,425 @@
+package otel
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"io"
+	"os"
+	"strconv"
+	"strings"
+	"sync"
+	"time"
+
+	"go.opentelemetry.io/otel/attribute"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracegrpc"
+	"go.opentelemetry.io/otel/exporters/otlp/otlptrace/otlptracehttp"
+	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
+	"go.opentelemetry.io/otel/sdk/resource"
+	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	"go.opentelemetry.io/otel/trace"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// Environment variables read by New (besides the standard OTEL_* ones).
+const (
+	// EnvWREvents is the fraction of collectives, 0 to 1, whose WR records
+	// become span events (default 0).
+	EnvWREvents = "VCCL_OTEL_WR_EVENTS"
+)
+
+// Defaults.
+const (
+	DefaultServiceName      = "vccl"
+	DefaultLinger           = 100 * time.Millisecond
+	DefaultMaxOpen          = 4096
+	DefaultMaxEventsPerStep = 128 // the SDK's default OTEL_SPAN_EVENT_COUNT_LIMIT
+
+	// ScopeName is the instrumentation scope of the spans.
+	ScopeName = "github.com/vccl-go/vccl/exporter/otel"
+)
+
+// Comm is what the exporter needs to know of a communicator;
+// *collective.Comm has these methods.
+type Comm interface {
+	ID() uint32            // the id records carry in Record.Comm
+	UID() string           // the full unique id, the same on every rank
+	Size() int             // world size
+	Clock() *flowtel.Clock // the clock its records are stamped with
+}
+
+// Option configures an Exporter.
+type Option func(*config)
+
+type config struct {
+	tp        trace.TracerProvider
+	spanExp   sdktrace.SpanExporter
+	protocol  string // "", "grpc", "http/protobuf", "stdout", "none"
+	stdout    io.Writer
+	res       *resource.Resource
+	wrEvents  float64
+	wrSet     bool
+	worldSize int
+	linger    time.Duration
+	maxOpen   int
+	maxEvents int
+	batchOpts []sdktrace.BatchSpanProcessorOption
+	getenv    func(string) string
+}
+
+// WithTracerProvider makes the exporter start its spans with tp instead of
+// a provider of its own. The exporter then neither configures nor shuts tp
+// down (Shutdown only flushes it, when it has a ForceFlush method), and
+// trace ids are tp's: one trace per collective and rank.
+func WithTracerProvider(tp trace.TracerProvider) Option { return func(c *config) { c.tp = tp } }
+
+// WithSpanExporter sends spans to e (through a batch span processor)
+// instead of the exporter OTEL_TRACES_EXPORTER selects: an in-memory
+// exporter in tests, say.
+func WithSpanExporter(e sdktrace.SpanExporter) Option { return func(c *config) { c.spanExp = e } }
+
+// WithProtocol selects the span exporter: "grpc" or "http/protobuf" (OTLP),
+// "stdout" (the SDK's stdout exporter, as OTEL_TRACES_EXPORTER=console), or
+// "none". Default: from OTEL_TRACES_EXPORTER and
+// OTEL_EXPORTER_OTLP_TRACES_PROTOCOL / OTEL_EXPORTER_OTLP_PROTOCOL.
+func WithProtocol(p string) Option { return func(c *config) { c.protocol = p } }
+
+// WithStdout sets where the stdout exporter writes (default os.Stdout).
+func WithStdout(w io.Writer) Option { return func(c *config) { c.stdout = w } }
+
+// WithResource sets the resource of the exporter's own provider (default:
+// service.name "vccl", overridden by OTEL_SERVICE_NAME and
+// OTEL_RESOURCE_ATTRIBUTES, plus the SDK's attributes and the host name).
+func WithResource(r *resource.Resource) Option { return func(c *config) { c.res = r } }
+
+// WithWREvents sets the fraction (0 to 1) of collectives whose WR records
+// become span events on their step spans. Default: VCCL_OTEL_WR_EVENTS, or 0.
+func WithWREvents(rate float64) Option {
+	return func(c *config) { c.wrEvents, c.wrSet = rate, true }
+}
+
+// WithWorldSize sets the world size of communicators not registered with
+// AddComm.
+func WithWorldSize(n int) Option { return func(c *config) { c.worldSize = n } }
+
+// WithLinger sets how long a collective split over fewer parts than its
+// communicator has channels waits, once every part seen has ended, for a
+// late part before its span is exported. Default DefaultLinger.
+func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
+
+// WithMaxOpen bounds the collectives kept open; beyond it the oldest is
+// exported as incomplete. Default DefaultMaxOpen.
+func WithMaxOpen(n int) Option { return func(c *config) { c.maxOpen = n } }
+
+// WithMaxEventsPerStep bounds the WR events kept per step span (the rest
+// are counted in Stats). Default DefaultMaxEventsPerStep.
+func WithMaxEventsPerStep(n int) Option { return func(c *config) { c.maxEvents = n } }
+
+// WithBatchOptions passes options to the batch span processor of the
+// exporter's own provider.
+func WithBatchOptions(opts ...sdktrace.BatchSpanProcessorOption) Option {
+	return func(c *config) { c.batchOpts = append(c.batchOpts, opts...) }
+}
+
+// withGetenv replaces os.Getenv (tests).
+func withGetenv(f func(string) string) Option { return func(c *config) { c.getenv = f } }
+
+// Exporter is a flowtel.Sink that builds OpenTelemetry spans from records.
+// See the package documentation.
+type Exporter struct {
+	cfg    config
+	tp     trace.TracerProvider
+	ownTP  *sdktrace.TracerProvider // nil with WithTracerProvider
+	tracer trace.Tracer
+
+	mu   sync.Mutex
+	asm  *assembler
+	done chan struct{} // closed by Shutdown: stops the linger sweeper
+	wg   sync.WaitGroup
+	shut bool
+}
+
+var _ flowtel.Sink = (*Exporter)(nil)
+
+// New returns an exporter configured by opts and the environment. It does
+// not connect anywhere: the OTLP exporters connect lazily.
+func New(ctx context.Context, opts ...Option) (*Exporter, error) {
+	cfg := config{linger: DefaultLinger, maxOpen: DefaultMaxOpen, maxEvents: DefaultMaxEventsPerStep, getenv: os.Getenv}
+	for _, o := range opts {
+		o(&cfg)
+	}
+	if !cfg.wrSet {
+		if v := strings.TrimSpace(cfg.getenv(EnvWREvents)); v != "" {
+			r, err := strconv.ParseFloat(v, 64)
+			if err != nil || r < 0 || r > 1 {
+				return nil, fmt.Errorf("otel: %s=%q: want a fraction from 0 to 1", EnvWREvents, v)
+			}
+			cfg.wrEvents = r
+		}
+	}
+	if cfg.wrEvents < 0 || cfg.wrEvents > 1 {
+		return nil, fmt.Errorf("otel: WR event rate %v: want a fraction from 0 to 1", cfg.wrEvents)
+	}
+	if cfg.linger <= 0 {
+		cfg.linger = DefaultLinger
+	}
+	if cfg.maxOpen < 1 {
+		cfg.maxOpen = DefaultMaxOpen
+	}
+	if cfg.maxEvents < 0 {
+		cfg.maxEvents = 0
+	}
+	e := &Exporter{cfg: cfg, done: make(chan struct{})}
+	if cfg.tp != nil {
+		e.tp = cfg.tp
+	} else {
+		tp, err := newProvider(ctx, &cfg)
+		if err != nil {
+			return nil, err
+		}
+		e.tp, e.ownTP = tp, tp
+	}
+	e.tracer = e.tp.Tracer(ScopeName, trace.WithInstrumentationVersion("1"))
+	e.asm = newAssembler(&e.cfg, e.tracer)
+	e.wg.Add(1)
+	go e.sweeper()
+	return e, nil
+}
+
+// newProvider builds the exporter's own tracer provider.
+func newProvider(ctx context.Context, cfg *config) (*sdktrace.TracerProvider, error) {
+	se := cfg.spanExp
+	if se == nil {
+		var err error
+		se, err = spanExporterFromEnv(ctx, cfg)
+		if err != nil {
+			return nil, err
+		}
+	}
+	res := cfg.res
+	if res == nil {
+		var err error
+		res, err = resource.New(ctx,
+			resource.WithAttributes(attribute.String("service.name", DefaultServiceName)),
+			resource.WithTelemetrySDK(),
+			resource.WithHost(),
+			resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES: last, so they win
+		)
+		if err != nil && res == nil {
+			return nil, fmt.Errorf("otel: resource: %w", err)
+		}
+	}
+	popts := []sdktrace.TracerProviderOption{
+		sdktrace.WithResource(res),
+		sdktrace.WithIDGenerator(idGenerator{}),
+	}
+	if se != nil {
+		popts = append(popts, sdktrace.WithBatcher(se, cfg.batchOpts...))
+	}
+	return sdktrace.NewTracerProvider(popts...), nil
+}
+
+// spanExporterFromEnv picks the span exporter: WithProtocol, else
+// OTEL_TRACES_EXPORTER and the OTLP protocol variables. It returns nil for
+// "none".
+func spanExporterFromEnv(ctx context.Context, cfg *config) (sdktrace.SpanExporter, error) {
+	p := strings.ToLower(strings.TrimSpace(cfg.protocol))
+	if p == "" {
+		switch x := strings.ToLower(strings.TrimSpace(cfg.getenv("OTEL_TRACES_EXPORTER"))); x {
+		case "", "otlp":
+		case "console", "stdout":
+			p = "stdout"
+		case "none":
+			p = "none"
+		default:
+			return nil, fmt.Errorf("otel: OTEL_TRACES_EXPORTER=%q: want otlp, console or none", x)
+		}
+	}
+	if p == "" {
+		p = strings.ToLower(strings.TrimSpace(cfg.getenv("OTEL_EXPORTER_OTLP_TRACES_PROTOCOL")))
+		if p == "" {
+			p = strings.ToLower(strings.TrimSpace(cfg.getenv("OTEL_EXPORTER_OTLP_PROTOCOL")))
+		}
+		if p == "" {
+			p = "http/protobuf" // the specification's default
+		}
+	}
+	switch p {
+	case "grpc":
+		return otlptracegrpc.New(ctx)
+	case "http/protobuf", "http":
+		return otlptracehttp.New(ctx)
+	case "stdout", "console":
+		w := cfg.stdout
+		if w == nil {
+			w = os.Stdout
+		}
+		return stdouttrace.New(stdouttrace.WithWriter(w))
+	case "none":
+		return nil, nil
+	case "http/json":
+		return nil, errors.New("otel: OTLP protocol http/json is not supported by the Go exporters; use grpc or http/protobuf")
+	}
+	return nil, fmt.Errorf("otel: unknown OTLP protocol %q: want grpc, http/protobuf, stdout or none", p)
+}
+
+// AddComm registers a communicator: its world size, its clock (to map record
+// times to wall-clock time) and its unique id (to salt trace ids). Records
+// of unregistered communicators use WithWorldSize and the host's clock.
+func (e *Exporter) AddComm(c Comm) {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	e.asm.addComm(c.ID(), commInfo{size: c.Size(), uid: c.UID(), epoch: epochOf(c.Clock())})
+}
+
+// Consume turns records into span state and ends the spans of finished
+// collectives. It never blocks on the export.
+func (e *Exporter) Consume(_ context.Context, recs []flowtel.Record) error {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.shut {
+		return nil
+	}
+	for i := range recs {
+		e.asm.add(&recs[i])
+	}
+	e.asm.sweep(time.Now(), false)
+	return nil
+}
+
+// sweeper exports collectives whose linger has passed while no records
+// arrive.
+func (e *Exporter) sweeper() {
+	defer e.wg.Done()
+	t := time.NewTicker(e.cfg.linger)
+	defer t.Stop()
+	for {
+		select {
+		case <-e.done:
+			return
+		case now := <-t.C:
+			e.mu.Lock()
+			if !e.shut {
+				e.asm.sweep(now, false)
+			}
+			e.mu.Unlock()
+		}
+	}
+}
+
+// Flush exports every collective whose parts have all ended, without
+// waiting for their linger, then flushes the span processor (with the
+// exporter's own provider, or one with a ForceFlush method).
+func (e *Exporter) Flush(ctx context.Context) error {
+	e.mu.Lock()
+	if !e.shut {
+		e.asm.sweep(time.Now(), true)
+	}
+	e.mu.Unlock()
+	return e.forceFlush(ctx)
+}
+
+func (e *Exporter) forceFlush(ctx context.Context) error {
+	if f, ok := e.tp.(interface{ ForceFlush(context.Context) error }); ok {
+		return f.ForceFlush(ctx)
+	}
+	return nil
+}
+
+// Shutdown exports every collective still open (those not ended as
+// incomplete), then shuts the exporter's own provider down (flushing it),
+// or flushes the provider given with WithTracerProvider. Later calls do
+// nothing.
+func (e *Exporter) Shutdown(ctx context.Context) error {
+	e.mu.Lock()
+	if e.shut {
+		e.mu.Unlock()
+		return nil
+	}
+	e.asm.sweep(time.Now(), true)
+	e.asm.closeAll()
+	e.shut = true
+	e.mu.Unlock()
+	close(e.done)
+	e.wg.Wait()
+	if e.ownTP != nil {
+		if err := e.ownTP.Shutdown(ctx); err != nil {
+			return fmt.Errorf("otel: shutdown: %w", err)
+		}
+		return nil
+	}
+	return e.forceFlush(ctx)
+}
+
+// Stats are an Exporter's counters.
+type Stats struct {
+	Records      uint64 // records consumed
+	Collectives  uint64 // collective spans ended
+	Incomplete   uint64 // of which incomplete (begin or end not seen)
+	Steps        uint64 // step spans ended
+	Events       uint64 // span events added
+	EventsCapped uint64 // WR events not added: over WithMaxEventsPerStep
+	Evicted      uint64 // collectives exported early: more than WithMaxOpen were open
+	Late         uint64 // records for a collective already exported
+	Unattributed uint64 // WR records with no collective (coll_seq 0) or fault records with no open collective
+	LostRecords  uint64 // records the collector reported lost (KindLost)
+	Open         int    // collectives open now
+}
+
+// Stats returns the exporter's counters.
+func (e *Exporter) Stats() Stats {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	s := e.asm.stats
+	s.Open = len(e.asm.open)
+	return s
+}
+
+// wall-clock mapping ---------------------------------------------------------
+
+// epochOf returns what to add to a record time stamped with clk to get Unix
+// nanoseconds on this host: the wall clock minus clk's reading now.
+func epochOf(clk *flowtel.Clock) int64 {
+	// Read the monotonic clock between two wall-clock reads and take their
+	// midpoint, so the error is half the read time.
+	w0 := time.Now().UnixNano()
+	m := clk.Now()
+	w1 := time.Now().UnixNano()
+	return w0 + (w1-w0)/2 - m
+}
+
+// attribute keys.
+var (
+	keyComm        = attribute.Key("vccl.comm")
+	keyCollSeq     = attribute.Key("vccl.coll_seq")
+	keyP2P         = attribute.Key("vccl.p2p")
+	keyOp          = attribute.Key("vccl.op")
+	keyAlgo        = attribute.Key("vccl.algo")
+	keyDtype       = attribute.Key("vccl.dtype")
+	keyBytes       = attribute.Key("vccl.bytes")
+	keyWorldSize   = attribute.Key("vccl.world_size")
+	keyRank        = attribute.Key("vccl.rank")
+	keyChannels    = attribute.Key("vccl.channels")
+	keyAlgBW       = attribute.Key("vccl.algbw_gbps")
+	keyBusBW       = attribute.Key("vccl.busbw_gbps")
+	keyStatus      = attribute.Key("vccl.status")
+	keyIncomplete  = attribute.Key("vccl.incomplete")
+	keyLost        = attribute.Key("vccl.records_lost")
+	keyPeer        = attribute.Key("vccl.peer")
+	keyChannel     = attribute.Key("vccl.channel")
+	keyStep        = attribute.Key("vccl.step")
+	keyPath        = attribute.Key("vccl.path")
+	keyFailedOver  = attribute.Key("vccl.failed_over")
+	keySendBytes   = attribute.Key("vccl.send_bytes")
+	keyRecvBytes   = attribute.Key("vccl.recv_bytes")
+	keyWRs         = attribute.Key("vccl.wrs")
+	keyCompletions = attribute.Key("vccl.completions")
+	keyWRErrors    = attribute.Key("vccl.wr_errors")
+	keyMaxDepth    = attribute.Key("vccl.max_depth")
+	keyCreditWait  = attribute.Key("vccl.credit_wait_ns")
+	keyWRID        = attribute.Key("vccl.wr_id")
+	keyQP          = attribute.Key("vccl.qp")
+	keyDir         = attribute.Key("vccl.dir")
+	keyDepth       = attribute.Key("vccl.depth")
+)
