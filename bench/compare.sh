@@ -1,0 +1,167 @@
+#!/usr/bin/env bash
+# Runs VCCL-Go's vccl-bench and its peers back to back on the same sizes and
+# writes the comparison into BENCHMARKS.md (the section between the
+# "bench/compare.sh" markers, replaced on every run).
+#
+#   bench/compare.sh                 # the full comparison (about 10-20 minutes on 2 cores)
+#   QUICK=1 OUT=/tmp/b.md bench/compare.sh   # a smoke run of the script itself
+#
+# Peers: Open MPI (Debian openmpi-bin, libopenmpi-dev; shared memory through
+# the vader BTL, TCP over loopback through the tcp BTL, pml ob1 both) and
+# Gloo (Debian python3-torch, run with /usr/bin/python3; TCP over loopback).
+# Both are installed with apt-get when missing.
+#
+# Environment:
+#   RANKS="2 4"    world sizes (4 on this 2-core machine is oversubscribed)
+#   REPEAT=3       runs of every measurement, interleaved; the table shows
+#                  the median busbw per size
+#   OUT=BENCHMARKS.md   the file whose section is replaced
+#   RAW=bench/out/DATE  where the raw outputs go (kept; bench/out is ignored)
+#   QUICK=1        small sizes and few iterations: checks the script, not the library
+#   MPI_EXTRA=""   more mpirun arguments (default: --bind-to none, as vcclrun's ranks)
+#   BUILD_REF=HEAD build VCCL from this commit (git archive) instead of the working tree
+set -euo pipefail
+cd "$(dirname "$0")/.."
+ROOT=$(pwd)
+export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
+
+RANKS=${RANKS:-"2 4"}
+REPEAT=${REPEAT:-3}
+OUT=${OUT:-BENCHMARKS.md}
+STAMP=$(date -u +%Y%m%dT%H%M%SZ)
+RAW=${RAW:-bench/out/$STAMP}
+QUICK=${QUICK:-0}
+MPI_EXTRA=${MPI_EXTRA:---bind-to none}
+RUN_TIMEOUT=${RUN_TIMEOUT:-900}
+BUILD_REF=${BUILD_REF:-}
+
+log() { printf '== %s\n' "$*" >&2; }
+
+# --- peers -------------------------------------------------------------------
+need=()
+command -v gcc >/dev/null || need+=(gcc)
+{ command -v mpicc && command -v mpirun; } >/dev/null || need+=(openmpi-bin libopenmpi-dev)
+/usr/bin/python3 -c 'import torch.distributed' 2>/dev/null || need+=(python3-torch)
+if ((${#need[@]})); then
+	SUDO=
+	[ "$(id -u)" = 0 ] || SUDO=sudo
+	log "installing ${need[*]} (takes minutes)"
+	$SUDO apt-get update -q
+	DEBIAN_FRONTEND=noninteractive $SUDO apt-get install -y -q "${need[@]}"
+fi
+
+# --- builds ------------------------------------------------------------------
+BIN=$(realpath -m "$RAW/bin")
+mkdir -p "$BIN"
+if [ -n "$BUILD_REF" ]; then
+	# Measure a commit, not the working tree (where others' work in
+	# progress may be): build from a clean export of it.
+	src=$(realpath -m "$RAW/src")
+	mkdir -p "$src"
+	git archive "$BUILD_REF" | tar -x -C "$src"
+	VERSION="$(git rev-parse --short "$BUILD_REF")"
+	log "building vcclrun and vccl-bench from $BUILD_REF ($VERSION) into $BIN"
+	(cd "$src" && go build -o "$BIN/" ./cmd/vcclrun ./cmd/vccl-bench)
+else
+	VERSION="$(git rev-parse --short HEAD 2>/dev/null || echo unknown)"
+	git diff --quiet HEAD -- collective transport flowtel 2>/dev/null || VERSION="$VERSION + uncommitted changes in collective, transport or flowtel"
+	log "building vcclrun and vccl-bench from the working tree into $BIN"
+	go build -o "$BIN/" ./cmd/vcclrun ./cmd/vccl-bench
+fi
+log "building the MPI benchmarks"
+for c in allreduce allgather reducescatter bcast; do
+	mpicc -O2 -Wall -o "$BIN/mpi-$c" "bench/mpi/$c.c" -lm
+done
+
+# --- sizes -------------------------------------------------------------------
+# All-reduce from 1 KiB to 64 MiB by 4; the small sizes with more iterations
+# (their times are microseconds). The other collectives at 1 MiB and above.
+if [ "$QUICK" = 1 ]; then
+	AR_SWEEPS=("-b 1K -e 16K -f 4 -n 20 -w 2" "-b 1M -e 1M -f 4 -n 3 -w 1")
+	BIG_SWEEP="-b 1M -e 1M -f 4 -n 3 -w 1"
+else
+	AR_SWEEPS=("-b 1K -e 256K -f 4 -n 200 -w 20" "-b 1M -e 64M -f 4 -n 20 -w 3")
+	BIG_SWEEP="-b 1M -e 64M -f 4 -n 20 -w 3"
+fi
+
+# run NAME CMD...: one measurement, its output in $RAW/NAME.REP.txt. A failed
+# run is recorded and the script goes on.
+run() {
+	local name=$1
+	shift
+	local f="$RAW/$name.$rep.txt"
+	local rc=0
+	log "$name (run $rep): $*"
+	timeout "$RUN_TIMEOUT" bash -c '"$@"' run "$@" >"$f" 2>"$f.err" || rc=$?
+	if ((rc)); then
+		echo "# FAILED: exit $rc" >>"$f"
+		log "$name failed (exit $rc); see $f.err"
+	fi
+}
+
+mpi() { # mpi N TRANSPORT PROG ARGS...
+	local n=$1 tr=$2 prog=$3
+	shift 3
+	local btl=(--mca btl self,vader)
+	[ "$tr" = tcp ] && btl=(--mca btl self,tcp --mca btl_tcp_if_include lo)
+	# shellcheck disable=SC2086
+	mpirun --allow-run-as-root --oversubscribe -np "$n" --mca pml ob1 "${btl[@]}" $MPI_EXTRA "$BIN/mpi-$prog" "$@"
+}
+
+vccl() { # vccl N TRANSPORT TELEMETRY COLLECTIVE ARGS...
+	local n=$1 tr=$2 tel=$3
+	shift 3
+	VCCL_TRANSPORT=$tr "$BIN/vcclrun" -n "$n" --tag-output=false -- "$BIN/vccl-bench" "$@" -c 1 --telemetry "$tel" --progress off
+}
+
+gloo() { # gloo N ARGS...
+	local n=$1
+	shift
+	GLOO_SOCKET_IFNAME=lo "$BIN/vcclrun" -n "$n" --tag-output=false -- /usr/bin/python3 bench/gloo/bench.py "$@" -c 1
+}
+
+export -f mpi vccl gloo
+export BIN MPI_EXTRA
+
+START_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+T0=$(date +%s)
+for rep in $(seq 1 "$REPEAT"); do
+	for n in $RANKS; do
+		for i in "${!AR_SWEEPS[@]}"; do
+			# shellcheck disable=SC2086
+			set -- ${AR_SWEEPS[$i]}
+			run "allreduce.n$n.gloo.s$i" gloo "$n" allreduce "$@"
+			for tr in shm tcp; do
+				run "allreduce.n$n.mpi-$tr.s$i" mpi "$n" "$tr" allreduce "$@"
+				run "allreduce.n$n.vccl-$tr-off.s$i" vccl "$n" "$tr" off allreduce "$@"
+				run "allreduce.n$n.vccl-$tr-on.s$i" vccl "$n" "$tr" on allreduce "$@"
+			done
+		done
+		for c in allgather reducescatter broadcast; do
+			prog=$c
+			[ "$c" = broadcast ] && prog=bcast
+			for tr in shm tcp; do
+				# shellcheck disable=SC2086
+				run "$c.n$n.mpi-$tr.s0" mpi "$n" "$tr" "$prog" $BIG_SWEEP
+				# shellcheck disable=SC2086
+				run "$c.n$n.vccl-$tr-off.s0" vccl "$n" "$tr" off "$c" $BIG_SWEEP
+			done
+		done
+	done
+done
+ELAPSED=$(($(date +%s) - T0))
+END_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
+
+# --- report ------------------------------------------------------------------
+cmdline="bench/compare.sh"
+[ "$RANKS" != "2 4" ] && cmdline="RANKS=\"$RANKS\" $cmdline"
+[ "$REPEAT" != 3 ] && cmdline="REPEAT=$REPEAT $cmdline"
+[ "$QUICK" = 1 ] && cmdline="QUICK=1 $cmdline"
+[ -n "$BUILD_REF" ] && cmdline="BUILD_REF=$BUILD_REF $cmdline"
+/usr/bin/python3 bench/report.py --raw "$RAW" --out "$OUT" --ranks "$RANKS" \
+	--command "$cmdline" --start-load "$START_LOAD" --end-load "$END_LOAD" --elapsed "$ELAPSED" \
+	--mpi-version "$(mpirun --version 2>/dev/null | head -1)" \
+	--torch-version "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)" \
+	--go-version "$(go version)" --repeat "$REPEAT" --mpi-args "--mca pml ob1 $MPI_EXTRA" \
+	--commit "$VERSION"
+log "wrote the comparison into $OUT (raw outputs in $RAW)"

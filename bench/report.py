@@ -1,0 +1,308 @@
+#!/usr/bin/python3
+"""Turns bench/compare.sh's raw outputs into the Markdown section of
+BENCHMARKS.md between the bench/compare.sh markers (replacing it).
+
+Raw files are NAME.REP.txt with NAME = COLL.nN.IMPL.sI: the nccl-tests-style
+tables of vccl-bench, bench/mpi/* and bench/gloo/bench.py. Rows are
+"size count type redop root time algbw busbw #wrong [time algbw busbw #wrong]"
+(out of place, then in place where the tool has it).
+"""
+import argparse
+import glob
+import os
+import platform
+import re
+import statistics
+import sys
+import time
+
+BEGIN = "<!-- BEGIN bench/compare.sh (generated: edit bench/report.py, not this section) -->"
+END = "<!-- END bench/compare.sh -->"
+KIB, MIB = 1 << 10, 1 << 20
+
+
+def parse(path):
+    rows, failed = {}, False
+    with open(path) as f:
+        for line in f:
+            if line.startswith("# FAILED"):
+                failed = True
+            if line.startswith("#") or not line.strip():
+                continue
+            fs = line.split()
+            if len(fs) < 9 or not fs[0].isdigit():
+                continue
+
+            def meas(i):
+                if len(fs) < i + 4 or fs[i] == "N/A":
+                    return None
+                return {"us": float(fs[i]), "busbw": float(fs[i + 2]), "wrong": fs[i + 3]}
+
+            rows[int(fs[0])] = {"oop": meas(5), "ip": meas(9)}
+    return rows, failed
+
+
+def busfactor(coll, n):
+    """nccl-tests' busbw/algbw factor."""
+    return {"allreduce": 2 * (n - 1) / n, "allgather": (n - 1) / n, "reducescatter": (n - 1) / n}.get(coll, 1.0)
+
+
+def load(raw):
+    data, failures = {}, []
+    for path in sorted(glob.glob(os.path.join(raw, "*.txt"))):
+        m = re.fullmatch(r"(\w+)\.n(\d+)\.([\w-]+)\.s(\d+)\.(\d+)\.txt", os.path.basename(path))
+        if not m:
+            continue
+        coll, n, impl = m.group(1), int(m.group(2)), m.group(3)
+        rows, failed = parse(path)
+        if failed:
+            failures.append(os.path.basename(path))
+        d = data.setdefault((coll, n, impl), {})
+        for size, r in rows.items():
+            # busbw from size and time: the tools print two decimals only.
+            for m in (r["oop"], r["ip"]):
+                if m is not None:
+                    m["busbw"] = size / (m["us"] * 1e3) * busfactor(coll, n) if m["us"] > 0 else 0.0
+            d.setdefault(size, []).append(r)
+    return data, failures
+
+
+def get(data, coll, n, impl, size, which="oop"):
+    """Median busbw and time over repeats; None when missing."""
+    reps = [r[which] for r in data.get((coll, n, impl), {}).get(size, []) if r[which]]
+    if not reps:
+        return None
+    wrong = sum(int(r["wrong"]) for r in reps if r["wrong"].isdigit())
+    return {"busbw": statistics.median(r["busbw"] for r in reps), "us": statistics.median(r["us"] for r in reps),
+            "wrong": wrong, "unchecked": any(not r["wrong"].isdigit() for r in reps)}
+
+
+def sizes_of(data, coll, n, impl):
+    return sorted(data.get((coll, n, impl), {}))
+
+
+def hsize(b):
+    if b >= MIB and b % MIB == 0:
+        return f"{b // MIB} MiB"
+    if b >= KIB and b % KIB == 0:
+        return f"{b // KIB} KiB"
+    return f"{b} B"
+
+
+def fbw(m):
+    if m is None:
+        return "—"
+    b = m["busbw"]
+    s = f"{b:.4f}" if b < 0.01 else f"{b:.3f}" if b < 1 else f"{b:.2f}" if b < 100 else f"{b:.0f}"
+    if m["wrong"]:
+        s += f" ⚠{m['wrong']} wrong"
+    return s
+
+
+def fus(m):
+    if m is None:
+        return "—"
+    return f"{m['us']:.1f}" if m["us"] < 1000 else f"{m['us']:.0f}"
+
+
+def ratio(a, b):
+    """VCCL busbw / peer busbw."""
+    if a is None or b is None or b["busbw"] <= 0:
+        return None
+    return a["busbw"] / b["busbw"]
+
+
+def fr(r):
+    return "—" if r is None else f"{r:.2f}×"
+
+
+class Targets:
+    def __init__(self):
+        self.items = {}  # name -> list of (label, ok, detail)
+
+    def check(self, name, label, ok, detail):
+        self.items.setdefault(name, []).append((label, ok, detail))
+        return "✓" if ok else f"✗ {detail}"
+
+    def summary(self):
+        out = []
+        for name, res in self.items.items():
+            bad = [r for r in res if not r[1]]
+            if not res:
+                continue
+            if not bad:
+                out.append(f"- **met** — {name}: all {len(res)} sizes.")
+            else:
+                misses = "; ".join(f"{label} {detail}" for label, _, detail in bad)
+                out.append(f"- **missed** — {name}: {len(res) - len(bad)} of {len(res)} met; missed at {misses}.")
+        return out
+
+
+def bw_target(t, name, label, r, need):
+    if r is None:
+        return t.check(name, label, False, "no data")
+    return t.check(name, label, r >= need, f"{r:.2f}× < {need:g}× (short by {(1 - r / need) * 100:.0f}%)")
+
+
+def machine():
+    model, mem = "unknown CPU", ""
+    try:
+        for line in open("/proc/cpuinfo"):
+            if line.startswith("model name"):
+                model = line.split(":", 1)[1].strip()
+                break
+        for line in open("/proc/meminfo"):
+            if line.startswith("MemTotal"):
+                mem = f", {int(line.split()[1]) / (1 << 20):.0f} GiB"
+                break
+    except OSError:
+        pass
+    return f"{platform.node()}: {model}, {os.cpu_count()} cores{mem}, Linux {platform.release()}"
+
+
+def allreduce_table(data, n, tr, targets):
+    lines = [f"| bytes | Open MPI µs | Open MPI GB/s | VCCL µs | VCCL GB/s | VCCL/MPI busbw | VCCL/MPI time |"
+             + (" target |" if targets else ""),
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if targets else "")]
+    peer, me = f"mpi-{tr}", f"vccl-{tr}-off"
+    for size in sorted(set(sizes_of(data, "allreduce", n, peer)) | set(sizes_of(data, "allreduce", n, me))):
+        p, v = get(data, "allreduce", n, peer, size), get(data, "allreduce", n, me, size)
+        r = ratio(v, p)
+        tr_ = None if (p is None or v is None or p["us"] <= 0) else v["us"] / p["us"]
+        cells = [hsize(size), fus(p), fbw(p), fus(v), fbw(v), fr(r), fr(tr_)]
+        if targets:
+            name = "shared memory" if tr == "shm" else "TCP over loopback"
+            tgt = ""
+            if size <= KIB:
+                tgt = targets.check(f"latency ≤1.5× Open MPI's at ≤1 KiB ({name})", hsize(size),
+                                    tr_ is not None and tr_ <= 1.5,
+                                    "no data" if tr_ is None else f"{tr_:.2f}× MPI's time > 1.5×")
+            elif size >= 64 * KIB:
+                need = 1.5 if (tr == "shm" and size >= 4 * MIB) else 1.0
+                if tr == "shm":
+                    tname = "shared memory ≥1.0× Open MPI busbw, 64 KiB–64 MiB" if need == 1.0 else \
+                        "shared memory ≥1.5× Open MPI busbw at ≥4 MiB"
+                else:
+                    tname = "TCP ≥1.0× Open MPI TCP busbw at ≥64 KiB"
+                tgt = bw_target(targets, tname, hsize(size), r, need)
+            cells.append(tgt)
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def gloo_table(data, n, targets):
+    lines = ["| bytes | Gloo µs | Gloo GB/s | VCCL shm GB/s | ×Gloo | VCCL tcp GB/s | ×Gloo |" + (" target ≥5× (shm) |" if targets else ""),
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if targets else "")]
+    for size in sizes_of(data, "allreduce", n, "gloo"):
+        g = get(data, "allreduce", n, "gloo", size)
+        s = get(data, "allreduce", n, "vccl-shm-off", size, "ip")
+        t = get(data, "allreduce", n, "vccl-tcp-off", size, "ip")
+        cells = [hsize(size), fus(g), fbw(g), fbw(s), fr(ratio(s, g)), fbw(t), fr(ratio(t, g))]
+        if targets:
+            cells.append(bw_target(targets, "≥5× Gloo at every size (VCCL over shared memory, in place like Gloo)",
+                                   hsize(size), ratio(s, g), 5))
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def telemetry_table(data, n, targets):
+    lines = ["| bytes | shm off GB/s | shm on GB/s | shm on/off | tcp off GB/s | tcp on GB/s | tcp on/off |" + (" target |" if targets else ""),
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if targets else "")]
+    for size in sizes_of(data, "allreduce", n, "vccl-shm-off"):
+        cells, tg = [hsize(size)], []
+        for tr in ("shm", "tcp"):
+            off = get(data, "allreduce", n, f"vccl-{tr}-off", size)
+            on = get(data, "allreduce", n, f"vccl-{tr}-on", size)
+            r = ratio(on, off)
+            cells += [fbw(off), fbw(on), "—" if r is None else f"{(r - 1) * 100:+.1f}%"]
+            if targets:
+                limit = 2 if size >= MIB else 5
+                ok = r is not None and (1 - r) * 100 <= limit
+                det = "no data" if r is None else f"{tr} {(1 - r) * 100:.1f}% slower > {limit}%"
+                tg.append(targets.check(f"telemetry costs ≤2% busbw at ≥1 MiB, ≤5% below ({tr})", hsize(size), ok, det))
+        if targets:
+            cells.append(" ".join(x for x in tg if x != "✓") or "✓")
+        lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def others_table(data, n, targets):
+    lines = ["| collective | bytes | MPI shm GB/s | VCCL shm GB/s | shm ratio | MPI tcp GB/s | VCCL tcp GB/s | tcp ratio |" + (" target ≥1.0× |" if targets else ""),
+             "| --- | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if targets else "")]
+    for coll in ("allgather", "reducescatter", "broadcast"):
+        for size in sorted(set(sizes_of(data, coll, n, "mpi-shm")) | set(sizes_of(data, coll, n, "vccl-shm-off"))):
+            cells, tg = [coll, hsize(size)], []
+            for tr in ("shm", "tcp"):
+                p, v = get(data, coll, n, f"mpi-{tr}", size), get(data, coll, n, f"vccl-{tr}-off", size)
+                r = ratio(v, p)
+                cells += [fbw(p), fbw(v), fr(r)]
+                if targets:
+                    c = bw_target(targets, f"{coll} ≥1.0× Open MPI at ≥1 MiB ({tr})", hsize(size), r, 1.0)
+                    tg.append("✓" if c == "✓" else f"{tr} {c}")
+            if targets:
+                cells.append(" ".join(x for x in tg if x != "✓") or "✓")
+            lines.append("| " + " | ".join(cells) + " |")
+    return lines
+
+
+def section(a, data, failures):
+    ranks = [int(x) for x in a.ranks.split()]
+    ncpu = os.cpu_count() or 0
+    out = [BEGIN, "## Peer comparison: VCCL-Go against Open MPI and Gloo (bench/compare.sh)", ""]
+    out += [f"- **Date:** {time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (took {int(a.elapsed) // 60} min {int(a.elapsed) % 60} s)",
+            f"- **Machine:** {machine()}; load average {a.start_load} at the start, {a.end_load} at the end "
+            "(the machine is shared: ratios from one run, absolute numbers are noisy)",
+            f"- **Command:** `{a.command}` (commit {a.commit})",
+            f"- **Software:** {a.go_version}; {a.mpi_version} (`mpirun {a.mpi_args}`, btl self,vader or "
+            f"self,tcp with btl_tcp_if_include lo); Gloo from torch {a.torch_version} (`/usr/bin/python3`, GLOO_SOCKET_IFNAME=lo)",
+            f"- **Method:** every tool runs the same sizes the way nccl-tests does: warm-up, a barrier, N timed "
+            "iterations of the blocking call, mean time per iteration averaged over ranks; busbw = size/time × "
+            "nccl-tests' factor (all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n, broadcast 1). "
+            "float32, sum. Every result is checked (#wrong 0 unless marked ⚠). Open MPI and VCCL out of place; "
+            "Gloo in place (torch.distributed has no other form), against VCCL in place. 1 KiB–256 KiB: 200 "
+            f"iterations, 1 MiB–64 MiB: 20. Each measurement ran {a.repeat} time(s), interleaved with the others; "
+            "the tables show the median per size. Ratios are VCCL/peer busbw: above 1 VCCL is faster.", ""]
+    if failures:
+        out += [f"**Failed runs:** {', '.join(failures)} (see the raw outputs).", ""]
+    targets = Targets()
+    for n in ranks:
+        tg = targets if n == 2 else None
+        over = f" ({n} ranks on {ncpu} cores: oversubscribed; no targets)" if n > ncpu else ""
+        out += [f"### {n} ranks{over}", ""]
+        out += [f"All-reduce over shared memory (Open MPI vader, VCCL shm):", ""] + allreduce_table(data, n, "shm", tg) + [""]
+        out += [f"All-reduce over TCP on loopback:", ""] + allreduce_table(data, n, "tcp", tg) + [""]
+        out += [f"All-reduce against Gloo:", ""] + gloo_table(data, n, tg) + [""]
+        out += [f"Telemetry on against off (VCCL all-reduce, out of place; negative: on is slower):", ""] + telemetry_table(data, n, tg) + [""]
+        out += [f"All-gather, reduce-scatter and broadcast (size is the whole buffer: receive for all-gather, send for reduce-scatter):", ""] + others_table(data, n, tg) + [""]
+    out += ["### Targets (issue 4; 2 ranks, this run)", ""] + targets.summary() + [""]
+    out.append(END)
+    return "\n".join(out) + "\n"
+
+
+def main():
+    ap = argparse.ArgumentParser()
+    for f in ("raw", "out", "ranks", "command", "start-load", "end-load", "elapsed", "mpi-version",
+              "torch-version", "go-version", "mpi-args", "commit", "repeat"):
+        ap.add_argument("--" + f, required=f in ("raw", "out"), default="")
+    a = ap.parse_args()
+    a.ranks = a.ranks or "2 4"
+    a.elapsed = a.elapsed or "0"
+    data, failures = load(a.raw)
+    if not data:
+        sys.exit(f"report.py: no results in {a.raw}")
+    sec = section(a, data, failures)
+    try:
+        text = open(a.out).read()
+    except FileNotFoundError:
+        text = "# Benchmarks\n\nMeasured numbers, one section per measurement with its command, date and machine.\n\n"
+    if BEGIN in text and END in text:
+        head, rest = text.split(BEGIN, 1)
+        text = head + sec.rstrip("\n") + rest.split(END, 1)[1]
+    else:
+        text = text.rstrip("\n") + "\n\n" + sec
+    with open(a.out, "w") as f:
+        f.write(text)
+
+
+if __name__ == "__main__":
+    main()
