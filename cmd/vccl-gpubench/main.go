@@ -1,0 +1,211 @@
+// Command vccl-gpubench checks and measures VCCL's copy-engine collectives
+// on the GPUs of one host, NCCL alongside on the same buffers and streams.
+//
+//	vccl-gpubench -check            # every datatype × reduction vs the host reference
+//	vccl-gpubench -bench            # all-reduce, send/recv, all-gather, SM sweep, telemetry on/off
+//	vccl-gpubench -ptx DIR          # write the generated PTX (one file per kernel)
+//
+// Keep NCCL_NVLS_ENABLE=0 in the environment on machines where NVLink
+// multicast must stay off; VCCL never uses it.
+package main
+
+import (
+	"context"
+	"errors"
+	"flag"
+	"fmt"
+	"io"
+	"os"
+	"path/filepath"
+	"strconv"
+	"strings"
+	"time"
+
+	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/gpu/ce"
+	"github.com/vccl-go/vccl/gpu/cuda"
+	"github.com/vccl-go/vccl/gpu/gpubench"
+	"github.com/vccl-go/vccl/gpu/kernels"
+	"github.com/vccl-go/vccl/gpu/nccl"
+)
+
+func main() {
+	if err := run(os.Args[1:], os.Stdout); err != nil {
+		fmt.Fprintln(os.Stderr, "vccl-gpubench:", err)
+		if errors.Is(err, cuda.ErrNoDriver) {
+			os.Exit(3)
+		}
+		os.Exit(1)
+	}
+}
+
+func ints(s string) ([]int, error) {
+	var out []int
+	for _, f := range strings.Split(s, ",") {
+		f = strings.TrimSpace(f)
+		if f == "" {
+			continue
+		}
+		mul := 1
+		switch {
+		case strings.HasSuffix(f, "G"):
+			mul, f = 1<<30, strings.TrimSuffix(f, "G")
+		case strings.HasSuffix(f, "M"):
+			mul, f = 1<<20, strings.TrimSuffix(f, "M")
+		case strings.HasSuffix(f, "K"):
+			mul, f = 1<<10, strings.TrimSuffix(f, "K")
+		}
+		v, err := strconv.Atoi(f)
+		if err != nil {
+			return nil, fmt.Errorf("bad number %q", f)
+		}
+		out = append(out, v*mul)
+	}
+	return out, nil
+}
+
+func run(args []string, stdout io.Writer) error {
+	fs := flag.NewFlagSet("vccl-gpubench", flag.ContinueOnError)
+	check := fs.Bool("check", false, "run the correctness matrix")
+	bench := fs.Bool("bench", false, "run the measurements")
+	withNCCL := fs.Bool("nccl", true, "measure NCCL alongside (libnccl.so.2 via $VCCL_NCCL_LIB or the torch pip package)")
+	sizesF := fs.String("sizes", "4K,64K,1M,16M,256M,1G", "all-reduce sizes in bytes")
+	smsF := fs.Int("sms", 16, "reduction kernel grid (thread blocks, so at most this many SMs)")
+	sweepF := fs.String("sweep-sms", "2,4,8,16,32", "SM counts for the sweep")
+	sweepSizes := fs.String("sweep-sizes", "16M,256M,1G", "sizes for the SM sweep")
+	chunk := fs.Int("chunk", 0, "all-reduce pipeline chunk in bytes (0: automatic)")
+	p2p := fs.Int("p2p", 256<<20, "send/recv and all-gather bytes")
+	ptxDir := fs.String("ptx", "", "write the generated PTX into this directory and exit")
+	if err := fs.Parse(args); err != nil {
+		return err
+	}
+	if *ptxDir != "" {
+		if err := os.MkdirAll(*ptxDir, 0o755); err != nil {
+			return err
+		}
+		for _, s := range kernels.All() {
+			src, err := kernels.Source(s)
+			if err != nil {
+				return err
+			}
+			if err := os.WriteFile(filepath.Join(*ptxDir, s.Name()+".ptx"), []byte(src), 0o644); err != nil {
+				return err
+			}
+		}
+		fmt.Fprintf(stdout, "wrote %d kernels to %s\n", len(kernels.All()), *ptxDir)
+		return nil
+	}
+	if !*check && !*bench {
+		*check, *bench = true, true
+	}
+	sizes, err := ints(*sizesF)
+	if err != nil {
+		return err
+	}
+	sweep, err := ints(*sweepF)
+	if err != nil {
+		return err
+	}
+	swSizes, err := ints(*sweepSizes)
+	if err != nil {
+		return err
+	}
+	if err := cuda.Load(); err != nil {
+		return err
+	}
+	drv, _ := cuda.DriverVersion()
+	n, err := cuda.DeviceCount()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(stdout, "# vccl-gpubench %s\ndriver CUDA %d.%d, %d devices\n", time.Now().UTC().Format(time.RFC3339), drv/1000, drv%1000/10, n)
+	for i := 0; i < n; i++ {
+		d, _ := cuda.GetDevice(i)
+		name, _ := d.Name()
+		sms, _ := d.Attribute(cuda.AttrMultiprocessorCount)
+		ces, _ := d.Attribute(cuda.AttrAsyncEngineCount)
+		bus, _ := d.PCIBusID()
+		mem, _ := d.TotalMem()
+		fmt.Fprintf(stdout, "GPU %d: %s, %d SMs, %d copy engines, %d GiB, %s\n", i, name, sms, ces, mem>>30, bus)
+	}
+	if n < 2 {
+		return fmt.Errorf("need 2 GPUs, found %d", n)
+	}
+	ctx := context.Background()
+	if *check {
+		g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: *smsF, Chunk: 256 << 10})
+		if err != nil {
+			return err
+		}
+		t0 := time.Now()
+		failed, err := gpubench.Check(ctx, g, stdout)
+		g.Close()
+		if err != nil {
+			return err
+		}
+		fmt.Fprintf(stdout, "check took %s\n", time.Since(t0).Round(time.Millisecond))
+		if failed > 0 {
+			defer fmt.Fprintf(stdout, "CHECK FAILED: %d cases\n", failed)
+		}
+	}
+	if !*bench {
+		return nil
+	}
+	col := flowtel.NewCollector()
+	win := flowtel.NewWindow(flowtel.WindowConfig{N: 1 << 16, T: 10 * time.Second})
+	col.AddSink(win)
+	col.Start()
+	defer col.Shutdown(ctx)
+	g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: *smsF, Chunk: *chunk, Collector: col})
+	if err != nil {
+		return err
+	}
+	defer g.Close()
+	g.SetTelemetry(false)
+	b := &gpubench.Bench{G: g, W: stdout}
+	if *withNCCL {
+		path, err := nccl.Open()
+		if err != nil {
+			fmt.Fprintf(stdout, "NCCL not measured: %v\n", err)
+		} else {
+			v, _ := nccl.Version()
+			fmt.Fprintf(stdout, "NCCL %d.%d.%d from %s\n", v/10000, v/100%100, v%100, path)
+			err := g.Do(0, func() (err error) { b.Comms, err = nccl.InitAll([]int{0, 1}); return })
+			if err != nil {
+				return err
+			}
+			defer g.Do(0, func() error {
+				for _, c := range b.Comms {
+					c.Destroy()
+				}
+				return nil
+			})
+		}
+	}
+	maxSize := *p2p
+	for _, s := range append(sizes, swSizes...) {
+		maxSize = max(maxSize, s)
+	}
+	if err := b.Alloc(maxSize); err != nil {
+		return err
+	}
+	defer b.Free()
+	if err := g.Prepare(collective.Float32, collective.Sum); err != nil { // compile before timing
+		return err
+	}
+	steps := []func() error{
+		func() error { return b.AllReduce(sizes) },
+		func() error { return b.Latency(4 << 10) },
+		func() error { return b.SendRecv(*p2p) },
+		func() error { return b.AllGather(*p2p) },
+		func() error { return b.SMSweep(swSizes, sweep) },
+		func() error { return b.Telemetry([]int{1 << 20, 16 << 20, 256 << 20}, win, col) },
+	}
+	for _, s := range steps {
+		if err := s(); err != nil {
+			return err
+		}
+	}
+	return nil
+}

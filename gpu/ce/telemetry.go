@@ -1,0 +1,138 @@
+package ce
+
+import (
+	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/gpu/cuda"
+)
+
+// Queue pair ids on a rank: 0 is the local compute queue (reduction
+// kernels, peer = the rank itself); transfers with peer p use 1+2p for the
+// first copy stream (ce) and 2+2p for the second (gat), so each QP completes
+// in order, as the Window's FIFO pairing expects.
+func qpCompute() uint32        { return 0 }
+func qpCE(peer int) uint32     { return uint32(1 + 2*peer) }
+func qpGather(peer int) uint32 { return uint32(2 + 2*peer) }
+func (g *Group) qpFor(s cuda.Stream, r *rank, peer int) uint32 {
+	if s == r.gat {
+		return qpGather(peer)
+	}
+	return qpCE(peer)
+}
+
+// tag says which operation and step a work request belongs to.
+type tag struct {
+	seq   uint64
+	step  uint32
+	op    collective.Op
+	dtype collective.Datatype
+}
+
+// wr is one side of a work request.
+type wr struct {
+	r     *rank
+	peer  int
+	qp    uint32
+	recv  bool
+	bytes int
+	id    uint64
+}
+
+// wrGroup is the work requests one completion event finishes.
+type wrGroup struct {
+	ev  cuda.Event
+	tag tag
+	n   int
+	wrs [2]wr
+}
+
+func (g *Group) stamp(w *wr, kind flowtel.Kind, t *tag, ts int64) {
+	q := w.r.qps[w.qp]
+	rec := flowtel.Record{
+		TsNs: ts, Kind: kind, Status: flowtel.StatusOK,
+		Rank: int32(w.r.idx), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
+		CollSeq: t.seq, Step: t.step, Op: uint8(t.op), Algo: uint8(collective.AlgoDirect), Dtype: uint8(t.dtype),
+		WrID: w.id, Bytes: uint64(w.bytes), Depth: uint32(max(q.depth, 0)),
+	}
+	w.r.rec.Record(&rec)
+}
+
+// post writes the wr_post records of work just queued on stream s of rank
+// owner and records a completion event after it. Telemetry off: nothing.
+// The proxy's context is owner's.
+func (g *Group) post(owner *rank, s cuda.Stream, t tag, wrs ...wr) error {
+	if !g.tel {
+		return nil
+	}
+	grp := &wrGroup{tag: t}
+	for i := range wrs {
+		w := wrs[i]
+		q := w.r.qps[w.qp]
+		if q == nil {
+			q = &qpState{}
+			w.r.qps[w.qp] = q
+		}
+		if w.recv {
+			w.id = flowtel.WRID(q.recvSeq, true)
+			q.recvSeq++
+		} else {
+			w.id = flowtel.WRID(q.sendSeq, false)
+			q.sendSeq++
+		}
+		q.depth++
+		g.stamp(&w, flowtel.KindWRPost, &t, 0)
+		grp.wrs[grp.n] = w
+		grp.n++
+	}
+	var ev cuda.Event
+	if n := len(owner.evFree); n > 0 {
+		ev = owner.evFree[n-1]
+		owner.evFree = owner.evFree[:n-1]
+	} else {
+		var err error
+		if ev, err = cuda.NewEvent(cuda.EventDisableTiming); err != nil {
+			return err
+		}
+	}
+	if err := ev.Record(s); err != nil {
+		return err
+	}
+	grp.ev = ev
+	owner.fly = append(owner.fly, grp)
+	g.nfly++
+	return nil
+}
+
+// pollTelemetry writes the wc records of every work request whose event has
+// fired, each rank's in posting order.
+func (g *Group) pollTelemetry() {
+	for _, r := range g.ranks {
+		if len(r.fly) == 0 {
+			continue
+		}
+		if g.use(r) != nil {
+			continue
+		}
+		kept := r.fly[:0]
+		var now int64
+		for _, grp := range r.fly {
+			done, err := grp.ev.Query()
+			if !done && err == nil {
+				kept = append(kept, grp)
+				continue
+			}
+			if now == 0 {
+				now = r.rec.Now()
+			}
+			for i := 0; i < grp.n; i++ {
+				w := &grp.wrs[i]
+				w.r.qps[w.qp].depth--
+				g.stamp(w, flowtel.KindWC, &grp.tag, now)
+			}
+			r.evFree = append(r.evFree, grp.ev)
+			g.nfly--
+		}
+		clear(r.fly[len(kept):])
+		r.fly = kept
+	}
+}

@@ -1,0 +1,385 @@
+package gpubench
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"slices"
+	"time"
+
+	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/gpu/ce"
+	"github.com/vccl-go/vccl/gpu/cuda"
+	"github.com/vccl-go/vccl/gpu/nccl"
+)
+
+// Bench measures the group, NCCL alongside when comms is non-nil, on the
+// same buffers and streams, and writes a table.
+type Bench struct {
+	G      *ce.Group
+	Comms  []nccl.Comm // nil: VCCL only
+	W      io.Writer
+	Target time.Duration // time per measurement (default 40 ms)
+	Reps   int           // measurements per row, median reported (default 3)
+
+	send, recv [2]cuda.DevicePtr
+	cap        int
+}
+
+// Alloc gives each rank send and receive buffers of n bytes (receive 2n,
+// for all-gather) filled with data.
+func (b *Bench) Alloc(n int) error {
+	b.cap = n
+	for r := 0; r < 2; r++ {
+		var err error
+		if b.send[r], err = b.G.Alloc(r, n); err != nil {
+			return err
+		}
+		if b.recv[r], err = b.G.Alloc(r, 2*n); err != nil {
+			return err
+		}
+		if err := b.G.Memset(r, b.send[r], byte(0x3c+r), n); err != nil { // finite float32s, not zeros
+			return err
+		}
+		if err := b.G.Memset(r, b.recv[r], 0x3c, 2*n); err != nil {
+			return err
+		}
+	}
+	return b.G.Synchronize(context.Background())
+}
+
+// Free releases the buffers.
+func (b *Bench) Free() {
+	for r := 0; r < 2; r++ {
+		b.G.Free(r, b.send[r])
+		b.G.Free(r, b.recv[r])
+	}
+}
+
+// time runs enqueue back to back and returns the time per call: first one
+// call to warm up and estimate, then enough calls to fill Target, synced
+// once at the end (as nccl-tests do), Reps times, median.
+func (b *Bench) time(enqueue func() error) (time.Duration, error) {
+	ctx := context.Background()
+	target := b.Target
+	if target == 0 {
+		target = 40 * time.Millisecond
+	}
+	reps := b.Reps
+	if reps == 0 {
+		reps = 3
+	}
+	run := func(n int) (time.Duration, error) {
+		t0 := time.Now()
+		for i := 0; i < n; i++ {
+			if err := enqueue(); err != nil {
+				return 0, err
+			}
+		}
+		if err := b.G.Synchronize(ctx); err != nil {
+			return 0, err
+		}
+		return time.Since(t0) / time.Duration(n), nil
+	}
+	if _, err := run(2); err != nil {
+		return 0, err
+	}
+	est, err := run(3)
+	if err != nil {
+		return 0, err
+	}
+	n := int(target / max(est, time.Microsecond))
+	n = max(5, min(n, 5000))
+	var ts []time.Duration
+	for i := 0; i < reps; i++ {
+		t, err := run(n)
+		if err != nil {
+			return 0, err
+		}
+		ts = append(ts, t)
+	}
+	slices.Sort(ts)
+	return ts[len(ts)/2], nil
+}
+
+// latency is time with a sync after every call: what a caller that waits
+// for each operation sees.
+func (b *Bench) latency(enqueue func() error, n int) (time.Duration, error) {
+	ctx := context.Background()
+	for i := 0; i < 20; i++ {
+		if err := enqueue(); err != nil {
+			return 0, err
+		}
+		if err := b.G.Synchronize(ctx); err != nil {
+			return 0, err
+		}
+	}
+	ts := make([]time.Duration, 0, n)
+	for i := 0; i < n; i++ {
+		t0 := time.Now()
+		if err := enqueue(); err != nil {
+			return 0, err
+		}
+		if err := b.G.Synchronize(ctx); err != nil {
+			return 0, err
+		}
+		ts = append(ts, time.Since(t0))
+	}
+	slices.Sort(ts)
+	return ts[len(ts)/2], nil
+}
+
+func (b *Bench) vcclAllReduce(count int, dt collective.Datatype) func() error {
+	return func() error {
+		return b.G.AllReduce(context.Background(), b.send[:], b.recv[:], count, dt, collective.Sum)
+	}
+}
+
+func (b *Bench) ncclAllReduce(count int, dt collective.Datatype) func() error {
+	return func() error {
+		return b.G.Do(0, func() error {
+			if err := nccl.GroupStart(); err != nil {
+				return err
+			}
+			for r := 0; r < 2; r++ {
+				if err := b.Comms[r].AllReduce(b.send[r], b.recv[r], count, dt, collective.Sum, b.G.Stream(r)); err != nil {
+					return err
+				}
+			}
+			return nccl.GroupEnd()
+		})
+	}
+}
+
+func gbps(bytes int, t time.Duration) float64 { return float64(bytes) / t.Seconds() / 1e9 }
+
+func sizeName(n int) string {
+	switch {
+	case n >= 1<<30 && n%(1<<30) == 0:
+		return fmt.Sprintf("%d GiB", n>>30)
+	case n >= 1<<20 && n%(1<<20) == 0:
+		return fmt.Sprintf("%d MiB", n>>20)
+	case n >= 1<<10 && n%(1<<10) == 0:
+		return fmt.Sprintf("%d KiB", n>>10)
+	}
+	return fmt.Sprintf("%d B", n)
+}
+
+// AllReduce prints one row per size: float32 sum, busbw (= algbw at 2
+// ranks), both libraries and the ratio.
+func (b *Bench) AllReduce(sizes []int) error {
+	fmt.Fprintf(b.W, "\n## all-reduce float32 sum, 2 GPUs (back-to-back calls, one sync; busbw = bytes/time at 2 ranks)\n")
+	fmt.Fprintf(b.W, "| bytes | VCCL µs | VCCL busbw GB/s | VCCL path, SMs | NCCL µs | NCCL busbw GB/s | VCCL/NCCL busbw |\n|---|---|---|---|---|---|---|\n")
+	for _, n := range sizes {
+		count := n / 4
+		tv, err := b.time(b.vcclAllReduce(count, collective.Float32))
+		if err != nil {
+			return err
+		}
+		path := fmt.Sprintf("copy engines + kernel, %d SMs", b.G.SMs())
+		if n <= 256<<10 {
+			path = fmt.Sprintf("one kernel/GPU, ≤%d SMs", b.G.SMs())
+		}
+		row := fmt.Sprintf("| %s | %.1f | %.1f | %s |", sizeName(n), us(tv), gbps(n, tv), path)
+		if b.Comms != nil {
+			tn, err := b.time(b.ncclAllReduce(count, collective.Float32))
+			if err != nil {
+				return err
+			}
+			row += fmt.Sprintf(" %.1f | %.1f | %.2f× |", us(tn), gbps(n, tn), float64(tn)/float64(tv))
+		} else {
+			row += " – | – | – |"
+		}
+		fmt.Fprintln(b.W, row)
+	}
+	return nil
+}
+
+func us(t time.Duration) float64 { return float64(t) / 1e3 }
+
+// Latency prints the median time of one all-reduce of n bytes waited for
+// on its own.
+func (b *Bench) Latency(n int) error {
+	count := n / 4
+	tv, err := b.latency(b.vcclAllReduce(count, collective.Float32), 2000)
+	if err != nil {
+		return err
+	}
+	row := fmt.Sprintf("\nall-reduce %s, each call waited for (median of 2000): VCCL %.1f µs", sizeName(n), us(tv))
+	if b.Comms != nil {
+		tn, err := b.latency(b.ncclAllReduce(count, collective.Float32), 2000)
+		if err != nil {
+			return err
+		}
+		row += fmt.Sprintf(", NCCL %.1f µs, VCCL/NCCL time %.2f×", us(tn), float64(tv)/float64(tn))
+	}
+	fmt.Fprintln(b.W, row)
+	return nil
+}
+
+// SendRecv prints point-to-point bandwidth, one way and both ways at once.
+func (b *Bench) SendRecv(n int) error {
+	ctx := context.Background()
+	fmt.Fprintf(b.W, "\n## send/recv %s between the 2 GPUs (copy engine, 0 SMs for VCCL)\n", sizeName(n))
+	fmt.Fprintf(b.W, "| direction | VCCL µs | VCCL GB/s (per direction) | NCCL µs | NCCL GB/s | VCCL/NCCL |\n|---|---|---|---|---|---|\n")
+	for _, both := range []bool{false, true} {
+		ts := []ce.Transfer{{From: 0, To: 1, Src: b.send[0], Dst: b.recv[1], Bytes: n}}
+		name := "0→1"
+		if both {
+			ts = append(ts, ce.Transfer{From: 1, To: 0, Src: b.send[1], Dst: b.recv[0], Bytes: n})
+			name = "both at once"
+		}
+		tv, err := b.time(func() error { return b.G.SendRecv(ctx, ts...) })
+		if err != nil {
+			return err
+		}
+		row := fmt.Sprintf("| %s | %.1f | %.1f |", name, us(tv), gbps(n, tv))
+		if b.Comms != nil {
+			tn, err := b.time(func() error {
+				return b.G.Do(0, func() error {
+					if err := nccl.GroupStart(); err != nil {
+						return err
+					}
+					for _, t := range ts {
+						if err := b.Comms[t.From].Send(b.send[t.From], n, collective.Uint8, t.To, b.G.Stream(t.From)); err != nil {
+							return err
+						}
+						if err := b.Comms[t.To].Recv(b.recv[t.To], n, collective.Uint8, t.From, b.G.Stream(t.To)); err != nil {
+							return err
+						}
+					}
+					return nccl.GroupEnd()
+				})
+			})
+			if err != nil {
+				return err
+			}
+			row += fmt.Sprintf(" %.1f | %.1f | %.2f× |", us(tn), gbps(n, tn), float64(tn)/float64(tv))
+		} else {
+			row += " – | – | – |"
+		}
+		fmt.Fprintln(b.W, row)
+	}
+	return nil
+}
+
+// AllGather prints all-gather of n bytes per rank.
+func (b *Bench) AllGather(n int) error {
+	ctx := context.Background()
+	tv, err := b.time(func() error { return b.G.AllGather(ctx, b.send[:], b.recv[:], n) })
+	if err != nil {
+		return err
+	}
+	// busbw of all-gather = total bytes × (n-1)/n / time = n bytes / time at 2 ranks
+	row := fmt.Sprintf("\nall-gather %s per rank: VCCL %.1f µs, busbw %.1f GB/s, 0 SMs", sizeName(n), us(tv), gbps(n, tv))
+	if b.Comms != nil {
+		tn, err := b.time(func() error {
+			return b.G.Do(0, func() error {
+				if err := nccl.GroupStart(); err != nil {
+					return err
+				}
+				for r := 0; r < 2; r++ {
+					if err := b.Comms[r].AllGather(b.send[r], b.recv[r], n, collective.Uint8, b.G.Stream(r)); err != nil {
+						return err
+					}
+				}
+				return nccl.GroupEnd()
+			})
+		})
+		if err != nil {
+			return err
+		}
+		row += fmt.Sprintf("; NCCL %.1f µs, busbw %.1f GB/s; VCCL/NCCL %.2f×", us(tn), gbps(n, tn), float64(tn)/float64(tv))
+	}
+	fmt.Fprintln(b.W, row)
+	return nil
+}
+
+// SMSweep prints all-reduce busbw for each reduction grid.
+func (b *Bench) SMSweep(sizes, sms []int) error {
+	fmt.Fprintf(b.W, "\n## all-reduce busbw GB/s by reduction SMs (copy-engine path)\n| bytes |")
+	for _, s := range sms {
+		fmt.Fprintf(b.W, " %d SMs |", s)
+	}
+	fmt.Fprintf(b.W, "\n|---|%s\n", repeat("---|", len(sms)))
+	old := b.G.SMs()
+	defer b.G.SetSMs(old)
+	for _, n := range sizes {
+		row := fmt.Sprintf("| %s |", sizeName(n))
+		for _, s := range sms {
+			b.G.SetSMs(s)
+			t, err := b.time(b.vcclAllReduce(n/4, collective.Float32))
+			if err != nil {
+				return err
+			}
+			row += fmt.Sprintf(" %.1f |", gbps(n, t))
+		}
+		fmt.Fprintln(b.W, row)
+	}
+	return nil
+}
+
+func repeat(s string, n int) string {
+	out := ""
+	for i := 0; i < n; i++ {
+		out += s
+	}
+	return out
+}
+
+// Telemetry compares all-reduce and send/recv with records on and off
+// (alternating, Reps times each), then prints what the per-link window
+// computed from the records.
+func (b *Bench) Telemetry(sizes []int, win *flowtel.Window, col *flowtel.Collector) error {
+	ctx := context.Background()
+	fmt.Fprintf(b.W, "\n## telemetry on vs off (all-reduce float32 sum; on = a wr_post and a wc record per copy and kernel)\n| bytes | off µs | on µs | on/off |\n|---|---|---|---|\n")
+	for _, n := range sizes {
+		var off, on []time.Duration
+		for i := 0; i < 3; i++ {
+			for _, tel := range []bool{false, true} {
+				b.G.SetTelemetry(tel)
+				t, err := b.time(b.vcclAllReduce(n/4, collective.Float32))
+				if err != nil {
+					return err
+				}
+				if tel {
+					on = append(on, t)
+				} else {
+					off = append(off, t)
+				}
+			}
+		}
+		slices.Sort(off)
+		slices.Sort(on)
+		fmt.Fprintf(b.W, "| %s | %.1f | %.1f | %.3f |\n", sizeName(n), us(off[1]), us(on[1]), float64(on[1])/float64(off[1]))
+	}
+	b.G.SetTelemetry(false)
+	if err := col.Flush(ctx); err != nil {
+		return err
+	}
+	st := col.Stats()
+	fmt.Fprintf(b.W, "\ncollector: %+v\n", st)
+	// A fresh burst of send/recv so the window's span covers GPU traffic only.
+	win.Reset()
+	b.G.SetTelemetry(true)
+	ts := []ce.Transfer{{From: 0, To: 1, Src: b.send[0], Dst: b.recv[1], Bytes: b.cap}, {From: 1, To: 0, Src: b.send[1], Dst: b.recv[0], Bytes: b.cap}}
+	for i := 0; i < 20; i++ {
+		if err := b.G.SendRecv(ctx, ts...); err != nil {
+			return err
+		}
+	}
+	if err := b.G.Synchronize(ctx); err != nil {
+		return err
+	}
+	b.G.SetTelemetry(false)
+	if err := col.Flush(ctx); err != nil {
+		return err
+	}
+	fmt.Fprintf(b.W, "\nper-link window after 20 send/recv of %s each way (flowtel.Window over the GPU records):\n", sizeName(b.cap))
+	for _, s := range win.Snapshot() {
+		fmt.Fprintf(b.W, "  %-28s completions=%d bytes=%d bw=%.1f GB/s lat p50=%.1f µs p99=%.1f µs unmatched=%d\n",
+			s.Key, s.Completions, s.Bytes, s.BandwidthBps/1e9, float64(s.LatP50Ns)/1e3, float64(s.LatP99Ns)/1e3, s.Unmatched)
+	}
+	return nil
+}

@@ -1,0 +1,228 @@
+// Package nccl opens NVIDIA's libnccl.so.2 at run time through purego (no
+// cgo) and exposes the few calls VCCL measures itself against: one
+// communicator per GPU of this process (ncclCommInitAll), all-reduce,
+// all-gather, send and receive, and groups. It exists for side-by-side
+// benchmarks on the same buffers and streams; VCCL does not use NCCL.
+package nccl
+
+import (
+	"errors"
+	"fmt"
+	"os"
+	"path/filepath"
+	"sync"
+	"unsafe"
+
+	"github.com/ebitengine/purego"
+	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/gpu/cuda"
+)
+
+// EnvLib names the library to open; otherwise Open searches the usual
+// places, the torch pip package's nvidia/nccl/lib among them.
+const EnvLib = "VCCL_NCCL_LIB"
+
+// ErrNoNCCL is returned when no libnccl.so.2 can be opened.
+var ErrNoNCCL = errors.New("nccl: libnccl.so.2 not found")
+
+var (
+	once sync.Once
+	err0 error
+	lib  struct {
+		getVersion, commInitAll, commDestroy, allReduce, allGather uintptr
+		send, recv, groupStart, groupEnd, getErrorString           uintptr
+	}
+	path string
+)
+
+// Candidates lists the paths Open tries after $VCCL_NCCL_LIB.
+func Candidates() []string {
+	var out []string
+	for _, pat := range []string{
+		"/opt/torch/.venv/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2",
+		"/opt/*/lib/python3*/site-packages/nvidia/nccl/lib/libnccl.so.2",
+		"/usr/local/lib/python3*/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+		"/usr/lib/python3*/dist-packages/nvidia/nccl/lib/libnccl.so.2",
+		"/opt/torch/.venv/lib/python3*/site-packages/nvidia/cu13/lib/libnccl.so.2",
+		"/usr/local/lib/python3*/dist-packages/nvidia/cu13/lib/libnccl.so.2",
+	} {
+		m, _ := filepath.Glob(pat)
+		out = append(out, m...)
+	}
+	return append(out, "libnccl.so.2")
+}
+
+// Open loads the library once.
+func Open() (string, error) {
+	once.Do(func() {
+		if err := cuda.Load(); err != nil {
+			err0 = err
+			return
+		}
+		cands := Candidates()
+		if p := os.Getenv(EnvLib); p != "" {
+			cands = []string{p}
+		}
+		var h uintptr
+		var errs []error
+		for _, p := range cands {
+			var err error
+			if h, err = purego.Dlopen(p, purego.RTLD_NOW|purego.RTLD_GLOBAL); err == nil {
+				path = p
+				break
+			}
+			errs = append(errs, err)
+		}
+		if h == 0 {
+			err0 = fmt.Errorf("%w: %v", ErrNoNCCL, errors.Join(errs...))
+			return
+		}
+		for _, s := range []struct {
+			dst  *uintptr
+			name string
+		}{
+			{&lib.getVersion, "ncclGetVersion"}, {&lib.commInitAll, "ncclCommInitAll"},
+			{&lib.commDestroy, "ncclCommDestroy"}, {&lib.allReduce, "ncclAllReduce"},
+			{&lib.allGather, "ncclAllGather"}, {&lib.send, "ncclSend"}, {&lib.recv, "ncclRecv"},
+			{&lib.groupStart, "ncclGroupStart"}, {&lib.groupEnd, "ncclGroupEnd"},
+			{&lib.getErrorString, "ncclGetErrorString"},
+		} {
+			p, err := purego.Dlsym(h, s.name)
+			if err != nil {
+				err0 = fmt.Errorf("nccl: %s: %v", path, err)
+				return
+			}
+			*s.dst = p
+		}
+	})
+	return path, err0
+}
+
+//go:uintptrescapes
+func call(fn uintptr, args ...uintptr) error {
+	r, _, _ := purego.SyscallN(fn, args...)
+	if int32(r) == 0 {
+		return nil
+	}
+	msg := ""
+	if lib.getErrorString != 0 {
+		p, _, _ := purego.SyscallN(lib.getErrorString, r)
+		msg = goString(p)
+	}
+	return fmt.Errorf("nccl: error %d: %s", int32(r), msg)
+}
+
+func goString(p uintptr) string {
+	if p == 0 {
+		return ""
+	}
+	var b []byte
+	for i := 0; i < 1024; i++ {
+		c := *(*byte)(unsafe.Add(*(*unsafe.Pointer)(unsafe.Pointer(&p)), i))
+		if c == 0 {
+			break
+		}
+		b = append(b, c)
+	}
+	return string(b)
+}
+
+// Version returns NCCL's version code (e.g. 22809 for 2.28.9).
+func Version() (int, error) {
+	if _, err := Open(); err != nil {
+		return 0, err
+	}
+	var v int32
+	err := call(lib.getVersion, uintptr(unsafe.Pointer(&v)))
+	return int(v), err
+}
+
+// Comm is an ncclComm_t.
+type Comm uintptr
+
+// InitAll creates one communicator per device, in one process.
+func InitAll(devices []int) ([]Comm, error) {
+	if _, err := Open(); err != nil {
+		return nil, err
+	}
+	comms := make([]Comm, len(devices))
+	devs := make([]int32, len(devices))
+	for i, d := range devices {
+		devs[i] = int32(d)
+	}
+	err := call(lib.commInitAll, uintptr(unsafe.Pointer(&comms[0])), uintptr(len(devices)), uintptr(unsafe.Pointer(&devs[0])))
+	return comms, err
+}
+
+// Destroy frees the communicator.
+func (c Comm) Destroy() error { return call(lib.commDestroy, uintptr(c)) }
+
+// DataType maps a collective datatype to ncclDataType_t.
+func DataType(dt collective.Datatype) uintptr {
+	switch dt {
+	case collective.Int8:
+		return 0
+	case collective.Uint8:
+		return 1
+	case collective.Int32:
+		return 2
+	case collective.Uint32:
+		return 3
+	case collective.Int64:
+		return 4
+	case collective.Uint64:
+		return 5
+	case collective.Float16:
+		return 6
+	case collective.Float32:
+		return 7
+	case collective.Float64:
+		return 8
+	case collective.BFloat16:
+		return 9
+	}
+	panic("nccl: datatype " + dt.String())
+}
+
+// RedOp maps a reduction to ncclRedOp_t.
+func RedOp(op collective.ReduceOp) uintptr {
+	switch op {
+	case collective.Sum:
+		return 0
+	case collective.Prod:
+		return 1
+	case collective.Max:
+		return 2
+	case collective.Min:
+		return 3
+	case collective.Avg:
+		return 4
+	}
+	panic("nccl: reduction " + op.String())
+}
+
+// AllReduce queues ncclAllReduce on s.
+func (c Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt collective.Datatype, op collective.ReduceOp, s cuda.Stream) error {
+	return call(lib.allReduce, uintptr(send), uintptr(recv), uintptr(count), DataType(dt), RedOp(op), uintptr(c), uintptr(s))
+}
+
+// AllGather queues ncclAllGather of sendcount elements per rank.
+func (c Comm) AllGather(send, recv cuda.DevicePtr, sendcount int, dt collective.Datatype, s cuda.Stream) error {
+	return call(lib.allGather, uintptr(send), uintptr(recv), uintptr(sendcount), DataType(dt), uintptr(c), uintptr(s))
+}
+
+// Send queues ncclSend to peer.
+func (c Comm) Send(buf cuda.DevicePtr, count int, dt collective.Datatype, peer int, s cuda.Stream) error {
+	return call(lib.send, uintptr(buf), uintptr(count), DataType(dt), uintptr(peer), uintptr(c), uintptr(s))
+}
+
+// Recv queues ncclRecv from peer.
+func (c Comm) Recv(buf cuda.DevicePtr, count int, dt collective.Datatype, peer int, s cuda.Stream) error {
+	return call(lib.recv, uintptr(buf), uintptr(count), DataType(dt), uintptr(peer), uintptr(c), uintptr(s))
+}
+
+// GroupStart opens a group of calls (needed to drive several GPUs from one thread).
+func GroupStart() error { return call(lib.groupStart) }
+
+// GroupEnd closes it and launches the calls.
+func GroupEnd() error { return call(lib.groupEnd) }
