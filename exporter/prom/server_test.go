@@ -1,0 +1,261 @@
+package prom
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"net"
+	"net/http"
+	"net/url"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strconv"
+	"testing"
+	"time"
+
+	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// envPrometheus names the Prometheus server binary the server test runs;
+// without it the test looks for prometheus on PATH (Debian's package, which
+// .ci/setup.d/41-prometheus.sh installs).
+const envPrometheus = "VCCL_PROMETHEUS"
+
+func prometheusBinary(t *testing.T) string {
+	t.Helper()
+	if p := os.Getenv(envPrometheus); p != "" {
+		return p
+	}
+	if p, err := exec.LookPath("prometheus"); err == nil {
+		return p
+	}
+	msg := fmt.Sprintf("Prometheus server not found on PATH (apt-get install prometheus, or .ci/setup.d/41-prometheus.sh; or set %s)", envPrometheus)
+	if os.Getenv("CI") == "true" {
+		t.Fatal(msg)
+	}
+	t.Skip(msg)
+	return ""
+}
+
+type promServer struct {
+	url  string
+	logs *bytes.Buffer
+}
+
+// startPrometheus runs a Prometheus server on 127.0.0.1 scraping target
+// every second, with its own storage.
+func startPrometheus(t *testing.T, target string) *promServer {
+	t.Helper()
+	bin := prometheusBinary(t)
+	dir := t.TempDir()
+	cfg := fmt.Sprintf(`global:
+  scrape_interval: 1s
+  scrape_timeout: 1s
+scrape_configs:
+  - job_name: vccl
+    static_configs:
+      - targets: ['%s']
+`, target)
+	cfgPath := filepath.Join(dir, "prometheus.yml")
+	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
+		t.Fatal(err)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	addr := l.Addr().String()
+	l.Close()
+	s := &promServer{url: "http://" + addr, logs: &bytes.Buffer{}}
+	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
+		"--web.listen-address="+addr, "--storage.tsdb.retention.time=1h")
+	cmd.Stdout, cmd.Stderr = s.logs, s.logs
+	if err := cmd.Start(); err != nil {
+		t.Fatal(err)
+	}
+	exited := make(chan error, 1)
+	go func() { exited <- cmd.Wait() }()
+	t.Cleanup(func() {
+		cmd.Process.Signal(os.Interrupt)
+		select {
+		case <-exited:
+		case <-time.After(10 * time.Second):
+			cmd.Process.Kill()
+			<-exited
+		}
+		if t.Failed() {
+			t.Logf("prometheus output:\n%s", s.logs)
+		}
+	})
+	deadline := time.Now().Add(60 * time.Second)
+	tick := time.NewTicker(100 * time.Millisecond)
+	defer tick.Stop()
+	for {
+		resp, err := http.Get(s.url + "/-/ready")
+		if err == nil {
+			resp.Body.Close()
+			if resp.StatusCode == http.StatusOK {
+				return s
+			}
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("prometheus not ready after 60s: %v\n%s", err, s.logs)
+		}
+		select {
+		case err := <-exited:
+			t.Fatalf("prometheus exited: %v\n%s", err, s.logs)
+		case <-tick.C:
+		}
+	}
+}
+
+type sample struct {
+	labels map[string]string
+	value  float64
+}
+
+// query runs an instant query through the HTTP API.
+func (s *promServer) query(t *testing.T, q string) []sample {
+	t.Helper()
+	resp, err := http.Get(s.url + "/api/v1/query?query=" + url.QueryEscape(q))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer resp.Body.Close()
+	var r struct {
+		Status string `json:"status"`
+		Error  string `json:"error"`
+		Data   struct {
+			Result []struct {
+				Metric map[string]string `json:"metric"`
+				Value  [2]any            `json:"value"`
+			} `json:"result"`
+		} `json:"data"`
+	}
+	if err := json.NewDecoder(resp.Body).Decode(&r); err != nil {
+		t.Fatalf("query %s: %v", q, err)
+	}
+	if r.Status != "success" {
+		t.Fatalf("query %s: %s", q, r.Error)
+	}
+	var out []sample
+	for _, x := range r.Data.Result {
+		str, _ := x.Value[1].(string)
+		v, _ := strconv.ParseFloat(str, 64)
+		out = append(out, sample{x.Metric, v})
+	}
+	return out
+}
+
+// waitValue polls the query until its single result is want (or, with
+// atLeast, at least want).
+func (s *promServer) waitValue(t *testing.T, q string, want float64, atLeast bool) sample {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	var got []sample
+	for {
+		got = s.query(t, q)
+		if len(got) == 1 && (got[0].value == want || atLeast && got[0].value >= want) {
+			return got[0]
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("query %s: %v after 30s, want %v", q, got, want)
+		}
+		<-tick.C
+	}
+}
+
+func TestPrometheusScrapesJob(t *testing.T) {
+	prometheusBinary(t) // skip (or fail in CI) before starting the job
+	ctx, cancel := context.WithTimeout(context.Background(), 120*time.Second)
+	defer cancel()
+
+	// The job: two ranks in this process, telemetry on, metrics served on
+	// 127.0.0.1 as a rank would.
+	col := flowtel.NewCollector(flowtel.WithMaxIdle(time.Millisecond))
+	metrics := New()
+	col.AddSink(metrics)
+	col.Start()
+	defer col.Shutdown(ctx)
+	comms, err := collective.NewLocal(ctx, 2, collective.WithCollector(col), collective.WithTransport("loop"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	for _, c := range comms {
+		metrics.AddComm(c)
+	}
+	l, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	mux := http.NewServeMux()
+	mux.Handle("/metrics", metrics.Handler())
+	srv := &http.Server{Handler: mux}
+	go srv.Serve(l)
+	defer srv.Close()
+
+	prom := startPrometheus(t, l.Addr().String())
+	prom.waitValue(t, `up{job="vccl"}`, 1, false)
+
+	// Calls while Prometheus scrapes: the counts it sees follow the job.
+	const count = 1 << 16 // 256 KiB of float32: the ring
+	for round := 1; round <= 2; round++ {
+		runAllReduces(ctx, t, comms, 5, count)
+		if err := col.Flush(ctx); err != nil {
+			t.Fatal(err)
+		}
+		prom.waitValue(t, `sum(vccl_collectives_total{job="vccl",collective="allreduce",status="ok"})`, float64(2*5*round), false)
+	}
+
+	// Per rank: ten all-reduces of 256 KiB, timed and with bandwidths.
+	for r := range 2 {
+		sel := fmt.Sprintf(`{job="vccl",rank="%d",collective="allreduce",message_size="256KiB"}`, r)
+		for _, m := range []string{"vccl_collective_exec_time_microseconds_count", "vccl_bus_bandwidth_gbs_count", "vccl_algorithm_bandwidth_gbs_count"} {
+			got := prom.waitValue(t, m+sel, 10, false)
+			if got.labels["algorithm"] == "" || got.labels["comm"] != fmt.Sprintf("%08x", comms[0].ID()) {
+				t.Errorf("%s labels %v", m, got.labels)
+			}
+		}
+		if s := prom.waitValue(t, "vccl_collective_bytes_total"+sel, 10*4*count, false); s.value != 10*4*count {
+			t.Errorf("bytes %v", s.value)
+		}
+		// busbw = algbw * 2(n-1)/n = algbw for two ranks.
+		bus := prom.query(t, "vccl_bus_bandwidth_gbs_sum"+sel)
+		alg := prom.query(t, "vccl_algorithm_bandwidth_gbs_sum"+sel)
+		if len(bus) != 1 || len(alg) != 1 || bus[0].value <= 0 || !near(bus[0].value, alg[0].value) {
+			t.Errorf("rank %d: busbw sum %v, algbw sum %v", r, bus, alg)
+		}
+		// Every byte of a ring all-reduce goes to the one peer and back.
+		linkSel := fmt.Sprintf(`job="vccl",rank="%d",peer="%d",channel="0",path="0"`, r, 1-r)
+		link := "{" + linkSel + "}"
+		sent := prom.waitValue(t, `sum(vccl_link_bytes_total{`+linkSel+`,direction="send"})`, 10*4*count, true)
+		recv := prom.waitValue(t, `sum(vccl_link_bytes_total{`+linkSel+`,direction="recv"})`, 10*4*count, true)
+		if sent.value != recv.value {
+			t.Errorf("rank %d sent %v, received %v", r, sent.value, recv.value)
+		}
+		prom.waitValue(t, `sum(vccl_link_wr_latency_seconds_count`+link+`)`, 1, true)
+		if q := prom.query(t, `histogram_quantile(0.5, sum by (le) (vccl_link_wr_latency_seconds_bucket`+link+`))`); len(q) != 1 || !(q[0].value > 0) {
+			t.Errorf("rank %d: median WR latency %v", r, q)
+		}
+		prom.waitValue(t, `vccl_link_backlog_wrs`+link, 0, false)
+	}
+
+	// Failovers and lost records, as the fault-tolerant links and the
+	// collector report them.
+	metrics.Consume(ctx, []flowtel.Record{
+		{TsNs: flowtel.Monotonic(), Kind: flowtel.KindFailover, Comm: comms[0].ID(), Rank: 0, Peer: 1, Path: 1},
+		{TsNs: flowtel.Monotonic(), Kind: flowtel.KindLost, Rank: 0, Peer: -1, Bytes: 5},
+	})
+	prom.waitValue(t, `vccl_link_failovers_total{job="vccl",rank="0",peer="1",path="1"}`, 1, false)
+	prom.waitValue(t, `vccl_telemetry_lost_records_total{job="vccl"}`, 5, false)
+}
