@@ -2,10 +2,13 @@ package prom
 
 import (
 	"context"
+	"encoding/json"
 	"io"
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"os"
+	"regexp"
 	"strings"
 	"testing"
 	"time"
@@ -411,6 +414,74 @@ func runAllReduces(ctx context.Context, t *testing.T, comms []*collective.Comm, 
 	for range comms {
 		if err := <-errs; err != nil {
 			t.Fatal(err)
+		}
+	}
+}
+
+// dashboard is the Grafana dashboard in deploy/grafana.
+const dashboardPath = "../../deploy/grafana/vccl.json"
+
+// dashboardExprs returns the PromQL expressions of the dashboard's panels.
+func dashboardExprs(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Panels []struct {
+			Title   string `json:"title"`
+			Targets []struct {
+				Expr string `json:"expr"`
+			} `json:"targets"`
+		} `json:"panels"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	var out []string
+	for _, p := range d.Panels {
+		for _, tg := range p.Targets {
+			out = append(out, tg.Expr)
+		}
+	}
+	if len(out) < 10 {
+		t.Fatalf("dashboard has %d queries", len(out))
+	}
+	return out
+}
+
+// Every metric the dashboard queries is one the collector exports.
+func TestDashboardMetricNames(t *testing.T) {
+	ch := make(chan *prometheus.Desc, 64)
+	go func() { New().Describe(ch); close(ch) }()
+	names := map[string]bool{}
+	fq := regexp.MustCompile(`fqName: "([a-z_]+)"`)
+	for d := range ch {
+		m := fq.FindStringSubmatch(d.String())
+		if m == nil {
+			t.Fatalf("desc %s", d)
+		}
+		names[m[1]] = true
+	}
+	used := map[string]bool{}
+	for _, e := range dashboardExprs(t) {
+		for _, n := range regexp.MustCompile(`vccl_[a-z_]+`).FindAllString(e, -1) {
+			base := n
+			for _, suf := range []string{"_bucket", "_sum", "_count"} {
+				if b, ok := strings.CutSuffix(n, suf); ok && names[b] {
+					base = b
+				}
+			}
+			if !names[base] {
+				t.Errorf("the dashboard queries %s, which the collector does not export", n)
+			}
+			used[base] = true
+		}
+	}
+	for n := range names {
+		if !used[n] {
+			t.Errorf("the dashboard does not show %s", n)
 		}
 	}
 }

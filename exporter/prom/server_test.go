@@ -12,6 +12,7 @@ import (
 	"os/exec"
 	"path/filepath"
 	"strconv"
+	"strings"
 	"testing"
 	"time"
 
@@ -258,4 +259,39 @@ func TestPrometheusScrapesJob(t *testing.T) {
 	})
 	prom.waitValue(t, `vccl_link_failovers_total{job="vccl",rank="0",peer="1",path="1"}`, 1, false)
 	prom.waitValue(t, `vccl_telemetry_lost_records_total{job="vccl"}`, 5, false)
+
+	// Every query of the Grafana dashboard is valid PromQL, and those about
+	// what this job did return data.
+	vars := strings.NewReplacer(`"$job"`, `"vccl"`, `"$comm"`, `".*"`, `"$rank"`, `".*"`, `"$collective"`, `".*"`,
+		`"$peer"`, `".*"`, "$__rate_interval", "5s")
+	for _, e := range dashboardExprs(t) {
+		q := vars.Replace(e)
+		if strings.Contains(q, "$") {
+			t.Fatalf("unsubstituted variable in %s", q)
+		}
+		mayBeEmpty := false // no credit waits over loop, no failed WRs, failbacks or path changes
+		for _, m := range []string{"credit_wait", `status!="ok"`, "failovers", "failbacks", "vccl_link_down", "vccl_link_up"} {
+			mayBeEmpty = mayBeEmpty || strings.Contains(q, m)
+		}
+		if mayBeEmpty {
+			prom.query(t, q) // fails the test on a PromQL error
+			continue
+		}
+		prom.waitNonEmpty(t, q)
+	}
+}
+
+// waitNonEmpty polls the query until it returns a result.
+func (s *promServer) waitNonEmpty(t *testing.T, q string) {
+	t.Helper()
+	deadline := time.Now().Add(30 * time.Second)
+	tick := time.NewTicker(200 * time.Millisecond)
+	defer tick.Stop()
+	for len(s.query(t, q)) == 0 {
+		if time.Now().After(deadline) {
+			t.Errorf("query returns nothing after 30s: %s", q)
+			return
+		}
+		<-tick.C
+	}
 }
