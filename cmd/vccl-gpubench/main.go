@@ -76,6 +76,9 @@ func run(args []string, stdout io.Writer) error {
 	sweepSizes := fs.String("sweep-sizes", "16M,256M,1G", "sizes for the SM sweep")
 	chunk := fs.Int("chunk", 0, "all-reduce pipeline chunk in bytes (0: automatic)")
 	p2p := fs.Int("p2p", 256<<20, "send/recv and all-gather bytes")
+	pathF := fs.String("path-sizes", "256K,1M,2M,4M,8M,16M,32M", "sizes for the path sweep (empty: none)")
+	smallMax := fs.Int("small-max", 0, "largest out-of-place all-reduce on the one-kernel path (0: default, -1: never)")
+	dtod := fs.Bool("dtod", false, "copy between GPUs with cuMemcpyDtoDAsync instead of cuMemcpyPeerAsync")
 	ptxDir := fs.String("ptx", "", "write the generated PTX into this directory and exit")
 	if err := fs.Parse(args); err != nil {
 		return err
@@ -108,6 +111,10 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	swSizes, err := ints(*sweepSizes)
+	if err != nil {
+		return err
+	}
+	pathSizes, err := ints(*pathF)
 	if err != nil {
 		return err
 	}
@@ -157,7 +164,7 @@ func run(args []string, stdout io.Writer) error {
 	col.AddSink(win)
 	col.Start()
 	defer col.Shutdown(ctx)
-	g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: *smsF, Chunk: *chunk, Collector: col})
+	g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: *smsF, Chunk: *chunk, Collector: col, SmallMax: *smallMax, DtoD: *dtod})
 	if err != nil {
 		return err
 	}
@@ -184,7 +191,7 @@ func run(args []string, stdout io.Writer) error {
 		}
 	}
 	maxSize := *p2p
-	for _, s := range append(sizes, swSizes...) {
+	for _, s := range append(append(sizes, swSizes...), pathSizes...) {
 		maxSize = max(maxSize, s)
 	}
 	if err := b.Alloc(maxSize); err != nil {
@@ -195,6 +202,7 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	steps := []func() error{
+		func() error { return b.PathSweep(pathSizes) },
 		func() error { return b.AllReduce(sizes) },
 		func() error { return b.Latency(4 << 10) },
 		func() error { return b.SendRecv(*p2p) },

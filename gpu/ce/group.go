@@ -32,6 +32,9 @@ type Config struct {
 	Collector *flowtel.Collector
 	// Comm is the communicator id written into records.
 	Comm uint32
+	// DtoD makes copies between GPUs cuMemcpyDtoDAsync on unified addresses
+	// instead of cuMemcpyPeerAsync; both run on the copy engines.
+	DtoD bool
 }
 
 // BlockThreads is the block size of the reduction kernels.
@@ -49,7 +52,14 @@ type Group struct {
 	p2p   uint64       // point-to-point sequence numbers
 	tel   bool
 	nfly  int // telemetry groups in flight, over all ranks
+	// lastPoll is when telemetry was last polled; an idle proxy polls at
+	// most every pollEvery so that it is ready for the next request.
+	lastPoll int64
 }
+
+// pollEvery is the idle proxy's telemetry polling period: completion times
+// are exact to about this much.
+const pollEvery = 2000 // ns
 
 type rank struct {
 	idx     int
@@ -73,8 +83,21 @@ type rank struct {
 	args    cuda.Args
 	rec     *flowtel.Recorder
 	qps     map[uint32]*qpState
-	fly     []*wrGroup // telemetry in flight on this rank's streams, oldest first
+	fly     [4][]*wrGroup // telemetry in flight per stream (user, ce, gat, red), oldest first
+	nfly    int
 	evFree  []cuda.Event
+}
+
+func (r *rank) streamIndex(s cuda.Stream) int {
+	switch s {
+	case r.ce:
+		return 1
+	case r.gat:
+		return 2
+	case r.red:
+		return 3
+	}
+	return 0
 }
 
 type qpState struct {
@@ -146,7 +169,7 @@ func (g *Group) proxy(started chan<- error) {
 			return
 		default:
 		}
-		if g.nfly > 0 {
+		if g.nfly > 0 && flowtel.Monotonic()-g.lastPoll >= pollEvery {
 			g.pollTelemetry()
 		}
 		idle++
@@ -296,6 +319,24 @@ func (g *Group) Context(rank int) cuda.Context { return g.ranks[rank].ctx }
 
 // Stream returns the stream rank's operations are ordered on.
 func (g *Group) Stream(rank int) cuda.Stream { return g.ranks[rank].user }
+
+// Reconfigure changes the configuration for later operations (SMs, Chunk,
+// SmallMax, DtoD; Devices and Collector stay).
+func (g *Group) Reconfigure(f func(*Config)) {
+	g.do(func() error {
+		c := g.cfg
+		f(&c)
+		g.cfg.SMs, g.cfg.Chunk, g.cfg.SmallMax, g.cfg.DtoD = max(1, c.SMs), c.Chunk, c.SmallMax, c.DtoD
+		return nil
+	})
+}
+
+// Config returns the current configuration.
+func (g *Group) Config() Config {
+	var c Config
+	g.do(func() error { c = g.cfg; return nil })
+	return c
+}
 
 // SetSMs changes the reduction kernels' grid for later operations.
 func (g *Group) SetSMs(n int) {

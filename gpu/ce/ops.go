@@ -78,7 +78,7 @@ func (g *Group) SendRecv(ctx context.Context, ts ...Transfer) error {
 			if t.Bytes == 0 {
 				continue
 			}
-			if err := cuda.MemcpyPeerAsync(t.Dst, to.ctx, t.Src, from.ctx, t.Bytes, from.ce); err != nil {
+			if err := g.copyPeer(t.Dst, to.ctx, t.Src, from.ctx, t.Bytes, from.ce); err != nil {
 				return err
 			}
 			if err := g.post(from, from.ce, tag{seq: seq, step: uint32(step), op: collective.OpSend},
@@ -172,7 +172,7 @@ func (g *Group) AllGather(ctx context.Context, send, recv []cuda.DevicePtr, byte
 			for step := 1; step < n; step++ {
 				j := (i + step) % n
 				p := g.ranks[j]
-				if err := cuda.MemcpyPeerAsync(recv[j].Add(off), p.ctx, send[i], r.ctx, bytes, r.ce); err != nil {
+				if err := g.copyPeer(recv[j].Add(off), p.ctx, send[i], r.ctx, bytes, r.ce); err != nil {
 					return err
 				}
 				t.step = uint32(step)
@@ -343,7 +343,9 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 	}
 	chunk := g.cfg.Chunk
 	if chunk <= 0 {
-		chunk = defaultChunk
+		// A quarter of a half, so copies and reductions overlap, within
+		// [1 MiB, 16 MiB].
+		chunk = min(max(max(c0, count-c0)*sz/4, 1<<20), defaultChunk)
 	}
 	ce := max(lanes, chunk/sz/lanes*lanes) // elements per chunk
 	nk := (max(c0, count-c0) + ce - 1) / ce
@@ -388,7 +390,7 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 				return err
 			}
 			scr := p.scratch.Add(k * ce * sz)
-			if err := cuda.MemcpyPeerAsync(scr, p.ctx, send[i].Add(off*sz), r.ctx, b, r.ce); err != nil {
+			if err := g.copyPeer(scr, p.ctx, send[i].Add(off*sz), r.ctx, b, r.ce); err != nil {
 				return err
 			}
 			if err := g.post(r, r.ce, t,
@@ -422,7 +424,7 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 			if err := p.gat.WaitEvent(p.evRed); err != nil {
 				return err
 			}
-			if err := cuda.MemcpyPeerAsync(recv[i].Add(off*sz), r.ctx, recv[j].Add(off*sz), p.ctx, b, p.gat); err != nil {
+			if err := g.copyPeer(recv[i].Add(off*sz), r.ctx, recv[j].Add(off*sz), p.ctx, b, p.gat); err != nil {
 				return err
 			}
 			t.step = uint32(3*k + 2)
@@ -460,4 +462,12 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 		}
 	}
 	return nil
+}
+
+// copyPeer queues a copy between GPUs on s with the configured API.
+func (g *Group) copyPeer(dst cuda.DevicePtr, dstCtx cuda.Context, src cuda.DevicePtr, srcCtx cuda.Context, n int, s cuda.Stream) error {
+	if g.cfg.DtoD {
+		return cuda.MemcpyDtoDAsync(dst, src, n, s)
+	}
+	return cuda.MemcpyPeerAsync(dst, dstCtx, src, srcCtx, n, s)
 }

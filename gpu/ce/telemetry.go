@@ -98,41 +98,53 @@ func (g *Group) post(owner *rank, s cuda.Stream, t tag, wrs ...wr) error {
 		return err
 	}
 	grp.ev = ev
-	owner.fly = append(owner.fly, grp)
+	si := owner.streamIndex(s)
+	owner.fly[si] = append(owner.fly[si], grp)
+	owner.nfly++
 	g.nfly++
 	return nil
 }
 
-// pollTelemetry writes the wc records of every work request whose event has
-// fired, each rank's in posting order.
+// pollTelemetry writes the wc records of the work requests whose events
+// have fired. Each stream completes in order, so only the oldest pending
+// group of each stream is queried, and a sweep stops at the first that has
+// not fired: a sweep costs at most one query per stream.
 func (g *Group) pollTelemetry() {
 	for _, r := range g.ranks {
-		if len(r.fly) == 0 {
+		if r.nfly == 0 {
 			continue
 		}
 		if g.use(r) != nil {
 			continue
 		}
-		kept := r.fly[:0]
 		var now int64
-		for _, grp := range r.fly {
-			done, err := grp.ev.Query()
-			if !done && err == nil {
-				kept = append(kept, grp)
-				continue
+		for si := range r.fly {
+			q := r.fly[si]
+			for len(q) > 0 {
+				grp := q[0]
+				done, err := grp.ev.Query()
+				if !done && err == nil {
+					break
+				}
+				if now == 0 {
+					now = r.rec.Now()
+				}
+				for i := 0; i < grp.n; i++ {
+					w := &grp.wrs[i]
+					w.r.qps[w.qp].depth--
+					g.stamp(w, flowtel.KindWC, &grp.tag, now)
+				}
+				r.evFree = append(r.evFree, grp.ev)
+				q[0] = nil
+				q = q[1:]
+				r.nfly--
+				g.nfly--
 			}
-			if now == 0 {
-				now = r.rec.Now()
+			if len(q) == 0 {
+				q = r.fly[si][:0] // reuse the backing array
 			}
-			for i := 0; i < grp.n; i++ {
-				w := &grp.wrs[i]
-				w.r.qps[w.qp].depth--
-				g.stamp(w, flowtel.KindWC, &grp.tag, now)
-			}
-			r.evFree = append(r.evFree, grp.ev)
-			g.nfly--
+			r.fly[si] = q
 		}
-		clear(r.fly[len(kept):])
-		r.fly = kept
 	}
+	g.lastPoll = flowtel.Monotonic()
 }

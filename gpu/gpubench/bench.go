@@ -383,3 +383,40 @@ func (b *Bench) Telemetry(sizes []int, win *flowtel.Window, col *flowtel.Collect
 	}
 	return nil
 }
+
+// PathSweep times all-reduce on each path at each size: the copy-engine
+// path with either copy API, and the one-kernel path (peer reads over
+// NVLink) at two grids, to place the threshold between them.
+func (b *Bench) PathSweep(sizes []int) error {
+	type variant struct {
+		name string
+		set  func(*ce.Config)
+	}
+	old := b.G.Config()
+	defer b.G.Reconfigure(func(c *ce.Config) { *c = old })
+	vs := []variant{
+		{"CE peer-copy 16 SMs", func(c *ce.Config) { c.SmallMax, c.DtoD, c.SMs = -1, false, 16 }},
+		{"CE DtoD 16 SMs", func(c *ce.Config) { c.SmallMax, c.DtoD, c.SMs = -1, true, 16 }},
+		{"kernel 16 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = 1<<40, 16 }},
+		{"kernel 32 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = 1<<40, 32 }},
+		{"kernel 64 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = 1<<40, 64 }},
+	}
+	fmt.Fprintf(b.W, "\n## all-reduce µs by path (float32 sum)\n| bytes |")
+	for _, v := range vs {
+		fmt.Fprintf(b.W, " %s |", v.name)
+	}
+	fmt.Fprintf(b.W, "\n|---|%s\n", repeat("---|", len(vs)))
+	for _, n := range sizes {
+		row := fmt.Sprintf("| %s |", sizeName(n))
+		for _, v := range vs {
+			b.G.Reconfigure(func(c *ce.Config) { *c = old; v.set(c) })
+			t, err := b.time(b.vcclAllReduce(n/4, collective.Float32))
+			if err != nil {
+				return err
+			}
+			row += fmt.Sprintf(" %.1f |", us(t))
+		}
+		fmt.Fprintln(b.W, row)
+	}
+	return nil
+}
