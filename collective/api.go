@@ -7,6 +7,7 @@ import (
 	"time"
 	"unsafe"
 
+	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 )
 
@@ -39,7 +40,6 @@ func inlineCtx(ctx context.Context) context.Context { return context.WithValue(c
 // Handle is an operation in flight.
 type Handle struct {
 	tasks  []*task
-	cancel context.CancelFunc
 	comm   *Comm
 	err    error
 	waited bool
@@ -74,7 +74,6 @@ func (h *Handle) Wait(ctx context.Context) error {
 			break
 		}
 	}
-	h.cancel()
 	h.comm.pending.Done()
 	return h.err
 }
@@ -113,19 +112,20 @@ func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
 	if rq.call.op.rooted() && (rq.call.root < 0 || rq.call.root >= c.size) {
 		return nil, fmt.Errorf("collective: %v root %d out of range for %d ranks", rq.call.op, rq.call.root, c.size)
 	}
-	cctx, cancel := ctx, context.CancelFunc(func() {})
+	// A call whose context has no deadline gets the communicator's timeout,
+	// kept in the task rather than in a derived context (one allocation and
+	// timer fewer per call).
+	var deadline int64
 	if _, ok := ctx.Deadline(); !ok {
-		cctx, cancel = context.WithTimeout(ctx, c.opts.timeout)
+		deadline = flowtel.Monotonic() + int64(c.opts.timeout)
 	}
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		cancel()
 		return nil, errEngineStopped
 	}
 	if err := c.failed(); err != nil {
 		c.mu.Unlock()
-		cancel()
 		return nil, err
 	}
 	var seq uint64
@@ -141,12 +141,14 @@ func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
 	rq.call.esize = rq.dt.Size()
 	algo := c.pickAlgo(rq.call.op, rq.call.count*rq.call.esize)
 	parts := c.splitChannels(&rq)
-	h := &Handle{cancel: cancel, comm: c}
+	h := &Handle{comm: c}
 	for ch, part := range parts {
-		t, err := c.newTask(cctx, part, algo, seq, !p2p)
+		t, err := c.newTask(ctx, part, algo, seq, !p2p)
+		if t != nil {
+			t.deadline = deadline
+		}
 		if err != nil {
 			c.mu.Unlock()
-			cancel()
 			// Tasks already queued on other channels run to completion
 			// harmlessly only if none was queued: splitting is uniform, so
 			// a build error happens on channel 0 first.
@@ -261,13 +263,15 @@ func (c *Comm) schedule(cl *call, algo Algorithm, check bool) (s *schedule, fres
 	return s, true, nil
 }
 
-// splitChannels divides a request among channels. Operations over one
+// splitChannels divides a request among channels. The caller holds c.mu;
+// the result is valid until the next call. Operations over one
 // contiguous vector split by element ranges; the others use channel 0.
 func (c *Comm) splitChannels(rq *request) []request {
 	nch := len(c.engines)
 	op := rq.call.op
 	if nch == 1 || (op != OpAllReduce && op != OpBroadcast && op != OpReduce) || rq.call.count < nch*1024 {
-		return []request{*rq}
+		c.parts = append(c.parts[:0], *rq)
+		return c.parts
 	}
 	parts := make([]request, nch)
 	es := rq.dt.Size()

@@ -134,3 +134,39 @@ func TestBenchPeer(t *testing.T) {
 		}
 	}
 }
+
+// BenchmarkAllReduceLocal measures the library's own per-call cost: two ranks
+// as goroutines over the in-process transport, where no IPC hides it.
+func BenchmarkAllReduceLocal(b *testing.B) {
+	for _, check := range []bool{true, false} {
+		b.Run(fmt.Sprintf("8B/check=%v", check), func(b *testing.B) {
+			ctx := context.Background()
+			comms, err := NewLocal(ctx, 2, WithSignatureCheck(check))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer runOnAll(comms, func(c *Comm) error { return c.Close() })
+			done := make(chan error, 1)
+			go func() {
+				buf := []float64{1}
+				for range b.N {
+					if err := AllReduce(ctx, comms[1], buf, buf, Sum); err != nil {
+						done <- err
+						return
+					}
+				}
+				done <- nil
+			}()
+			buf := []float64{1}
+			b.ReportAllocs()
+			for range b.N {
+				if err := AllReduce(ctx, comms[0], buf, buf, Sum); err != nil {
+					b.Fatal(err)
+				}
+			}
+			if err := <-done; err != nil {
+				b.Fatal(err)
+			}
+		})
+	}
+}

@@ -44,6 +44,7 @@ type Comm struct {
 
 	mu         sync.Mutex
 	schedCache map[schedKey]*schedule
+	parts      []request // splitChannels' result, reused under mu
 	seq        uint64
 	p2pSeq     uint64
 	splits     int

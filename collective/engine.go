@@ -60,16 +60,17 @@ type engine struct {
 
 // task is one collective call's work on one channel.
 type task struct {
-	id    uint32
-	call  call
-	dt    Datatype
-	sched *schedule
-	m     *machine
-	bufs  [][]byte // indexed by bufID
-	tag   transport.Tag
-	seq   uint64
-	ctx   context.Context
-	eng   *engine
+	id       uint32
+	call     call
+	dt       Datatype
+	sched    *schedule
+	m        *machine
+	bufs     [][]byte // indexed by bufID
+	tag      transport.Tag
+	seq      uint64
+	ctx      context.Context
+	deadline int64 // monotonic ns; 0: the context's deadline governs
+	eng      *engine
 
 	ready    []int32 // primitives that may start
 	deferred []int32 // sends/receives waiting for an earlier task's on the same queue
@@ -572,9 +573,17 @@ func (e *engine) checkDeadlines() bool {
 			}
 		}
 	}
+	now := flowtel.Monotonic()
 	for _, t := range e.active {
-		if t.err == nil && t.ctx.Err() != nil {
-			e.fail(t, fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, t.ctx.Err(), t.waitingFor()), true)
+		if t.err != nil {
+			continue
+		}
+		err := t.ctx.Err()
+		if err == nil && t.deadline != 0 && now > t.deadline {
+			err = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
+		}
+		if err != nil {
+			e.fail(t, fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, err, t.waitingFor()), true)
 			any = true
 		}
 	}
