@@ -70,13 +70,13 @@ func run(args []string, stdout io.Writer) error {
 	check := fs.Bool("check", false, "run the correctness matrix")
 	bench := fs.Bool("bench", false, "run the measurements")
 	withNCCL := fs.Bool("nccl", true, "measure NCCL alongside (libnccl.so.2 via $VCCL_NCCL_LIB or the torch pip package)")
-	sizesF := fs.String("sizes", "4K,64K,1M,16M,256M,1G", "all-reduce sizes in bytes")
+	sizesF := fs.String("sizes", "4K,64K,1M,16M,32M,64M,256M,1G", "all-reduce sizes in bytes")
 	smsF := fs.Int("sms", 16, "reduction kernel grid (thread blocks, so at most this many SMs)")
 	sweepF := fs.String("sweep-sms", "2,4,8,16,32", "SM counts for the sweep")
 	sweepSizes := fs.String("sweep-sizes", "16M,256M,1G", "sizes for the SM sweep")
 	chunk := fs.Int("chunk", 0, "all-reduce pipeline chunk in bytes (0: automatic)")
 	p2p := fs.Int("p2p", 256<<20, "send/recv and all-gather bytes")
-	pathF := fs.String("path-sizes", "256K,1M,2M,4M,8M,16M,32M", "sizes for the path sweep (empty: none)")
+	pathF := fs.String("path-sizes", "1M,16M,32M,64M", "sizes for the path sweep (empty: none)")
 	smallMax := fs.Int("small-max", 0, "largest out-of-place all-reduce on the one-kernel path (0: default, -1: never)")
 	dtod := fs.Bool("dtod", false, "copy between GPUs with cuMemcpyDtoDAsync instead of cuMemcpyPeerAsync")
 	ptxDir := fs.String("ptx", "", "write the generated PTX into this directory and exit")
@@ -141,7 +141,7 @@ func run(args []string, stdout io.Writer) error {
 	}
 	ctx := context.Background()
 	if *check {
-		g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: *smsF, Chunk: 256 << 10})
+		g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: *smsF, Chunk: 256 << 10, SmallMax: 256 << 10})
 		if err != nil {
 			return err
 		}
@@ -208,7 +208,7 @@ func run(args []string, stdout io.Writer) error {
 		func() error { return b.SendRecv(*p2p) },
 		func() error { return b.AllGather(*p2p) },
 		func() error { return b.SMSweep(swSizes, sweep) },
-		func() error { return b.Telemetry([]int{1 << 20, 16 << 20, 256 << 20}, win, col) },
+		func() error { return b.Telemetry([]int{1 << 20, 16 << 20, 64 << 20, 256 << 20}, win, col) },
 	}
 	for _, s := range steps {
 		if err := s(); err != nil {

@@ -36,7 +36,7 @@ func TestNewWithoutDriver(t *testing.T) {
 // TestCheck runs the whole correctness matrix against the host reference.
 func TestCheck(t *testing.T) {
 	twoGPUs(t)
-	g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: 8, Chunk: 256 << 10})
+	g, err := ce.New(ce.Config{Devices: []int{0, 1}, SMs: 8, Chunk: 256 << 10, SmallMax: 256 << 10})
 	if err != nil {
 		t.Fatal(err)
 	}

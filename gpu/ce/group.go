@@ -26,7 +26,8 @@ type Config struct {
 	// half (0: automatic, about 16 MiB).
 	Chunk int
 	// SmallMax is the largest out-of-place all-reduce that takes the
-	// one-kernel path (default 256 KiB; negative: never).
+	// one-kernel path, which reads the peer's input over NVLink with SMs
+	// (default DefaultSmallMax; negative: never).
 	SmallMax int
 	// Collector receives the telemetry records; nil turns telemetry off.
 	Collector *flowtel.Collector
@@ -59,7 +60,11 @@ type Group struct {
 
 // pollEvery is the idle proxy's telemetry polling period: completion times
 // are exact to about this much.
-const pollEvery = 2000 // ns
+const pollEvery = 5000 // ns
+
+// eventPool is how many completion events each rank makes up front when
+// telemetry may be on.
+const eventPool = 512
 
 type rank struct {
 	idx     int
@@ -123,7 +128,7 @@ func New(cfg Config) (*Group, error) {
 		cfg.SMs = 16
 	}
 	if cfg.SmallMax == 0 {
-		cfg.SmallMax = 256 << 10
+		cfg.SmallMax = DefaultSmallMax
 	}
 	if cfg.Devices == nil {
 		n, err := cuda.DeviceCount()
@@ -253,6 +258,15 @@ func (g *Group) setup() error {
 		}
 		if g.cfg.Collector != nil {
 			r.rec = g.cfg.Collector.NewRecorder()
+			// Completion events, made now so that recording them later
+			// never waits for cuEventCreate.
+			for len(r.evFree) < eventPool {
+				e, err := cuda.NewEvent(cuda.EventDisableTiming)
+				if err != nil {
+					return err
+				}
+				r.evFree = append(r.evFree, e)
+			}
 		}
 	}
 	for _, r := range g.ranks {

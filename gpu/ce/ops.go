@@ -206,6 +206,13 @@ func (g *Group) AllGather(ctx context.Context, send, recv []cuda.DevicePtr, byte
 	})
 }
 
+// DefaultSmallMax is the largest out-of-place all-reduce that takes the
+// one-kernel path by default. Measured on 2 H200s (BENCHMARKS.md): that
+// path took 60 µs at 16 MiB against 112–118 µs for the copy-engine path,
+// whose dozens of driver calls per operation dominate below about 32 MiB;
+// at 32 MiB the two were within 10%.
+const DefaultSmallMax = 16 << 20
+
 // defaultChunk is the automatic all-reduce pipeline chunk (bytes of one
 // half): large enough that per-chunk driver calls (about 2 µs) stay far
 // below the copy time (16 MiB takes about 43 µs at 390 GB/s).
@@ -252,6 +259,7 @@ func (g *Group) AllReduce(ctx context.Context, send, recv []cuda.DevicePtr, coun
 func (g *Group) allReduceSmall(t tag, send, recv []cuda.DevicePtr, count int, dt collective.Datatype, op collective.ReduceOp) error {
 	r0, r1 := g.ranks[0], g.ranks[1]
 	bytes := count * dt.Size()
+	var d0, d1 cuda.Event
 	steps := []func() error{
 		func() error { return r0.evStart.Record(r0.user) },
 		func() error { return g.use(r1) },
@@ -260,18 +268,22 @@ func (g *Group) allReduceSmall(t tag, send, recv []cuda.DevicePtr, count int, dt
 		func() error {
 			return g.launchReduce(r1, r1.user, dt, op, recv[1], send[0], send[1], count, g.cfg.SMs, 2)
 		},
-		func() error { return g.post(r1, r1.user, t, wr{r: r1, peer: 1, qp: qpCompute(), bytes: bytes}) },
-		func() error { return r1.evDone.Record(r1.user) },
+		func() (err error) {
+			d1, err = g.mark(r1, r1.user, r1.evDone, t, wr{r: r1, peer: 1, qp: qpCompute(), bytes: bytes})
+			return err
+		},
 		func() error { return g.use(r0) },
 		func() error { return r0.user.WaitEvent(r1.evStart) },
 		func() error {
 			return g.launchReduce(r0, r0.user, dt, op, recv[0], send[0], send[1], count, g.cfg.SMs, 2)
 		},
-		func() error { return g.post(r0, r0.user, t, wr{r: r0, peer: 0, qp: qpCompute(), bytes: bytes}) },
-		func() error { return r0.evDone.Record(r0.user) },
-		func() error { return r0.user.WaitEvent(r1.evDone) },
+		func() (err error) {
+			d0, err = g.mark(r0, r0.user, r0.evDone, t, wr{r: r0, peer: 0, qp: qpCompute(), bytes: bytes})
+			return err
+		},
+		func() error { return r0.user.WaitEvent(d1) },
 		func() error { return g.use(r1) },
-		func() error { return r1.user.WaitEvent(r0.evDone) },
+		func() error { return r1.user.WaitEvent(d0) },
 	}
 	if err := g.use(r0); err != nil {
 		return err
@@ -393,18 +405,16 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 			if err := g.copyPeer(scr, p.ctx, send[i].Add(off*sz), r.ctx, b, r.ce); err != nil {
 				return err
 			}
-			if err := g.post(r, r.ce, t,
+			evc, err := g.mark(r, r.ce, r.evCE, t,
 				wr{r: r, peer: j, qp: qpCE(j), bytes: b},
-				wr{r: p, peer: i, qp: qpCE(i), recv: true, bytes: b}); err != nil {
-				return err
-			}
-			if err := r.evCE.Record(r.ce); err != nil {
+				wr{r: p, peer: i, qp: qpCE(i), recv: true, bytes: b})
+			if err != nil {
 				return err
 			}
 			if err := g.use(p); err != nil {
 				return err
 			}
-			if err := p.red.WaitEvent(r.evCE); err != nil {
+			if err := p.red.WaitEvent(evc); err != nil {
 				return err
 			}
 			a, bb := send[0].Add(off*sz), scr // operands in rank order
@@ -415,13 +425,11 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 				return err
 			}
 			t.step = uint32(3*k + 1)
-			if err := g.post(p, p.red, t, wr{r: p, peer: j, qp: qpCompute(), bytes: b}); err != nil {
+			evr, err := g.mark(p, p.red, p.evRed, t, wr{r: p, peer: j, qp: qpCompute(), bytes: b})
+			if err != nil {
 				return err
 			}
-			if err := p.evRed.Record(p.red); err != nil {
-				return err
-			}
-			if err := p.gat.WaitEvent(p.evRed); err != nil {
+			if err := p.gat.WaitEvent(evr); err != nil {
 				return err
 			}
 			if err := g.copyPeer(recv[i].Add(off*sz), r.ctx, recv[j].Add(off*sz), p.ctx, b, p.gat); err != nil {

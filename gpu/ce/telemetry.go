@@ -61,8 +61,21 @@ func (g *Group) stamp(w *wr, kind flowtel.Kind, t *tag, ts int64) {
 // owner and records a completion event after it. Telemetry off: nothing.
 // The proxy's context is owner's.
 func (g *Group) post(owner *rank, s cuda.Stream, t tag, wrs ...wr) error {
+	_, err := g.mark(owner, s, 0, t, wrs...)
+	return err
+}
+
+// mark records an event on s after the work just queued there and returns
+// it, for other streams to wait on. With telemetry off that is fixed (none
+// when fixed is 0); with telemetry on it is a pooled event that also
+// completes the given work requests, whose wr_post records are written now:
+// one event serves both the ordering and the telemetry.
+func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ...wr) (cuda.Event, error) {
 	if !g.tel {
-		return nil
+		if fixed == 0 {
+			return 0, nil
+		}
+		return fixed, fixed.Record(s)
 	}
 	grp := &wrGroup{tag: t}
 	for i := range wrs {
@@ -91,18 +104,18 @@ func (g *Group) post(owner *rank, s cuda.Stream, t tag, wrs ...wr) error {
 	} else {
 		var err error
 		if ev, err = cuda.NewEvent(cuda.EventDisableTiming); err != nil {
-			return err
+			return 0, err
 		}
 	}
 	if err := ev.Record(s); err != nil {
-		return err
+		return 0, err
 	}
 	grp.ev = ev
 	si := owner.streamIndex(s)
 	owner.fly[si] = append(owner.fly[si], grp)
 	owner.nfly++
 	g.nfly++
-	return nil
+	return ev, nil
 }
 
 // pollTelemetry writes the wc records of the work requests whose events

@@ -178,8 +178,8 @@ func (b *Bench) AllReduce(sizes []int) error {
 			return err
 		}
 		path := fmt.Sprintf("copy engines + kernel, %d SMs", b.G.SMs())
-		if n <= 256<<10 {
-			path = fmt.Sprintf("one kernel/GPU, ≤%d SMs", b.G.SMs())
+		if n <= b.G.Config().SmallMax {
+			path = fmt.Sprintf("one kernel/GPU (peer reads), ≤%d SMs", b.G.SMs())
 		}
 		row := fmt.Sprintf("| %s | %.1f | %.1f | %s |", sizeName(n), us(tv), gbps(n, tv), path)
 		if b.Comms != nil {

@@ -20,7 +20,8 @@ import (
 var CheckCounts = []int{1, 7, 1000, 65537, 1<<20 + 5}
 
 // Check runs every datatype × reduction × count, out of place and in place,
-// then all-gather and send/recv, on a 2-GPU group, comparing each rank's
+// then all-gather and send/recv, on a 2-GPU group (give it a small SmallMax
+// and Chunk so that both all-reduce paths and several chunks are covered), comparing each rank's
 // output with kernels.Reference. It returns the number of failures.
 func Check(ctx context.Context, g *ce.Group, w io.Writer) (failed int, err error) {
 	maxCount := 0
