@@ -71,7 +71,8 @@
 //
 // The standard variables configure the export: OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES (service.name defaults to "vccl"),
-// OTEL_TRACES_EXPORTER ("otlp", the default; "console" for stdout; "none"),
+// OTEL_TRACES_EXPORTER ("otlp", the default; "console" for stdout; "none";
+// OTEL_SDK_DISABLED=true means "none" too),
 // OTEL_EXPORTER_OTLP_TRACES_PROTOCOL or OTEL_EXPORTER_OTLP_PROTOCOL ("grpc"
 // or "http/protobuf", the default), and every OTEL_EXPORTER_OTLP_* and
 // OTEL_EXPORTER_OTLP_TRACES_* endpoint, header, timeout, compression and TLS

@@ -225,6 +225,9 @@ func newProvider(ctx context.Context, cfg *config) (*sdktrace.TracerProvider, er
 // "none".
 func spanExporterFromEnv(ctx context.Context, cfg *config) (sdktrace.SpanExporter, error) {
 	p := strings.ToLower(strings.TrimSpace(cfg.protocol))
+	if p == "" && strings.EqualFold(strings.TrimSpace(cfg.getenv("OTEL_SDK_DISABLED")), "true") {
+		p = "none"
+	}
 	if p == "" {
 		switch x := strings.ToLower(strings.TrimSpace(cfg.getenv("OTEL_TRACES_EXPORTER"))); x {
 		case "", "otlp":

@@ -470,6 +470,7 @@ func TestProtocolSelection(t *testing.T) {
 		wantErr string
 	}{
 		{map[string]string{"OTEL_TRACES_EXPORTER": "none"}, ""},
+		{map[string]string{"OTEL_SDK_DISABLED": "true", "OTEL_TRACES_EXPORTER": "zipkin"}, ""},
 		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ""},
 		{map[string]string{"OTEL_EXPORTER_OTLP_TRACES_PROTOCOL": "http/protobuf", "OTEL_EXPORTER_OTLP_PROTOCOL": "grpc"}, ""},
 		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "http/json"}, "http/json"},
