@@ -64,7 +64,7 @@ func TestTelemetry(t *testing.T) {
 	col.AddSink(sink)
 	col.Start()
 	defer col.Shutdown(ctx)
-	g, err := ce.New(ce.Config{Devices: []int{0, 1}, Collector: col, Chunk: 1 << 20})
+	g, err := ce.New(ce.Config{Devices: []int{0, 1}, Collector: col, Chunk: 1 << 20, SmallMax: -1})
 	if err != nil {
 		t.Fatal(err)
 	}

@@ -33,6 +33,11 @@ type Config struct {
 	Collector *flowtel.Collector
 	// Comm is the communicator id written into records.
 	Comm uint32
+	// PollEvery is how often an idle proxy polls the completion events of
+	// telemetry (default 5 µs): a wc record is late by at most about this
+	// much, and each poll takes the proxy away from queuing work for a
+	// moment. Synchronize polls continuously.
+	PollEvery time.Duration
 	// DtoD makes copies between GPUs cuMemcpyDtoDAsync on unified addresses
 	// instead of cuMemcpyPeerAsync; both run on the copy engines.
 	DtoD bool
@@ -58,9 +63,8 @@ type Group struct {
 	lastPoll int64
 }
 
-// pollEvery is the idle proxy's telemetry polling period: completion times
-// are exact to about this much.
-const pollEvery = 5000 // ns
+// DefaultPollEvery is the idle proxy's telemetry polling period.
+const DefaultPollEvery = 5 * time.Microsecond
 
 // eventPool is how many completion events each rank makes up front when
 // telemetry may be on.
@@ -130,6 +134,9 @@ func New(cfg Config) (*Group, error) {
 	if cfg.SmallMax == 0 {
 		cfg.SmallMax = DefaultSmallMax
 	}
+	if cfg.PollEvery <= 0 {
+		cfg.PollEvery = DefaultPollEvery
+	}
 	if cfg.Devices == nil {
 		n, err := cuda.DeviceCount()
 		if err != nil {
@@ -174,7 +181,7 @@ func (g *Group) proxy(started chan<- error) {
 			return
 		default:
 		}
-		if g.nfly > 0 && flowtel.Monotonic()-g.lastPoll >= pollEvery {
+		if g.nfly > 0 && flowtel.Monotonic()-g.lastPoll >= int64(g.cfg.PollEvery) {
 			g.pollTelemetry()
 		}
 		idle++
@@ -335,12 +342,15 @@ func (g *Group) Context(rank int) cuda.Context { return g.ranks[rank].ctx }
 func (g *Group) Stream(rank int) cuda.Stream { return g.ranks[rank].user }
 
 // Reconfigure changes the configuration for later operations (SMs, Chunk,
-// SmallMax, DtoD; Devices and Collector stay).
+// SmallMax, DtoD, PollEvery; Devices and Collector stay).
 func (g *Group) Reconfigure(f func(*Config)) {
 	g.do(func() error {
 		c := g.cfg
 		f(&c)
 		g.cfg.SMs, g.cfg.Chunk, g.cfg.SmallMax, g.cfg.DtoD = max(1, c.SMs), c.Chunk, c.SmallMax, c.DtoD
+		if c.PollEvery > 0 {
+			g.cfg.PollEvery = c.PollEvery
+		}
 		return nil
 	})
 }

@@ -354,6 +354,30 @@ func (b *Bench) Telemetry(sizes []int, win *flowtel.Window, col *flowtel.Collect
 		slices.Sort(on)
 		fmt.Fprintf(b.W, "| %s | %.1f | %.1f | %.3f |\n", sizeName(n), us(off[1]), us(on[1]), float64(on[1])/float64(off[1]))
 	}
+	// The idle proxy's polling period against the overhead at 1 MiB.
+	old := b.G.Config()
+	for _, pe := range []time.Duration{5 * time.Microsecond, 20 * time.Microsecond, 100 * time.Microsecond} {
+		b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = pe })
+		var off, on []time.Duration
+		for i := 0; i < 3; i++ {
+			for _, tel := range []bool{false, true} {
+				b.G.SetTelemetry(tel)
+				t, err := b.time(b.vcclAllReduce((1<<20)/4, collective.Float32))
+				if err != nil {
+					return err
+				}
+				if tel {
+					on = append(on, t)
+				} else {
+					off = append(off, t)
+				}
+			}
+		}
+		slices.Sort(off)
+		slices.Sort(on)
+		fmt.Fprintf(b.W, "| 1 MiB, polling every %v | %.1f | %.1f | %.3f |\n", pe, us(off[1]), us(on[1]), float64(on[1])/float64(off[1]))
+	}
+	b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = old.PollEvery })
 	b.G.SetTelemetry(false)
 	if err := col.Flush(ctx); err != nil {
 		return err

@@ -1,0 +1,24 @@
+#!/bin/bash
+# The GPU run behind BENCHMARKS.md's GPU section. Build here (no Go on the
+# GPU machine), into the ignored folder gpubin/:
+#
+#   CGO_ENABLED=0 go build -o gpubin/vccl-gpubench ./cmd/vccl-gpubench
+#   CGO_ENABLED=0 go test -c -o gpubin/cuda.test ./gpu/cuda
+#   CGO_ENABLED=0 go test -c -o gpubin/ce.test ./gpu/ce
+#
+# then, on a machine with 2 GPUs joined by NVLink, from the repository root
+# with gpubin/ carried along:  bash gpu/run-h200.sh
+# Results go to $OUT (or /tmp/vccl-gpu). NVLink multicast stays off.
+export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
+OUT=${OUT:-/tmp/vccl-gpu}
+mkdir -p "$OUT"
+cd "$(dirname "$0")/../gpubin" || exit 1
+NL=${VCCL_NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)}
+nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+echo "=== tests"
+timeout 60 ./cuda.test -test.v 2>&1 | grep -E "^(=== RUN|--- |PASS|FAIL|ok)|FAIL" | head -20
+timeout 120 ./ce.test -test.v 2>&1 | grep -vE "^\s+ce_test.go:[0-9]+: ok " | head -40
+echo "=== bench"
+VCCL_NCCL_LIB=$NL timeout 300 ./vccl-gpubench -bench "$@" > "$OUT/bench.txt" 2>&1
+echo "bench rc=$?"
+cat "$OUT/bench.txt"
