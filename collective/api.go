@@ -145,7 +145,7 @@ func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
 	for ch, part := range parts {
 		t, err := c.newTask(ctx, part, algo, seq, !p2p)
 		if t != nil {
-			t.deadline = deadline
+			t.deadline, t.parts = deadline, len(parts)
 		}
 		if err != nil {
 			c.mu.Unlock()

@@ -11,6 +11,7 @@ import (
 	"os"
 	"strings"
 	"sync"
+	"sync/atomic"
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
@@ -60,6 +61,10 @@ type peerInfo struct {
 	ProcID string            `json:"proc_id"` // same value ⇔ same process
 	Addrs  map[string]string `json:"addrs"`   // backend name → listen address
 }
+
+// nextQPID numbers queue pairs: unique within the process, so within the
+// rank, across all its communicators, as telemetry records need.
+var nextQPID atomic.Uint32
 
 // procID tells this process apart from every other.
 var procID = func() string {
@@ -394,7 +399,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 			go func() {
 				defer wg.Done()
 				key := fmt.Sprintf("%s/%d/%d-%d", c.uid, ch, min(c.rank, p), max(c.rank, p))
-				cfg := transport.Config{Rank: int32(c.rank), Peer: int32(p), QPID: uint32(ch*c.size + p + 1),
+				cfg := transport.Config{Rank: int32(c.rank), Peer: int32(p), QPID: nextQPID.Add(1),
 					Comm: c.id, Channel: uint16(ch), Recorder: recs[ch], Notifier: notifiers[ch], Token: c.opts.token}
 				name := c.backends[p]
 				var qp transport.QP

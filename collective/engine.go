@@ -70,6 +70,7 @@ type task struct {
 	seq      uint64
 	ctx      context.Context
 	deadline int64 // monotonic ns; 0: the context's deadline governs
+	parts    int   // channels the call was split across (coll_begin/end Step)
 	eng      *engine
 
 	ready    []int32 // primitives that may start
@@ -315,7 +316,7 @@ func (e *engine) admit(t *task) {
 	if e.rec.Enabled() {
 		e.rec.Record(&flowtel.Record{TsNs: t.begin, Kind: flowtel.KindCollBegin, Rank: int32(e.rank), Peer: -1,
 			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
-			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload())})
+			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload()), Step: uint32(t.parts)})
 	}
 	e.active = append(e.active, t)
 	e.nActive.Add(1)
@@ -537,7 +538,7 @@ func (e *engine) end(t *task, st flowtel.Status) {
 	if e.rec.Enabled() {
 		e.rec.Record(&flowtel.Record{Kind: flowtel.KindCollEnd, Status: st, Rank: int32(e.rank), Peer: -1,
 			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
-			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload())})
+			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload()), Step: uint32(t.parts)})
 	}
 	// A task that failed with transfers posted may still have its scratch
 	// written by a peer: only a clean one gives its buffer back.

@@ -80,3 +80,21 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 	}
 	return 0, fmt.Errorf("collective: unknown algorithm %q (want auto, ring, tree, rd or direct)", s)
 }
+
+// BusBWFactor is nccl-tests' bus bandwidth factor: busbw = algbw × factor,
+// where algbw is the operation's payload (the larger buffer for all-gather,
+// reduce-scatter and all-to-all) over its time, so busbw compares with the
+// hardware's bandwidth whatever the operation and world size.
+func BusBWFactor(op Op, ranks int) float64 {
+	if ranks <= 1 {
+		return 1
+	}
+	n := float64(ranks)
+	switch op {
+	case OpAllReduce:
+		return 2 * (n - 1) / n
+	case OpAllGather, OpReduceScatter, OpAllToAll, OpAllToAllv, OpGather, OpScatter:
+		return (n - 1) / n
+	}
+	return 1
+}

@@ -26,7 +26,7 @@ type Record struct {
 	QP    uint32 // queue pair id, unique within the rank
 	Comm  uint32 // communicator id (32-bit hash of its unique id)
 	Depth uint32 // WRs outstanding on the QP after this event
-	Step  uint32 // algorithm step
+	Step  uint32 // algorithm step; for coll_begin/coll_end, the channels the call was split across
 
 	Channel uint16 // channel (parallel ring / stream)
 

@@ -1,0 +1,94 @@
+package collective
+
+import (
+	"context"
+	"testing"
+	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/flowtel/flowteltest"
+)
+
+func TestBusBWFactor(t *testing.T) {
+	for _, tc := range []struct {
+		op    Op
+		ranks int
+		want  float64
+	}{
+		{OpAllReduce, 1, 1}, {OpAllReduce, 2, 1}, {OpAllReduce, 4, 1.5},
+		{OpAllGather, 4, 0.75}, {OpReduceScatter, 8, 0.875}, {OpAllToAll, 2, 0.5},
+		{OpBroadcast, 8, 1}, {OpReduce, 8, 1}, {OpSend, 2, 1},
+	} {
+		if got := BusBWFactor(tc.op, tc.ranks); got != tc.want {
+			t.Errorf("BusBWFactor(%v, %d) = %v, want %v", tc.op, tc.ranks, got, tc.want)
+		}
+	}
+}
+
+// Every collective is bracketed by coll_begin/coll_end on every channel it
+// used, its work requests carry its sequence number and steps, and queue
+// pair ids stay unique within a rank across communicators.
+func TestCollectiveRecords(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	col := flowtel.NewCollector()
+	sink := flowteltest.NewMemorySink()
+	col.AddSink(sink)
+	col.Start()
+	comms := newLocal(t, 2, WithCollector(col), WithChannels(2))
+	if err := runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, 1<<16)
+		if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+			return err
+		}
+		sub, err := c.Split(ctx, 0, c.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		return AllReduce(ctx, sub, buf[:8], buf[:8], Sum)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := col.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type qpOwner struct {
+		rank int32
+		qp   uint32
+	}
+	comms0 := map[qpOwner]uint32{}
+	begins := map[uint64]int{}
+	var partBytes uint64
+	var sawStep bool
+	for _, r := range sink.Records() {
+		switch r.Kind {
+		case flowtel.KindCollBegin:
+			if r.Comm == comms[0].ID() && r.CollSeq == 1 {
+				begins[r.CollSeq]++
+				partBytes += r.Bytes
+				if r.Step != 2 || r.Op != uint8(OpAllReduce) || r.Dtype != uint8(Float32) {
+					t.Errorf("coll_begin %v: want one of 2 channel parts of a float32 allreduce", r)
+				}
+			}
+		case flowtel.KindWRPost:
+			k := qpOwner{r.Rank, r.QP}
+			if c, ok := comms0[k]; ok && c != r.Comm {
+				t.Errorf("rank %d uses QP id %d in communicators %08x and %08x", r.Rank, r.QP, c, r.Comm)
+			}
+			comms0[k] = r.Comm
+			if r.Comm == comms[0].ID() && r.CollSeq == 1 && r.Step > 0 {
+				sawStep = true
+			}
+		}
+	}
+	if begins[1] != 4 { // 2 ranks × 2 channels
+		t.Errorf("%d coll_begin records for the first all-reduce, want 4", begins[1])
+	}
+	if partBytes != 2<<18 { // each channel's record carries its own part
+		t.Errorf("channel parts of the 256 KiB all-reduce add up to %d bytes on 2 ranks", partBytes)
+	}
+	if !sawStep {
+		t.Error("no work request of the ring all-reduce carries a step beyond 0")
+	}
+}
