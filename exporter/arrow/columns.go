@@ -132,51 +132,92 @@ func (b *colBatch) record(schema *arrowgo.Schema) arrowgo.RecordBatch {
 	return rec
 }
 
-// toRecords converts an Arrow record batch of a trace, whose columns are at
-// idx, into dst (grown as needed) and returns it. Null values read as zero.
-func toRecords(dst []flowtel.Record, rb arrowgo.RecordBatch, idx *[nCols]int) ([]flowtel.Record, error) {
-	n := int(rb.NumRows())
-	if n < 0 {
-		return dst[:0], errBadBatch("negative row count")
+// batchCols are the validated columns of one Arrow record batch of a trace,
+// viewed in place.
+type batchCols struct {
+	n    int
+	cols []arrowgo.Array
+
+	ts                                    []int64
+	kind, status, op, algo, dtype, pathID []uint8
+	channel                               []uint16
+	rank, peer                            []int32
+	qp, comm                              []uint32
+	collSeq, wrID, bytes                  []uint64
+	depth, step                           []uint32
+	nulls                                 bool // some column has nulls
+}
+
+// columnsOf checks that every column of rb (a trace batch whose columns are
+// at idx) holds all its rows, and views them.
+func columnsOf(rb arrowgo.RecordBatch, idx *[nCols]int) (*batchCols, error) {
+	n := rb.NumRows()
+	if n < 0 || n > int64(maxBodyBytes) {
+		return nil, errBadBatch("%d rows", n)
 	}
-	cols := make([]arrowgo.Array, nCols)
+	b := &batchCols{n: int(n), cols: make([]arrowgo.Array, nCols)}
 	for c := range nCols {
-		cols[c] = rb.Column(idx[c])
-		if cols[c].Len() != n {
-			return dst[:0], errBadBatch("column %q has %d rows, the batch %d", ColumnNames[c], cols[c].Len(), n)
+		col := rb.Column(idx[c])
+		if int64(col.Len()) != n {
+			return nil, errBadBatch("column %q has %d rows, the batch %d", ColumnNames[c], col.Len(), n)
 		}
+		b.cols[c] = col
 	}
-	if cap(dst) < n {
-		dst = make([]flowtel.Record, n)
-	}
-	dst = dst[:n]
 	if n == 0 {
-		return dst, nil
+		return b, nil
 	}
 	var err error
-	ts := values[int64](cols[colTs], &err)
-	kind := values[uint8](cols[colKind], &err)
-	status := values[uint8](cols[colStatus], &err)
-	op := values[uint8](cols[colOp], &err)
-	algo := values[uint8](cols[colAlgo], &err)
-	dtype := values[uint8](cols[colDtype], &err)
-	pathID := values[uint8](cols[colPath], &err)
-	channel := values[uint16](cols[colChannel], &err)
-	rank := values[int32](cols[colRank], &err)
-	peer := values[int32](cols[colPeer], &err)
-	qp := values[uint32](cols[colQP], &err)
-	comm := values[uint32](cols[colComm], &err)
-	collSeq := values[uint64](cols[colCollSeq], &err)
-	wrID := values[uint64](cols[colWrID], &err)
-	bytes := values[uint64](cols[colBytes], &err)
-	depth := values[uint32](cols[colDepth], &err)
-	step := values[uint32](cols[colStep], &err)
+	b.ts = values[int64](b.cols[colTs], &err)
+	b.kind = values[uint8](b.cols[colKind], &err)
+	b.status = values[uint8](b.cols[colStatus], &err)
+	b.op = values[uint8](b.cols[colOp], &err)
+	b.algo = values[uint8](b.cols[colAlgo], &err)
+	b.dtype = values[uint8](b.cols[colDtype], &err)
+	b.pathID = values[uint8](b.cols[colPath], &err)
+	b.channel = values[uint16](b.cols[colChannel], &err)
+	b.rank = values[int32](b.cols[colRank], &err)
+	b.peer = values[int32](b.cols[colPeer], &err)
+	b.qp = values[uint32](b.cols[colQP], &err)
+	b.comm = values[uint32](b.cols[colComm], &err)
+	b.collSeq = values[uint64](b.cols[colCollSeq], &err)
+	b.wrID = values[uint64](b.cols[colWrID], &err)
+	b.bytes = values[uint64](b.cols[colBytes], &err)
+	b.depth = values[uint32](b.cols[colDepth], &err)
+	b.step = values[uint32](b.cols[colStep], &err)
 	if err != nil {
-		return dst[:0], err
+		return nil, err
 	}
-	_, _, _, _, _, _, _ = ts[n-1], kind[n-1], status[n-1], op[n-1], algo[n-1], dtype[n-1], pathID[n-1]
-	_, _, _, _, _ = channel[n-1], rank[n-1], peer[n-1], qp[n-1], comm[n-1]
-	_, _, _, _, _ = collSeq[n-1], wrID[n-1], bytes[n-1], depth[n-1], step[n-1]
+	for c, col := range b.cols {
+		if col.NullN() == 0 {
+			continue
+		}
+		b.nulls = true
+		data := col.Data()
+		bufs := data.Buffers()
+		if len(bufs) < 1 || bufs[0] == nil || bufs[0].Len()*8 < data.Offset()+data.Len() {
+			return nil, errBadBatch("the validity bitmap of column %q is too short for %d rows", ColumnNames[c], n)
+		}
+	}
+	return b, nil
+}
+
+// records converts rows [lo, hi) into dst (grown as needed) and returns it.
+// Null values read as zero.
+func (b *batchCols) records(dst []flowtel.Record, lo, hi int) []flowtel.Record {
+	k := hi - lo
+	if cap(dst) < k {
+		dst = make([]flowtel.Record, k)
+	}
+	dst = dst[:k]
+	if k == 0 {
+		return dst
+	}
+	ts, kind, status, op, algo, dtype, pathID := b.ts[lo:hi], b.kind[lo:hi], b.status[lo:hi], b.op[lo:hi], b.algo[lo:hi], b.dtype[lo:hi], b.pathID[lo:hi]
+	channel, rank, peer, qp, comm := b.channel[lo:hi], b.rank[lo:hi], b.peer[lo:hi], b.qp[lo:hi], b.comm[lo:hi]
+	collSeq, wrID, bytes, depth, step := b.collSeq[lo:hi], b.wrID[lo:hi], b.bytes[lo:hi], b.depth[lo:hi], b.step[lo:hi]
+	_, _, _, _, _, _, _ = ts[k-1], kind[k-1], status[k-1], op[k-1], algo[k-1], dtype[k-1], pathID[k-1]
+	_, _, _, _, _ = channel[k-1], rank[k-1], peer[k-1], qp[k-1], comm[k-1]
+	_, _, _, _, _ = collSeq[k-1], wrID[k-1], bytes[k-1], depth[k-1], step[k-1]
 	for i := range dst {
 		dst[i] = flowtel.Record{
 			TsNs: ts[i], CollSeq: collSeq[i], WrID: wrID[i], Bytes: bytes[i],
@@ -186,14 +227,14 @@ func toRecords(dst []flowtel.Record, rb arrowgo.RecordBatch, idx *[nCols]int) ([
 			Op: op[i], Algo: algo[i], Dtype: dtype[i], Path: pathID[i],
 		}
 	}
-	for c, col := range cols {
-		if col.NullN() > 0 {
-			if err := zeroNulls(dst, col, c); err != nil {
-				return dst[:0], err
+	if b.nulls {
+		for c, col := range b.cols {
+			if col.NullN() > 0 {
+				zeroNulls(dst, col, c, lo)
 			}
 		}
 	}
-	return dst, nil
+	return dst
 }
 
 type fixed interface {
@@ -225,16 +266,11 @@ func values[T fixed](col arrowgo.Array, err *error) []T {
 	return unsafe.Slice((*T)(p), n)
 }
 
-// zeroNulls zeroes field c of the records whose value is null in col.
-func zeroNulls(dst []flowtel.Record, col arrowgo.Array, c int) error {
-	data := col.Data()
-	bufs := data.Buffers()
-	n, off := data.Len(), data.Offset()
-	if len(bufs) < 1 || bufs[0] == nil || bufs[0].Len()*8 < off+n {
-		return errBadBatch("the validity bitmap of column %q is too short for %d rows", ColumnNames[c], n)
-	}
+// zeroNulls zeroes field c of the records of dst (rows lo… of col) whose
+// value is null.
+func zeroNulls(dst []flowtel.Record, col arrowgo.Array, c, lo int) {
 	for i := range dst {
-		if col.IsValid(i) {
+		if col.IsValid(lo + i) {
 			continue
 		}
 		r := &dst[i]
@@ -275,5 +311,4 @@ func zeroNulls(dst []flowtel.Record, col arrowgo.Array, c int) error {
 			r.Step = 0
 		}
 	}
-	return nil
 }

@@ -27,8 +27,8 @@ type FileInfo struct {
 	// Finished: the writer closed the file properly (the file format's
 	// footer, the stream format's end-of-stream marker). An unfinished file
 	// is what a killed writer leaves; it reads up to its last complete
-	// record batch, and Repair finishes it for other Arrow tools. For the
-	// stream format it is known once the file has been read to its end.
+	// record batch, and Repair finishes it for other Arrow tools. Known
+	// once the file has been read to its end.
 	Finished bool
 	// Truncated: the file ends inside a message (a batch, or the schema),
 	// which was skipped. Known once the file has been read to its end.
@@ -38,15 +38,14 @@ type FileInfo struct {
 	Records int64 // records read so far
 }
 
-// Reader limits, against malformed input.
-const (
-	maxMetadataBytes = 16 << 20
-	maxBodyBytes     = 256 << 20
+// Reader limits, against malformed input: the largest message metadata and
+// body, and the largest single allocation while decoding (a compressed
+// buffer claims its decompressed size). Variables for the fuzz test.
+var (
+	maxMetadataBytes int64 = 16 << 20
+	maxBodyBytes     int64 = 256 << 20
+	allocLimit             = 256 << 20
 )
-
-// allocLimit bounds a single allocation while decoding (a compressed buffer
-// claims its decompressed size). A variable for the fuzz test.
-var allocLimit = maxBodyBytes
 
 var (
 	arrowMagic = []byte("ARROW1")
@@ -230,20 +229,27 @@ func (r *Reader) Close() error {
 	return nil
 }
 
-// traceFile is one open trace.
+// traceFile is one open trace. Both formats are read as the IPC stream
+// they hold (a file holds one after its 8-byte header), through msgReader,
+// which verifies each message before the Arrow library decodes it; a file's
+// footer only tells whether the writer finished it.
 type traceFile struct {
 	info   FileInfo
 	closer io.Closer
 	schema *arrowgo.Schema
 	idx    [nCols]int
-	fr     *ipc.FileReader // the file format, finished
-	sr     *ipc.Reader     // the stream format, or an unfinished file
-	next   int             // fr: the next batch
-	empty  bool            // the file ends before its schema
+	sr     *ipc.Reader
+	msgs   *msgReader
+	empty  bool // the file ends before its schema
 
-	stream   *countingReader // under sr
-	boundary int64           // where the message after the last one read starts
-	tailEOS  bool            // a stream file ends with the end-of-stream marker
+	end      int64 // where the stream ends in the file
+	boundary int64 // in the stream: where the message after the last one read starts
+	footer   bool  // a file-format file with a valid footer after the stream
+	tailEOS  bool  // the stream's last 8 bytes are the end-of-stream marker
+
+	rb   arrowgo.RecordBatch // the batch being returned
+	cols *batchCols          // its columns
+	row  int                 // its next row
 }
 
 type cappedAllocator struct{ memory.Allocator }
@@ -260,14 +266,6 @@ func (a cappedAllocator) Reallocate(n int, b []byte) []byte {
 		panic(fmt.Errorf("a buffer of %d bytes (limit %d)", n, allocLimit))
 	}
 	return a.Allocator.Reallocate(n, b)
-}
-
-func ipcOptions() []ipc.Option {
-	return []ipc.Option{
-		ipc.WithAllocator(cappedAllocator{memory.DefaultAllocator}),
-		ipc.WithMetadataSizeLimit(maxMetadataBytes),
-		ipc.WithBodySizeLimit(maxBodyBytes),
-	}
 }
 
 // protect turns a panic in the Arrow library on malformed input into err.
@@ -288,74 +286,109 @@ func openTrace(name string, ra io.ReaderAt, size int64, closer io.Closer) (tf *t
 		}
 	}()
 	defer protect(&err)
+	if strings.HasSuffix(name, ".arrows") {
+		tf.info.Format = FormatStream
+	}
 	if size == 0 {
 		// A writer killed before its first flush leaves an empty file.
 		tf.empty, tf.info.Truncated = true, true
-		if strings.HasSuffix(name, ".arrows") {
-			tf.info.Format = FormatStream
-		}
 		return tf, nil
 	}
 	head := make([]byte, min(size, 8))
 	if _, err := ra.ReadAt(head, 0); err != nil {
 		return nil, err
 	}
-	if size < 8 && (bytes.HasPrefix([]byte("ARROW1\x00\x00"), head) || bytes.HasPrefix(eosMarker[:4], head)) {
+	fileHeader := []byte("ARROW1\x00\x00")
+	if size < 8 && (bytes.HasPrefix(fileHeader, head) || bytes.HasPrefix(eosMarker[:4], head)) {
 		// Cut inside the header: as empty as an empty file.
 		tf.empty, tf.info.Truncated = true, true
 		if head[0] == 0xff {
 			tf.info.Format = FormatStream
+		} else {
+			tf.info.Format = FormatFile
 		}
 		return tf, nil
 	}
-	if bytes.HasPrefix(head, arrowMagic) {
+	start := int64(0)
+	tf.end = size
+	switch {
+	case bytes.Equal(head, fileHeader):
 		tf.info.Format = FormatFile
-		var ferr error
-		if size >= 8+4+int64(len(arrowMagic)) {
-			tail := make([]byte, len(arrowMagic))
-			if _, err := ra.ReadAt(tail, size-int64(len(tail))); err != nil {
-				return nil, err
-			}
-			if bytes.Equal(tail, arrowMagic) {
-				if ferr = tf.openFile(ra, size); ferr == nil {
-					tf.info.Finished = true
-					return tf, nil
-				}
-				if errors.Is(ferr, ErrSchemaVersion) {
-					return nil, ferr
-				}
-			}
+		start = 8
+		if fs, ok := findFooter(ra, size); ok {
+			tf.end, tf.footer = fs, true
 		}
-		// No footer: what a killed writer leaves. The file holds a stream
-		// after its 8-byte header.
-		if err := tf.openStream(io.NewSectionReader(ra, 8, size-8)); err != nil {
-			if ferr != nil {
-				return nil, fmt.Errorf("%w: neither a finished Arrow file (%v) nor an unfinished one (%v)", ErrNotTrace, ferr, err)
-			}
-			return nil, err
-		}
-		return tf, nil
-	}
-	if len(head) < 4 || binary.LittleEndian.Uint32(head) != 0xffffffff {
+	case binary.LittleEndian.Uint32(head) == 0xffffffff:
+		tf.info.Format = FormatStream
+	default:
 		return nil, fmt.Errorf("%w: neither the Arrow IPC file nor the stream format", ErrNotTrace)
 	}
-	tf.info.Format = FormatStream
-	if size >= int64(len(eosMarker)) {
+	if tf.end-start >= int64(len(eosMarker)) {
 		tail := make([]byte, len(eosMarker))
-		if _, err := ra.ReadAt(tail, size-int64(len(tail))); err != nil {
+		if _, err := ra.ReadAt(tail, tf.end-int64(len(tail))); err != nil {
 			return nil, err
 		}
 		tf.tailEOS = bytes.Equal(tail, eosMarker)
 	}
-	if err := tf.openStream(io.NewSectionReader(ra, 0, size)); err != nil {
+	if err := tf.openStream(io.NewSectionReader(ra, start, tf.end-start)); err != nil {
 		return nil, err
 	}
 	return tf, nil
 }
 
-// countingReader counts the bytes read through it. The IPC stream reader
-// reads message by message, without reading ahead, so the count after a
-// message is where the next one starts.
+// findFooter looks for a valid IPC file footer at the end of the file and
+// returns where it starts: the end of the stream.
+func findFooter(ra io.ReaderAt, size int64) (int64, bool) {
+	const trailer = 4 + 6 // footer length, magic
+	if size < 8+trailer {
+		return 0, false
+	}
+	tail := make([]byte, trailer)
+	if _, err := ra.ReadAt(tail, size-trailer); err != nil || !bytes.Equal(tail[4:], arrowMagic) {
+		return 0, false
+	}
+	n := int64(int32(binary.LittleEndian.Uint32(tail)))
+	if n <= 0 || n > size-8-trailer || n > maxMetadataBytes {
+		return 0, false
+	}
+	footer := make([]byte, n)
+	if _, err := ra.ReadAt(footer, size-trailer-n); err != nil {
+		return 0, false
+	}
+	if _, err := verifyFooter(footer); err != nil {
+		return 0, false
+	}
+	return size - trailer - n, true
+}
+
+// openStream opens the IPC stream in rd.
+func (tf *traceFile) openStream(rd *io.SectionReader) (err error) {
+	defer protect(&err)
+	tf.msgs = &msgReader{r: &countingReader{r: rd}, size: rd.Size()}
+	sr, err := ipc.NewReaderFromMessageReader(tf.msgs,
+		ipc.WithAllocator(cappedAllocator{memory.DefaultAllocator}))
+	if err != nil {
+		if tf.msgs.cut || tf.msgs.r.n == 0 && errors.Is(err, io.EOF) {
+			// Cut before or inside the schema message: nothing was
+			// flushed after it.
+			tf.empty, tf.info.Truncated = true, true
+			return nil
+		}
+		if errors.Is(err, ErrNotTrace) || errors.Is(err, ErrSchemaVersion) {
+			return err
+		}
+		return fmt.Errorf("%w: %v", ErrNotTrace, err)
+	}
+	if err := tf.setSchema(sr.Schema()); err != nil {
+		sr.Release()
+		return err
+	}
+	tf.sr = sr
+	tf.boundary = tf.msgs.r.n
+	return nil
+}
+
+// countingReader counts the bytes read through it.
 type countingReader struct {
 	r io.Reader
 	n int64
@@ -367,47 +400,84 @@ func (c *countingReader) Read(p []byte) (int, error) {
 	return n, err
 }
 
-func (tf *traceFile) openFile(ra io.ReaderAt, size int64) (err error) {
-	defer protect(&err)
-	fr, err := ipc.NewFileReader(io.NewSectionReader(ra, 0, size), ipcOptions()...)
-	if err != nil {
-		return err
-	}
-	if err := tf.setSchema(fr.Schema()); err != nil {
-		fr.Close()
-		return err
-	}
-	if fr.NumDictionaries() != 0 {
-		fr.Close()
-		return fmt.Errorf("%w: dictionaries in a trace file", ErrNotTrace)
-	}
-	tf.fr = fr
-	return nil
+// msgReader reads IPC messages (the current format: continuation marker,
+// metadata length, metadata, body) and verifies each before the Arrow
+// library decodes it. A message that runs past the end of the input is a
+// cut: it returns an error wrapping io.ErrUnexpectedEOF and sets cut.
+type msgReader struct {
+	r    *countingReader
+	size int64
+	msg  *ipc.Message
+	cut  bool
 }
 
-// openStream opens the IPC stream of size bytes in rd: a stream file, or
-// the body of an unfinished file.
-func (tf *traceFile) openStream(rd *io.SectionReader) (err error) {
-	defer protect(&err)
-	var cont [4]byte
-	n, _ := rd.ReadAt(cont[:], 0)
-	tf.stream = &countingReader{r: rd}
-	sr, err := ipc.NewReader(tf.stream, ipcOptions()...)
+func (m *msgReader) Retain() {}
+
+func (m *msgReader) Release() {
+	if m.msg != nil {
+		m.msg.Release()
+		m.msg = nil
+	}
+}
+
+func (m *msgReader) truncated(what string) error {
+	m.cut = true
+	return fmt.Errorf("the input ends inside %s: %w", what, io.ErrUnexpectedEOF)
+}
+
+func (m *msgReader) Message() (*ipc.Message, error) {
+	m.Release()
+	at := m.r.n
+	var hdr [4]byte
+	n, err := io.ReadFull(m.r, hdr[:])
+	if n == 0 && err == io.EOF {
+		return nil, io.EOF // a cut between two messages
+	}
 	if err != nil {
-		if (errors.Is(err, io.ErrUnexpectedEOF) || errors.Is(err, io.EOF)) && bytes.HasPrefix(eosMarker[:4], cont[:n]) {
-			// Cut inside the schema message: nothing was flushed after it.
-			tf.empty, tf.info.Truncated = true, true
-			return nil
+		return nil, m.truncated("a message header")
+	}
+	switch binary.LittleEndian.Uint32(hdr[:]) {
+	case 0xffffffff:
+	case 0:
+		return nil, io.EOF // the end-of-stream marker of old writers
+	default:
+		return nil, fmt.Errorf("%w: no message at byte %d of the stream", ErrNotTrace, at)
+	}
+	if _, err := io.ReadFull(m.r, hdr[:]); err != nil {
+		return nil, m.truncated("a message header")
+	}
+	metaLen := int64(int32(binary.LittleEndian.Uint32(hdr[:])))
+	switch {
+	case metaLen == 0:
+		return nil, io.EOF // the end-of-stream marker
+	case metaLen < 0 || metaLen > maxMetadataBytes:
+		return nil, fmt.Errorf("%w: message metadata of %d bytes at byte %d of the stream", ErrNotTrace, metaLen, at)
+	case metaLen > m.size-m.r.n:
+		return nil, m.truncated("message metadata")
+	}
+	meta := make([]byte, metaLen)
+	if _, err := io.ReadFull(m.r, meta); err != nil {
+		return nil, m.truncated("message metadata")
+	}
+	_, bodyLen, err := verifyMessage(meta)
+	if err != nil {
+		if errors.Is(err, ErrNotTrace) {
+			return nil, fmt.Errorf("message at byte %d of the stream: %w", at, err)
 		}
-		return fmt.Errorf("%w: %v", ErrNotTrace, err)
+		return nil, fmt.Errorf("%w: message at byte %d of the stream: %v", ErrNotTrace, at, err)
 	}
-	if err := tf.setSchema(sr.Schema()); err != nil {
-		sr.Release()
-		return err
+	switch {
+	case bodyLen < 0 || bodyLen > maxBodyBytes:
+		return nil, fmt.Errorf("%w: a message body of %d bytes at byte %d of the stream", ErrNotTrace, bodyLen, at)
+	case bodyLen > m.size-m.r.n:
+		return nil, m.truncated("a message body")
 	}
-	tf.sr = sr
-	tf.boundary = tf.stream.n
-	return nil
+	body := make([]byte, bodyLen)
+	if _, err := io.ReadFull(m.r, body); err != nil {
+		return nil, m.truncated("a message body")
+	}
+	m.msg = ipc.NewMessage(memory.NewBufferBytes(meta), memory.NewBufferBytes(body))
+	return m.msg, nil
 }
 
 func (tf *traceFile) setSchema(s *arrowgo.Schema) error {
@@ -426,72 +496,84 @@ func (tf *traceFile) setSchema(s *arrowgo.Schema) error {
 // or io.EOF.
 func (tf *traceFile) nextBatch() (rb arrowgo.RecordBatch, err error) {
 	defer protect(&err)
-	switch {
-	case tf.empty:
+	if tf.empty {
 		return nil, io.EOF
-	case tf.fr != nil:
-		if tf.next >= tf.fr.NumRecords() {
-			return nil, io.EOF
-		}
-		rb, err := tf.fr.RecordBatchAt(tf.next)
-		if err != nil {
-			return nil, fmt.Errorf("%w: record batch %d: %v", ErrNotTrace, tf.next, err)
-		}
-		tf.next++
-		return rb, nil
-	default:
-		if !tf.sr.Next() {
-			err := tf.sr.Err()
-			switch {
-			case err == nil:
-				// A clean end: the end-of-stream marker right after the
-				// last message, or a cut between two messages.
-				if tf.info.Format == FormatStream && tf.tailEOS && tf.stream.n-tf.boundary == int64(len(eosMarker)) {
-					tf.info.Finished = true
-				}
-				return nil, io.EOF
-			case errors.Is(err, io.ErrUnexpectedEOF):
-				// The last message runs past the end: a cut.
-				tf.info.Truncated = true
-				return nil, io.EOF
-			}
-			return nil, fmt.Errorf("%w: record batch %d: %v", ErrNotTrace, tf.info.Batches, err)
-		}
-		tf.boundary = tf.stream.n
-		rb := tf.sr.RecordBatch()
-		rb.Retain()
-		return rb, nil
 	}
+	if !tf.sr.Next() {
+		err := tf.sr.Err()
+		switch {
+		case err == nil:
+			// A clean end: the end-of-stream marker right after the last
+			// message, or a cut between two messages.
+			end := tf.msgs.size
+			if tf.tailEOS && tf.boundary == end-int64(len(eosMarker)) && tf.msgs.r.n == end {
+				tf.info.Finished = tf.info.Format == FormatStream || tf.footer
+			}
+			return nil, io.EOF
+		case tf.msgs.cut:
+			// The last message runs past the end: a cut.
+			tf.info.Truncated = true
+			return nil, io.EOF
+		case errors.Is(err, ErrNotTrace):
+			return nil, fmt.Errorf("record batch %d: %w", tf.info.Batches, err)
+		}
+		return nil, fmt.Errorf("%w: record batch %d: %v", ErrNotTrace, tf.info.Batches, err)
+	}
+	tf.boundary = tf.msgs.r.n
+	rb = tf.sr.RecordBatch()
+	rb.Retain()
+	return rb, nil
 }
 
+// maxChunk bounds the records Next returns at once: a larger record batch
+// is returned in parts, so memory stays bounded whatever wrote the file.
+const maxChunk = DefaultBatchRows
+
+// nextRecords returns the next records of the file, at most maxChunk, or
+// io.EOF.
 func (tf *traceFile) nextRecords(buf []flowtel.Record) (recs []flowtel.Record, err error) {
-	rb, err := tf.nextBatch()
-	if err != nil {
-		return buf[:0], err
-	}
-	defer rb.Release()
 	defer protect(&err)
-	if !rb.Schema().Equal(tf.schema) {
-		return buf[:0], fmt.Errorf("%w: record batch %d has another schema", ErrNotTrace, tf.info.Batches)
+	for tf.cols == nil || tf.row == tf.cols.n {
+		tf.releaseBatch()
+		rb, err := tf.nextBatch()
+		if err != nil {
+			return buf[:0], err
+		}
+		if !rb.Schema().Equal(tf.schema) {
+			rb.Release()
+			return buf[:0], fmt.Errorf("%w: record batch %d has another schema", ErrNotTrace, tf.info.Batches)
+		}
+		cols, err := columnsOf(rb, &tf.idx)
+		if err != nil {
+			rb.Release()
+			return buf[:0], fmt.Errorf("record batch %d: %w", tf.info.Batches, err)
+		}
+		tf.rb, tf.cols, tf.row = rb, cols, 0
+		tf.info.Batches++
 	}
-	recs, err = toRecords(buf, rb, &tf.idx)
-	if err != nil {
-		return recs, fmt.Errorf("record batch %d: %w", tf.info.Batches, err)
-	}
-	tf.info.Batches++
+	hi := min(tf.row+maxChunk, tf.cols.n)
+	recs = tf.cols.records(buf, tf.row, hi)
+	tf.row = hi
 	tf.info.Records += int64(len(recs))
 	return recs, nil
 }
 
-func (tf *traceFile) close() {
-	if tf.fr != nil {
-		tf.fr.Close()
+func (tf *traceFile) releaseBatch() {
+	if tf.rb != nil {
+		tf.rb.Release()
+		tf.rb, tf.cols = nil, nil
 	}
+}
+
+func (tf *traceFile) close() {
+	tf.releaseBatch()
 	if tf.sr != nil {
 		tf.sr.Release()
+		tf.sr = nil
 	}
 	if tf.closer != nil {
 		tf.closer.Close()
+		tf.closer = nil
 	}
 }
 
@@ -519,9 +601,6 @@ func Repair(path string) (FileInfo, error) {
 		return FileInfo{}, err
 	}
 	defer tf.close()
-	if tf.info.Finished { // a finished file-format file
-		return tf.info, nil
-	}
 	if tf.empty {
 		return tf.info, fmt.Errorf("arrow: %s: cannot repair: the file ends before its schema (it holds no records)", path)
 	}
@@ -534,7 +613,7 @@ func Repair(path string) (FileInfo, error) {
 		tmp.Close()
 		return tf.info, fmt.Errorf("arrow: repairing %s: %w", path, err)
 	}
-	if tf.info.Finished { // a stream that was finished after all
+	if tf.info.Finished { // finished after all: leave it alone
 		tmp.Close()
 		return tf.info, nil
 	}

@@ -1,0 +1,185 @@
+package arrow
+
+import (
+	"bufio"
+	"context"
+	"fmt"
+	"os"
+	"os/exec"
+	"slices"
+	"strconv"
+	"strings"
+	"syscall"
+	"testing"
+	"time"
+
+	"github.com/apache/arrow-go/v18/arrow/ipc"
+)
+
+// killChildEnv makes TestKillChild the writer TestSIGKILL kills: its value
+// is "DIR FORMAT".
+const killChildEnv = "VCCL_ARROW_KILL_CHILD"
+
+// TestKillChild writes records without end (for a minute at most) and
+// reports, after every Flush, how many records it flushed. It runs only as
+// TestSIGKILL's child.
+func TestKillChild(t *testing.T) {
+	spec := os.Getenv(killChildEnv)
+	if spec == "" {
+		t.Skip("the writer process of TestSIGKILL")
+	}
+	dir, fs, _ := strings.Cut(spec, " ")
+	format, err := ParseFormat(fs)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// Batches of 30000 rows (1.9 MB) take the writer several write calls,
+	// and Consume outpaces it, so the writer is always busy: the kill lands
+	// inside a batch as often as not.
+	s, err := New(testMeta(), WithDir(dir), WithFormat(format), WithBatchRows(30000), WithFlushInterval(time.Millisecond))
+	if err != nil {
+		t.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	lastFlush := -1
+	for n := 0; ctx.Err() == nil; {
+		// Uneven chunks: batches fill at every offset, and the 1ms flush
+		// ticker cuts partial ones.
+		k := 3001 + n%1000
+		if err := s.Consume(ctx, genRecords(n+1, k)); err != nil {
+			t.Fatal(err)
+		}
+		n += k
+		if n/100000 != (n-k)/100000 {
+			if err := s.Flush(ctx); err != nil {
+				t.Fatal(err)
+			}
+			fmt.Printf("flushed %d\n", n)
+			lastFlush = n
+		}
+		if lastFlush >= 0 && n-lastFlush >= 60000 {
+			// Two full batches handed to the writer since the flush: it
+			// is writing now.
+			fmt.Println("busy")
+			lastFlush = -1
+		}
+	}
+	t.Fatal("not killed within a minute")
+}
+
+// A writer killed with SIGKILL while it writes leaves a trace that reads up
+// to at least the last batch it flushed, and that Repair finishes for any
+// Arrow reader.
+func TestSIGKILL(t *testing.T) {
+	if testing.Short() {
+		t.Skip("starts a child process")
+	}
+	for _, f := range []Format{FormatFile, FormatStream} {
+		t.Run(f.String(), func(t *testing.T) {
+			dir := t.TempDir()
+			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
+			defer cancel()
+			cmd := exec.CommandContext(ctx, os.Args[0], "-test.run=^TestKillChild$", "-test.count=1")
+			cmd.Env = append(os.Environ(), killChildEnv+"="+dir+" "+f.String())
+			cmd.Stderr = os.Stderr
+			out, err := cmd.StdoutPipe()
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := cmd.Start(); err != nil {
+				t.Fatal(err)
+			}
+			// Kill it after a few flushes, while it writes the batches
+			// that followed the last.
+			flushed, reports := 0, 0
+			sc := bufio.NewScanner(out)
+			for sc.Scan() {
+				if n, ok := strings.CutPrefix(sc.Text(), "flushed "); ok {
+					flushed, _ = strconv.Atoi(n)
+					reports++
+				}
+				if sc.Text() == "busy" && reports >= 3 {
+					break
+				}
+			}
+			if err := cmd.Process.Signal(syscall.SIGKILL); err != nil {
+				t.Fatal(err)
+			}
+			err = cmd.Wait()
+			if ws, ok := cmd.ProcessState.Sys().(syscall.WaitStatus); !ok || !ws.Signaled() || ws.Signal() != syscall.SIGKILL {
+				t.Fatalf("the child was not killed by SIGKILL: %v", err)
+			}
+			if flushed == 0 {
+				t.Fatal("the child reported no flush before it was killed")
+			}
+
+			files, err := ListFiles(dir)
+			if err != nil || len(files) != 1 {
+				t.Fatalf("files %v, %v", files, err)
+			}
+			got, err := ReadAll(dir)
+			if err != nil {
+				t.Fatalf("reading the killed writer's trace: %v", err)
+			}
+			if len(got) < flushed {
+				t.Fatalf("read %d records, the writer had flushed %d", len(got), flushed)
+			}
+			if want := genRecords(1, len(got)); !slices.Equal(got, want) {
+				t.Fatalf("records differ from what was written at %d", firstDiff(got, want))
+			}
+			r, _ := Open(files[0])
+			for _, err := r.Next(); err == nil; _, err = r.Next() {
+			}
+			info := r.File()
+			if info.Finished {
+				t.Fatal("the killed writer's file reads as finished")
+			}
+			t.Logf("killed after %d records flushed: %d records readable in %d batches (a partial batch at the end: %v)", flushed, info.Records, info.Batches, info.Truncated)
+
+			rep, err := Repair(files[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			if rep.Records != int64(len(got)) {
+				t.Fatalf("repaired file holds %d records, want %d", rep.Records, len(got))
+			}
+			// The Arrow library's own strict readers take the repaired file.
+			fh, err := os.Open(files[0])
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer fh.Close()
+			rows := int64(0)
+			if f == FormatFile {
+				fr, err := ipc.NewFileReader(fh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer fr.Close()
+				for i := range fr.NumRecords() {
+					rb, err := fr.RecordBatch(i)
+					if err != nil {
+						t.Fatal(err)
+					}
+					rows += rb.NumRows()
+				}
+			} else {
+				sr, err := ipc.NewReader(fh)
+				if err != nil {
+					t.Fatal(err)
+				}
+				defer sr.Release()
+				for sr.Next() {
+					rows += sr.RecordBatch().NumRows()
+				}
+				if sr.Err() != nil {
+					t.Fatal(sr.Err())
+				}
+			}
+			if rows != int64(len(got)) {
+				t.Fatalf("the Arrow library reads %d rows from the repaired file, want %d", rows, len(got))
+			}
+		})
+	}
+}
