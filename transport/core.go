@@ -20,6 +20,7 @@ type Core struct {
 	backend string
 
 	dead    atomic.Pointer[error] // why the connection is gone, once it is
+	path    atomic.Uint32         // path stamped on records (SetPath); starts at cfg.Path
 	npend   atomic.Int32          // events in pending; lets an idle Poll skip the lock
 	mu      sync.Mutex
 	pending []event
@@ -37,14 +38,28 @@ type event struct {
 	wc    WC
 	telID uint64
 	tag   Tag
-	grant bool // a credit grant for a waiting send, not a completion
+	grant bool         // a credit grant for a waiting send, not a completion
+	link  flowtel.Kind // a link event (KindLinkDown, …), not a completion
+	path  uint8        // the path its record carries
+	recSt flowtel.Status
 	bytes int
 }
 
 // NewCore returns the core of a QP of the named backend.
 func NewCore(backend string, cfg Config) *Core {
-	return &Core{cfg: cfg, backend: backend}
+	c := &Core{cfg: cfg, backend: backend}
+	c.path.Store(uint32(cfg.Path))
+	return c
 }
+
+// SetPath sets the path (0 primary, 1 backup) that records carry from now
+// on: those of posts and credit waits, and of completions queued by Complete.
+// Backends with several paths (transport/ft) call it when traffic moves.
+// Any goroutine.
+func (c *Core) SetPath(p uint8) { c.path.Store(uint32(p)) }
+
+// Path returns the path records carry now.
+func (c *Core) Path() uint8 { return uint8(c.path.Load()) }
 
 // Config returns the QP's configuration.
 func (c *Core) Config() Config { return c.cfg }
@@ -71,7 +86,7 @@ func (c *Core) Posted(op Opcode, wr *WR) uint64 {
 	}
 	c.depth++
 	if c.cfg.Recorder.Enabled() {
-		c.stamp(flowtel.KindWRPost, flowtel.StatusOK, 0, id, &wr.Tag, len(wr.Buf))
+		c.stamp(flowtel.KindWRPost, flowtel.StatusOK, 0, c.Path(), id, &wr.Tag, len(wr.Buf))
 	}
 	return id
 }
@@ -80,7 +95,7 @@ func (c *Core) Posted(op Opcode, wr *WR) uint64 {
 // and waits. Owner only.
 func (c *Core) CreditWait(telID uint64, wr *WR) {
 	if c.cfg.Recorder.Enabled() {
-		c.stamp(flowtel.KindCreditWait, flowtel.StatusOK, 0, telID, &wr.Tag, len(wr.Buf))
+		c.stamp(flowtel.KindCreditWait, flowtel.StatusOK, 0, c.Path(), telID, &wr.Tag, len(wr.Buf))
 	}
 }
 
@@ -89,16 +104,35 @@ func (c *Core) Granted(telID uint64, tag Tag, bytes int) {
 	if !c.cfg.Recorder.Enabled() {
 		return
 	}
-	c.push(event{telID: telID, tag: tag, grant: true, bytes: bytes, wc: WC{TsNs: c.Now()}})
+	c.push(event{telID: telID, tag: tag, grant: true, bytes: bytes, path: c.Path(), wc: WC{TsNs: c.Now()}})
 }
 
 // Complete queues a completion for the owner to poll. Any goroutine.
 func (c *Core) Complete(wc WC, telID uint64, tag Tag) {
+	c.CompleteOn(wc, telID, tag, c.Path(), wc.Status)
+}
+
+// CompleteOn is Complete for a backend with several paths: the completion's
+// record carries path and status recSt (flowtel.StatusRetransmitted for a WR
+// that was replayed on another path), while the WC the owner polls keeps
+// wc.Status. Any goroutine.
+func (c *Core) CompleteOn(wc WC, telID uint64, tag Tag, path uint8, recSt flowtel.Status) {
 	if wc.TsNs == 0 {
 		wc.TsNs = c.Now()
 	}
-	c.push(event{wc: wc, telID: telID, tag: tag})
+	c.push(event{wc: wc, telID: telID, tag: tag, path: path, recSt: recSt})
 	c.cfg.Notifier.Signal()
+}
+
+// LinkEvent queues a link record (flowtel.KindLinkDown, KindLinkUp,
+// KindFailover or KindFailback) about path, stamped now and written by the
+// owner at its next Poll; bytes is what moved with it (the bytes a failover
+// replays). Nothing is queued with telemetry off. Any goroutine.
+func (c *Core) LinkEvent(kind flowtel.Kind, path uint8, bytes int) {
+	if !c.cfg.Recorder.Enabled() {
+		return
+	}
+	c.push(event{link: kind, path: path, bytes: bytes, wc: WC{TsNs: c.Now()}})
 }
 
 func (c *Core) push(e event) {
@@ -125,12 +159,16 @@ func (c *Core) Poll(dst []WC) int {
 		e := &c.ready[c.readyAt]
 		c.readyAt++
 		if e.grant {
-			c.stamp(flowtel.KindCreditGrant, flowtel.StatusOK, e.wc.TsNs, e.telID, &e.tag, e.bytes)
+			c.stamp(flowtel.KindCreditGrant, flowtel.StatusOK, e.wc.TsNs, e.path, e.telID, &e.tag, e.bytes)
+			continue
+		}
+		if e.link != 0 {
+			c.stamp(e.link, flowtel.StatusOK, e.wc.TsNs, e.path, 0, &e.tag, e.bytes)
 			continue
 		}
 		c.depth--
 		if c.cfg.Recorder.Enabled() {
-			c.stamp(flowtel.KindWC, e.wc.Status, e.wc.TsNs, e.telID, &e.tag, e.wc.Bytes)
+			c.stamp(flowtel.KindWC, e.recSt, e.wc.TsNs, e.path, e.telID, &e.tag, e.wc.Bytes)
 		}
 		dst[n] = e.wc
 		n++
@@ -165,11 +203,11 @@ func (c *Core) Err() error {
 // Outstanding returns the WRs posted and not yet polled. Owner only.
 func (c *Core) Outstanding() int { return c.depth }
 
-func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, id uint64, tag *Tag, bytes int) {
+func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path uint8, id uint64, tag *Tag, bytes int) {
 	r := flowtel.Record{
 		TsNs: ts, Kind: kind, Status: st,
 		Rank: c.cfg.Rank, Peer: c.cfg.Peer, QP: c.cfg.QPID, Comm: c.cfg.Comm,
-		Channel: c.cfg.Channel, Path: c.cfg.Path,
+		Channel: c.cfg.Channel, Path: path,
 		CollSeq: tag.CollSeq, Step: tag.Step, Op: tag.Op, Algo: tag.Algo, Dtype: tag.Dtype,
 		WrID: id, Bytes: uint64(bytes), Depth: uint32(max(c.depth, 0)),
 	}

@@ -128,6 +128,15 @@ func (b Backend) setup(conn *net.TCPConn) error {
 	return nil
 }
 
+// InterfaceAddr returns an address of the named interface: of family fam (4
+// or 6), or for fam 0 the first IPv4 address, else the first IPv6 one. It is
+// how Listen and Dial pick their addresses; transport/ft uses it for its
+// second interface.
+func InterfaceAddr(name string, fam int) (netip.Addr, error) { return interfaceAddr(name, fam) }
+
+// Resolve returns the IP address and port addr (host:port) stands for.
+func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) { return resolve(ctx, addr) }
+
 // resolve returns the IP address and port addr stands for.
 func resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
 	host, port, err := net.SplitHostPort(addr)

@@ -1,0 +1,5 @@
+//go:build race
+
+package ft
+
+const raceEnabled = true
