@@ -1,18 +1,23 @@
 // Command vccl-demo is the job `make run` starts under vcclrun: ping-pong and
 // all-reduces with flow telemetry on, then a per-link and per-collective
-// report computed from the telemetry records.
+// report computed from the telemetry records. Every rank also writes its
+// records to an Arrow trace in VCCL_TELEMETRY_DIR (default ./vccl-trace)
+// and serves its live endpoint while it runs (VCCL_TELEMETRY_ADDR); the
+// report says where they are.
 //
-//	vcclrun -n 2 vccl-demo [-iters 20]
+//	vcclrun -n 2 vccl-demo [-iters 20] [-trace-dir DIR]
 package main
 
 import (
 	"context"
+	"errors"
 	"flag"
 	"fmt"
 	"os"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/demo"
 )
@@ -28,6 +33,11 @@ func run() error {
 	cfg := demo.DefaultConfig()
 	flag.IntVar(&cfg.Iters, "iters", cfg.Iters, "repetitions of each measurement")
 	timeout := flag.Duration("timeout", 2*time.Minute, "deadline of the whole job")
+	dir := os.Getenv(arrow.EnvDir)
+	if dir == "" {
+		dir = demo.DefaultTraceDir
+	}
+	flag.StringVar(&dir, "trace-dir", dir, "directory of the Arrow traces and endpoints.json (empty: none; default $"+arrow.EnvDir+" or "+demo.DefaultTraceDir+")")
 	flag.Parse()
 	if cfg.Iters < 1 {
 		return fmt.Errorf("-iters %d: want at least 1", cfg.Iters)
@@ -40,11 +50,29 @@ func run() error {
 	col := flowtel.NewCollector()
 	col.AddSink(win)
 	col.AddSink(colls)
-	col.Start()
 	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col))
 	if err != nil {
 		return err
 	}
-	defer comm.Close()
-	return demo.Run(ctx, comm, cfg, win, colls, os.Stdout)
+	var ex *demo.Exporters
+	if dir != "" {
+		// Before the collector starts: the trace gets every record.
+		if ex, err = demo.StartExporters(ctx, comm, col, dir); err != nil {
+			comm.Close()
+			return err
+		}
+		cfg.Outputs = ex.Outputs
+	}
+	col.Start()
+	err = demo.Run(ctx, comm, cfg, win, colls, os.Stdout)
+	// Wind down: the endpoint, the communicator, then the collector, whose
+	// Shutdown delivers the last records and finishes the Arrow files.
+	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer scancel()
+	rank := comm.Rank()
+	err = errors.Join(err, ex.Close(sctx), comm.Close(), col.Shutdown(sctx))
+	if err == nil && ex != nil && rank == 0 {
+		fmt.Printf("Arrow traces of every rank are in %s/ (read them with exporter/arrow, pyarrow, DuckDB or Arrow JS)\n", ex.Dir)
+	}
+	return err
 }

@@ -1,7 +1,9 @@
 // Package demo is the job `make run` starts on every rank: point-to-point
 // ping-pong between rank pairs and all-reduces of growing size, with flow
 // telemetry on, then a report of what the records say about each link and
-// each collective, gathered to rank 0 and printed once.
+// each collective, gathered to rank 0 and printed once. Every record also
+// goes to an Arrow trace per rank, and each rank serves its live endpoint
+// while it runs (StartExporters); the report says where they are.
 package demo
 
 import (
@@ -24,6 +26,11 @@ type Config struct {
 	Iters     int   // repetitions of each measurement
 	P2PSizes  []int // ping-pong message sizes in bytes
 	CollSizes []int // all-reduce sizes in bytes (float32)
+
+	// Outputs, if set, is called once the workload is done and returns
+	// lines saying where this rank's telemetry went (Exporters.Outputs),
+	// appended to its part of the report.
+	Outputs func(context.Context) []string
 }
 
 // DefaultConfig is what `make run` uses.
@@ -87,6 +94,11 @@ func Run(ctx context.Context, c *collective.Comm, cfg Config, win *flowtel.Windo
 		return err
 	}
 	report := Report(c.Rank(), timings, win.SnapshotAt(win.Now()), colls.Summary())
+	if cfg.Outputs != nil {
+		for _, l := range cfg.Outputs(ctx) {
+			report += "  " + l + "\n"
+		}
+	}
 	return gatherAndPrint(ctx, c, report, w)
 }
 
