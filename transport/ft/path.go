@@ -241,7 +241,7 @@ func (pa *path) writeLoop() {
 		w.reset()
 		if err != nil {
 			q.mu.Lock()
-			q.pathDown(pa, fmt.Errorf("write: %w", err), true)
+			q.pathDown(pa, fmt.Errorf("write: %w", err), byError)
 			q.mu.Unlock()
 			return
 		}
@@ -257,7 +257,7 @@ func (pa *path) readLoop() {
 	defer q.wg.Done()
 	err := pa.readFrames()
 	q.mu.Lock()
-	q.pathDown(pa, err, true)
+	q.pathDown(pa, err, byError)
 	q.mu.Unlock()
 }
 

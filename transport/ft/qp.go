@@ -58,13 +58,14 @@ type QP struct {
 	stop context.CancelFunc
 	wg   sync.WaitGroup
 
-	mu       sync.Mutex
-	claimed  sync.Cond // signalled when claim clears
-	paths    [Paths]*path
-	gen      [Paths]uint64 // generation of each path's latest connection
-	why      [Paths]error  // why each path last went down
-	probing  bool
-	probeNow chan struct{} // wakes the prober at once; cap 1
+	mu          sync.Mutex
+	claimed     sync.Cond // signalled when claim clears
+	paths       [Paths]*path
+	gen         [Paths]uint64 // generation of each path's latest connection
+	why         [Paths]error  // why each path last went down
+	probing     bool
+	lastErrDown int64         // when a path last went down by a socket error
+	probeNow    chan struct{} // wakes the prober at once; cap 1
 	// linkless is when the last path went down by an error, 0 while a
 	// path is up: the link then waits (LinkTimeout) for a path to come back.
 	linkless int64
@@ -346,17 +347,27 @@ func pathName(i int) string {
 	return "backup"
 }
 
+// How a path went down.
+type downCause uint8
+
+const (
+	bySilence  downCause = iota // the monitor heard nothing (or no progress)
+	byError                     // a socket error: reset, EOF, failed write
+	byNotice                    // the peer declared it down
+	byLastWait                  // the last path, silent for LinkTimeout: no grace
+)
+
+// sameCrash is how close together every path of a link must fail by a
+// socket error for the link to end at once: the kernel of a process that
+// dies closes all its connections together.
+const sameCrash = 50 * time.Millisecond
+
 // pathDown declares pa dead: its connection closes, the peer is told on the
 // other paths (unless it told us), and if data left on pa it moves to the
 // best path still up, replaying what the peer has not acknowledged. With no
-// path left the QP dies. q.mu held.
-func (q *QP) pathDown(pa *path, why error, tellPeer bool) {
-	q.pathDownLast(pa, why, tellPeer, false)
-}
-
-// pathDownLast is pathDown; lastWords says that the link needs no grace
-// when pa is its last path (pa was silent for LinkTimeout already).
-func (q *QP) pathDownLast(pa *path, why error, tellPeer, lastWords bool) {
+// path left the link waits LinkTimeout for one to come back, or dies at once
+// when the paths failed as a crashed peer's do. q.mu held.
+func (q *QP) pathDown(pa *path, why error, how downCause) {
 	if q.err != nil || q.paths[pa.idx] != pa {
 		return // already down, replaced, or the QP is gone
 	}
@@ -376,8 +387,13 @@ func (q *QP) pathDownLast(pa *path, why error, tellPeer, lastWords bool) {
 		"path", pathName(pa.idx), "local", pa.local, "remote", pa.remote, "why", why)
 	best := q.best()
 	if best == nil {
-		if lastWords {
+		now := nanotime()
+		switch {
+		case how == byLastWait:
 			q.die(q.linkError(nil), flowtel.StatusError)
+			return
+		case how == byError && q.lastErrDown != 0 && time.Duration(now-q.lastErrDown) < sameCrash:
+			q.die(q.linkError(fmt.Errorf("every path failed within %v: rank %d's process is gone", sameCrash, q.core.Config().Peer)), flowtel.StatusError)
 			return
 		}
 		// Every path is down, but the last one by an error, which may be
@@ -386,11 +402,14 @@ func (q *QP) pathDownLast(pa *path, why error, tellPeer, lastWords bool) {
 		// (and gives up at once if the peer's process is gone); the link
 		// dies if no path is back within LinkTimeout.
 		q.tx = nil
-		q.linkless = nanotime()
+		q.linkless = now
 		q.startProbe()
 		return
 	}
-	if tellPeer {
+	if how == byError {
+		q.lastErrDown = nanotime()
+	}
+	if how != byNotice {
 		for _, o := range q.paths {
 			if o != nil {
 				o.ctl = append(o.ctl, Header{Type: FramePathDown, Aux: uint32(pa.idx), Seq: pa.gen})
@@ -657,17 +676,21 @@ func (q *QP) monitor() {
 				// acknowledges.
 				if q.othersHeard(pa, now) && !acked(info, q.prm.DeadAfter) {
 					q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer, and no TCP acknowledgement (limit %v)",
-						silent.Round(time.Millisecond), q.prm.DeadAfter), true)
+						silent.Round(time.Millisecond), q.prm.DeadAfter), bySilence)
 					continue
 				}
 				if silent > q.prm.LinkTimeout {
-					q.pathDownLast(pa, fmt.Errorf("nothing received for %v (limit %v)", silent.Round(time.Millisecond), q.prm.LinkTimeout), true, q.up() == 1)
+					how := bySilence
+					if q.up() == 1 {
+						how = byLastWait
+					}
+					q.pathDown(pa, fmt.Errorf("nothing received for %v (limit %v)", silent.Round(time.Millisecond), q.prm.LinkTimeout), how)
 					continue
 				}
 			}
 			if stuck := time.Duration(now - pa.peerRxAt); stuck > q.prm.Progress && pa.txBytes.Load() > pa.peerRx {
 				q.pathDown(pa, fmt.Errorf("the peer read none of the last %d bytes sent for %v (limit %v)",
-					pa.txBytes.Load()-pa.peerRx, stuck.Round(time.Millisecond), q.prm.Progress), true)
+					pa.txBytes.Load()-pa.peerRx, stuck.Round(time.Millisecond), q.prm.Progress), bySilence)
 			}
 		}
 		q.mu.Unlock()
@@ -800,7 +823,7 @@ func (q *QP) onPathDown(i uint32, gen uint64) {
 		return
 	}
 	if pa := q.paths[i]; pa != nil && pa.gen == gen {
-		q.pathDown(pa, errors.New("the peer declared it down"), false)
+		q.pathDown(pa, errors.New("the peer declared it down"), byNotice)
 	}
 }
 
