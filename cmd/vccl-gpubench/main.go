@@ -4,6 +4,7 @@
 //	vccl-gpubench -check            # every datatype × reduction vs the host reference
 //	vccl-gpubench -bench            # all-reduce, send/recv, all-gather, SM sweep, telemetry on/off
 //	vccl-gpubench -ptx DIR          # write the generated PTX (one file per kernel)
+//	vcclrun -n 2 vccl-gpubench -proc  # one process per GPU: IPC transfers, check and measure
 //
 // Keep NCCL_NVLS_ENABLE=0 in the environment on machines where NVLink
 // multicast must stay off; VCCL never uses it.
@@ -80,6 +81,7 @@ func run(args []string, stdout io.Writer) error {
 	smallMax := fs.Int("small-max", 0, "largest out-of-place all-reduce on the one-kernel path (0: default, -1: never)")
 	dtod := fs.Bool("dtod", false, "copy between GPUs with cuMemcpyDtoDAsync instead of cuMemcpyPeerAsync")
 	ptxDir := fs.String("ptx", "", "write the generated PTX into this directory and exit")
+	proc := fs.Bool("proc", false, "run as one rank of a job of one process per GPU (start it with vcclrun): check and measure the IPC path")
 	if err := fs.Parse(args); err != nil {
 		return err
 	}
@@ -101,6 +103,9 @@ func run(args []string, stdout io.Writer) error {
 	}
 	if !*check && !*bench {
 		*check, *bench = true, true
+	}
+	if *proc {
+		return runProc(*check, *bench, *p2p, stdout)
 	}
 	sizes, err := ints(*sizesF)
 	if err != nil {
@@ -214,6 +219,39 @@ func run(args []string, stdout io.Writer) error {
 		if err := s(); err != nil {
 			return err
 		}
+	}
+	return nil
+}
+
+// runProc is one rank of a job of one process per GPU.
+func runProc(check, bench bool, p2p int, stdout io.Writer) error {
+	ctx := context.Background()
+	col := flowtel.NewCollector()
+	win := flowtel.NewWindow(flowtel.WindowConfig{N: 1 << 16, T: 10 * time.Second})
+	col.AddSink(win)
+	col.Start()
+	defer col.Shutdown(ctx)
+	t0 := time.Now()
+	p, err := ce.NewProc(ctx, ce.ProcConfig{Collector: col})
+	if err != nil {
+		return err
+	}
+	defer p.Close()
+	p.SetTelemetry(false)
+	d := p.Device()
+	bus, _ := d.PCIBusID()
+	fmt.Fprintf(stdout, "rank %d of %d: GPU %d (%s), set up in %s\n", p.Rank(), p.Size(), d, bus, time.Since(t0).Round(time.Millisecond))
+	if check {
+		failed, err := gpubench.ProcCheck(ctx, p, stdout)
+		if err != nil {
+			return err
+		}
+		if failed > 0 {
+			return fmt.Errorf("proc check: %d cases failed", failed)
+		}
+	}
+	if bench {
+		return gpubench.ProcBench(ctx, p, stdout, p2p, win, col)
 	}
 	return nil
 }

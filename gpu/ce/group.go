@@ -72,6 +72,7 @@ const eventPool = 512
 
 type rank struct {
 	idx     int
+	global  int // the rank written into records: idx, or the job rank of a Proc
 	dev     cuda.Device
 	ctx     cuda.Context
 	sms     int
@@ -245,7 +246,7 @@ func (g *Group) setup() error {
 		if err != nil {
 			return err
 		}
-		r := &rank{idx: i, dev: dev, ctx: ctx, fns: map[kernels.Spec]cuda.Function{}, qps: map[uint32]*qpState{}}
+		r := &rank{idx: i, global: i, dev: dev, ctx: ctx, fns: map[kernels.Spec]cuda.Function{}, qps: map[uint32]*qpState{}}
 		g.ranks = append(g.ranks, r)
 		if err := g.use(r); err != nil {
 			return err

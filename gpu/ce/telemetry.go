@@ -50,7 +50,7 @@ func (g *Group) stamp(w *wr, kind flowtel.Kind, t *tag, ts int64) {
 	q := w.r.qps[w.qp]
 	rec := flowtel.Record{
 		TsNs: ts, Kind: kind, Status: flowtel.StatusOK,
-		Rank: int32(w.r.idx), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
+		Rank: int32(w.r.global), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
 		CollSeq: t.seq, Step: t.step, Op: uint8(t.op), Algo: uint8(collective.AlgoDirect), Dtype: uint8(t.dtype),
 		WrID: w.id, Bytes: uint64(w.bytes), Depth: uint32(max(q.depth, 0)),
 	}

@@ -28,7 +28,7 @@ var syms struct {
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery, cuEventSynchronize uintptr
 	cuEventElapsedTime                                                             uintptr
 	cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle                     uintptr
-	cuIpcGetEventHandle, cuIpcOpenEventHandle                                      uintptr
+	cuIpcGetEventHandle, cuIpcOpenEventHandle, cuMemGetAddressRange                uintptr
 	cuModuleLoadDataEx, cuModuleGetFunction, cuModuleUnload, cuLaunchKernel        uintptr
 }
 
@@ -90,6 +90,7 @@ func symbolTable() []symbol {
 		{&s.cuIpcCloseMemHandle, []string{"cuIpcCloseMemHandle"}, false},
 		{&s.cuIpcGetEventHandle, []string{"cuIpcGetEventHandle"}, true},
 		{&s.cuIpcOpenEventHandle, []string{"cuIpcOpenEventHandle"}, true},
+		{&s.cuMemGetAddressRange, []string{"cuMemGetAddressRange_v2"}, true},
 		{&s.cuModuleLoadDataEx, []string{"cuModuleLoadDataEx"}, false},
 		{&s.cuModuleGetFunction, []string{"cuModuleGetFunction"}, false},
 		{&s.cuModuleUnload, []string{"cuModuleUnload"}, false},

@@ -34,6 +34,20 @@ func MemFree(p DevicePtr) error {
 	return check("cuMemFree_v2", call(syms.cuMemFree, uintptr(p)))
 }
 
+// MemAddressRange returns the base address and size of the allocation
+// that contains p (what IPC handles name: IpcGetMemHandle takes the base).
+func MemAddressRange(p DevicePtr) (base DevicePtr, size int, err error) {
+	if err := ready(); err != nil {
+		return 0, 0, err
+	}
+	if syms.cuMemGetAddressRange == 0 {
+		return 0, 0, &Error{Call: "cuMemGetAddressRange_v2", Code: ErrorNotSupported}
+	}
+	var n uint64
+	err = check("cuMemGetAddressRange_v2", call(syms.cuMemGetAddressRange, uintptr(unsafe.Pointer(&base)), uintptr(unsafe.Pointer(&n)), uintptr(p)))
+	return base, int(n), err
+}
+
 // MemGetInfo returns the free and total memory of the current context's device.
 func MemGetInfo() (free, total int64, err error) {
 	if err := ready(); err != nil {
