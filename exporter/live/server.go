@@ -367,8 +367,8 @@ func writeSummary(w io.Writer, info Info, snap Snapshot) {
 	if t := info.Telemetry; t != nil {
 		fmt.Fprintf(w, "vccl_live_records_drained_total %d\n", t.Drained)
 		fmt.Fprintf(w, "vccl_live_records_ring_dropped_total %d\n", t.RingDropped)
-		for _, sk := range t.Sinks {
-			fmt.Fprintf(w, "vccl_live_sink_dropped_records_total{sink=%q} %d\n", sk.Sink, sk.DroppedRecords)
+		for i, sk := range t.Sinks {
+			fmt.Fprintf(w, "vccl_live_sink_dropped_records_total{sink=\"%d\",type=%q} %d\n", i, sk.Sink, sk.DroppedRecords)
 		}
 	}
 	fmt.Fprintf(w, "vccl_live_window_lost_records %d\n", snap.Lost)

@@ -130,6 +130,7 @@ func TestInfoAndWindows(t *testing.T) {
 	for _, want := range []string{
 		`vccl_live_info{rank="0",size="2",uid="cafe0123",host="node0"} 1`,
 		"vccl_live_records_drained_total 200",
+		`vccl_live_sink_dropped_records_total{sink="0",type="*flowtel.Window"} 0`,
 		`vccl_live_link_window_bytes{rank="0",peer="1",channel="0",path="0",dir="send"} 104857600`,
 	} {
 		if !strings.Contains(m, want) {
