@@ -78,6 +78,7 @@ func run(args []string, stdout io.Writer) error {
 	chunk := fs.Int("chunk", 0, "all-reduce pipeline chunk in bytes (0: automatic)")
 	p2p := fs.Int("p2p", 256<<20, "send/recv and all-gather bytes")
 	pathF := fs.String("path-sizes", "1M,16M,32M,64M", "sizes for the path sweep (empty: none)")
+	redF := fs.String("red-sizes", "4K,1M,16M,64M,256M", "sizes (input per rank) for reduce-scatter, reduce and broadcast (empty: none)")
 	smallMax := fs.Int("small-max", 0, "largest out-of-place all-reduce on the one-kernel path (0: default, -1: never)")
 	dtod := fs.Bool("dtod", false, "copy between GPUs with cuMemcpyDtoDAsync instead of cuMemcpyPeerAsync")
 	ptxDir := fs.String("ptx", "", "write the generated PTX into this directory and exit")
@@ -120,6 +121,10 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	pathSizes, err := ints(*pathF)
+	if err != nil {
+		return err
+	}
+	redSizes, err := ints(*redF)
 	if err != nil {
 		return err
 	}
@@ -196,7 +201,7 @@ func run(args []string, stdout io.Writer) error {
 		}
 	}
 	maxSize := *p2p
-	for _, s := range append(append(sizes, swSizes...), pathSizes...) {
+	for _, s := range append(append(append(sizes, swSizes...), pathSizes...), redSizes...) {
 		maxSize = max(maxSize, s)
 	}
 	if err := b.Alloc(maxSize); err != nil {
@@ -207,12 +212,23 @@ func run(args []string, stdout io.Writer) error {
 		return err
 	}
 	steps := []func() error{
-		func() error { return b.PathSweep(pathSizes) },
+		func() error {
+			if len(pathSizes) == 0 {
+				return nil
+			}
+			return b.PathSweep(pathSizes)
+		},
 		func() error { return b.AllReduce(sizes) },
 		func() error { return b.Latency(4 << 10) },
 		func() error { return b.SendRecv(*p2p) },
 		func() error { return b.AllGather(*p2p) },
-		func() error { return b.SMSweep(swSizes, sweep) },
+		func() error { return b.Reductions(redSizes) },
+		func() error {
+			if len(swSizes) == 0 {
+				return nil
+			}
+			return b.SMSweep(swSizes, sweep)
+		},
 		func() error { return b.Telemetry([]int{1 << 20, 16 << 20, 64 << 20, 256 << 20}, win, col) },
 	}
 	for _, s := range steps {

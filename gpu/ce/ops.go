@@ -246,50 +246,93 @@ func (g *Group) AllReduce(ctx context.Context, send, recv []cuda.DevicePtr, coun
 		g.seq++
 		t := tag{seq: g.seq, op: collective.OpAllReduce, dtype: dt}
 		if small {
-			return g.allReduceSmall(t, send, recv, count, dt, op)
+			// Both ranks reduce the whole range into their own output.
+			return g.reduceSmall(t, send, [2]part{{hi: count, out: recv[0]}, {hi: count, out: recv[1]}}, dt, op)
 		}
-		return g.allReduceCE(t, send, recv, count, dt, op)
+		return g.reduceCE(t, send, allReduceParts(recv, count, dt), dt, op)
 	})
 }
 
-// allReduceSmall: one kernel per GPU reads both inputs (the peer's over
-// NVLink) and writes the result; events order it after both ranks' queued
-// work, and each rank's stream waits until the peer has finished reading
-// its input.
-func (g *Group) allReduceSmall(t tag, send, recv []cuda.DevicePtr, count int, dt collective.Datatype, op collective.ReduceOp) error {
+// part is what one owner rank reduces: elements [lo, hi) of both ranks'
+// inputs into out (out is where element lo goes); with back set, the
+// reduced elements are also sent to the other rank at back (likewise for
+// element lo). An empty range: the rank reduces nothing.
+type part struct {
+	lo, hi    int
+	out, back cuda.DevicePtr
+}
+
+// allReduceParts splits an all-reduce of count elements between the two
+// ranks on a 16-byte boundary: rank 0 owns the first half, rank 1 the
+// second, and each sends its reduced half back.
+func allReduceParts(recv []cuda.DevicePtr, count int, dt collective.Datatype) [2]part {
+	sz := dt.Size()
+	c0 := count / 2 / (16 / sz) * (16 / sz)
+	return [2]part{
+		{lo: 0, hi: c0, out: recv[0], back: recv[1]},
+		{lo: c0, hi: count, out: recv[1].Add(c0 * sz), back: recv[0].Add(c0 * sz)},
+	}
+}
+
+// reduceSmall: the owner of each part runs one kernel that reads both
+// inputs (the peer's over NVLink) and writes its part (and, for a part with
+// back, the peer's copy too, from a second kernel on the peer: all-reduce
+// runs the whole range on both ranks); events order the kernels after
+// both ranks' queued work, and each rank's stream waits until the peer has
+// finished reading its input.
+func (g *Group) reduceSmall(t tag, send []cuda.DevicePtr, parts [2]part, dt collective.Datatype, op collective.ReduceOp) error {
+	sz := dt.Size()
+	var done [2]cuda.Event
+	launch := func(j int) error {
+		r, p := g.ranks[j], g.ranks[1-j]
+		pt := parts[j]
+		if pt.hi <= pt.lo {
+			return nil
+		}
+		if err := r.user.WaitEvent(p.evStart); err != nil {
+			return err
+		}
+		n := pt.hi - pt.lo
+		if err := g.launchReduce(r, r.user, dt, op, pt.out, send[0].Add(pt.lo*sz), send[1].Add(pt.lo*sz), n, g.cfg.SMs, 2); err != nil {
+			return err
+		}
+		var err error
+		done[j], err = g.mark(r, r.user, r.evDone, t, wr{r: r, peer: r.global, qp: qpCompute(), bytes: n * sz})
+		return err
+	}
 	r0, r1 := g.ranks[0], g.ranks[1]
-	bytes := count * dt.Size()
-	var d0, d1 cuda.Event
-	steps := []func() error{
-		func() error { return r0.evStart.Record(r0.user) },
-		func() error { return g.use(r1) },
-		func() error { return r1.evStart.Record(r1.user) },
-		func() error { return r1.user.WaitEvent(r0.evStart) },
-		func() error {
-			return g.launchReduce(r1, r1.user, dt, op, recv[1], send[0], send[1], count, g.cfg.SMs, 2)
-		},
-		func() (err error) {
-			d1, err = g.mark(r1, r1.user, r1.evDone, t, wr{r: r1, peer: 1, qp: qpCompute(), bytes: bytes})
-			return err
-		},
-		func() error { return g.use(r0) },
-		func() error { return r0.user.WaitEvent(r1.evStart) },
-		func() error {
-			return g.launchReduce(r0, r0.user, dt, op, recv[0], send[0], send[1], count, g.cfg.SMs, 2)
-		},
-		func() (err error) {
-			d0, err = g.mark(r0, r0.user, r0.evDone, t, wr{r: r0, peer: 0, qp: qpCompute(), bytes: bytes})
-			return err
-		},
-		func() error { return r0.user.WaitEvent(d1) },
-		func() error { return g.use(r1) },
-		func() error { return r1.user.WaitEvent(d0) },
+	if err := g.use(r0); err != nil {
+		return err
+	}
+	if err := r0.evStart.Record(r0.user); err != nil {
+		return err
+	}
+	if err := g.use(r1); err != nil {
+		return err
+	}
+	if err := r1.evStart.Record(r1.user); err != nil {
+		return err
+	}
+	if err := launch(1); err != nil {
+		return err
 	}
 	if err := g.use(r0); err != nil {
 		return err
 	}
-	for _, s := range steps {
-		if err := s(); err != nil {
+	if err := launch(0); err != nil {
+		return err
+	}
+	// Each input stays untouched until the other rank's kernel has read it.
+	if done[1] != 0 {
+		if err := r0.user.WaitEvent(done[1]); err != nil {
+			return err
+		}
+	}
+	if done[0] != 0 {
+		if err := g.use(r1); err != nil {
+			return err
+		}
+		if err := r1.user.WaitEvent(done[0]); err != nil {
 			return err
 		}
 	}
@@ -341,26 +384,26 @@ func (g *Group) ensureScratch(n int) error {
 	return nil
 }
 
-// allReduceCE: reduce-scatter by copy engine into the owner's scratch, the
-// owner's kernel reduces (rank 0's operand first), all-gather by copy
-// engine; pipelined in chunks.
-func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt collective.Datatype, op collective.ReduceOp) error {
+// reduceCE: for each part, the other rank's copy engine sends its operand
+// into the owner's scratch, the owner's kernel reduces (rank 0's operand
+// first) into the part's output, and for a part with back the owner's
+// second copy engine sends the result to the other rank; pipelined in
+// chunks so copies and reductions overlap.
+func (g *Group) reduceCE(t tag, send []cuda.DevicePtr, parts [2]part, dt collective.Datatype, op collective.ReduceOp) error {
 	sz := dt.Size()
 	lanes := 16 / sz
-	c0 := count / 2 / lanes * lanes // rank 0 owns [0,c0), rank 1 [c0,count)
-	lo := [2]int{0, c0}
-	hi := [2]int{c0, count}
-	if err := g.ensureScratch(max(c0, count-c0) * sz); err != nil {
+	longest := max(parts[0].hi-parts[0].lo, parts[1].hi-parts[1].lo, 0)
+	if err := g.ensureScratch(longest * sz); err != nil {
 		return err
 	}
 	chunk := g.cfg.Chunk
 	if chunk <= 0 {
-		// A quarter of a half, so copies and reductions overlap, within
+		// A quarter of a part, so copies and reductions overlap, within
 		// [1 MiB, 16 MiB].
-		chunk = min(max(max(c0, count-c0)*sz/4, 1<<20), defaultChunk)
+		chunk = min(max(longest*sz/4, 1<<20), defaultChunk)
 	}
 	ce := max(lanes, chunk/sz/lanes*lanes) // elements per chunk
-	nk := (max(c0, count-c0) + ce - 1) / ce
+	nk := (longest + ce - 1) / ce
 
 	// Start: every stream waits for the work queued before the call on its
 	// own rank's stream, and the copy streams also for the peer's, whose
@@ -389,14 +432,16 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 	}
 	for k := 0; k < nk; k++ {
 		for i := 0; i < 2; i++ {
-			r, p := g.ranks[i], g.ranks[1-i] // r sends the chunk p owns; p reduces it and sends it back
+			r, p := g.ranks[i], g.ranks[1-i] // r sends the chunk p owns; p reduces it (and sends it back)
 			j := 1 - i
-			off := lo[j] + k*ce
-			n := min(ce, hi[j]-off)
+			pt := parts[j]
+			off := pt.lo + k*ce
+			n := min(ce, pt.hi-off)
 			if n <= 0 {
 				continue
 			}
 			b := n * sz
+			out := pt.out.Add((off - pt.lo) * sz)
 			t.step = uint32(3 * k)
 			if err := g.use(r); err != nil {
 				return err
@@ -406,8 +451,8 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 				return err
 			}
 			evc, err := g.mark(r, r.ce, r.evCE, t,
-				wr{r: r, peer: j, qp: qpCE(j), bytes: b},
-				wr{r: p, peer: i, qp: qpCE(i), recv: true, bytes: b})
+				wr{r: r, peer: p.global, qp: qpCE(j), bytes: b},
+				wr{r: p, peer: r.global, qp: qpCE(i), recv: true, bytes: b})
 			if err != nil {
 				return err
 			}
@@ -421,30 +466,33 @@ func (g *Group) allReduceCE(t tag, send, recv []cuda.DevicePtr, count int, dt co
 			if j == 1 {
 				a, bb = scr, send[1].Add(off*sz)
 			}
-			if err := g.launchReduce(p, p.red, dt, op, recv[j].Add(off*sz), a, bb, n, g.cfg.SMs, 2); err != nil {
+			if err := g.launchReduce(p, p.red, dt, op, out, a, bb, n, g.cfg.SMs, 2); err != nil {
 				return err
 			}
 			t.step = uint32(3*k + 1)
-			evr, err := g.mark(p, p.red, p.evRed, t, wr{r: p, peer: j, qp: qpCompute(), bytes: b})
+			evr, err := g.mark(p, p.red, p.evRed, t, wr{r: p, peer: p.global, qp: qpCompute(), bytes: b})
 			if err != nil {
 				return err
+			}
+			if pt.back == 0 {
+				continue
 			}
 			if err := p.gat.WaitEvent(evr); err != nil {
 				return err
 			}
-			if err := g.copyPeer(recv[i].Add(off*sz), r.ctx, recv[j].Add(off*sz), p.ctx, b, p.gat); err != nil {
+			if err := g.copyPeer(pt.back.Add((off-pt.lo)*sz), r.ctx, out, p.ctx, b, p.gat); err != nil {
 				return err
 			}
 			t.step = uint32(3*k + 2)
 			if err := g.post(p, p.gat, t,
-				wr{r: p, peer: i, qp: qpGather(i), bytes: b},
-				wr{r: r, peer: j, qp: qpGather(j), recv: true, bytes: b}); err != nil {
+				wr{r: p, peer: r.global, qp: qpGather(i), bytes: b},
+				wr{r: r, peer: p.global, qp: qpGather(j), recv: true, bytes: b}); err != nil {
 				return err
 			}
 		}
 	}
 	// End: each rank's stream waits for its own three streams and for the
-	// peer's gather stream, which wrote the other half of its output.
+	// peer's gather stream, which wrote into its output.
 	for _, r := range g.ranks {
 		if err := g.use(r); err != nil {
 			return err

@@ -444,3 +444,88 @@ func (b *Bench) PathSweep(sizes []int) error {
 	}
 	return nil
 }
+
+// Reductions prints reduce-scatter, reduce and broadcast (float32; sizes
+// are each rank's input) for both libraries. busbw as nccl-tests: input
+// bytes × (ranks-1)/ranks / time for reduce-scatter, bytes / time for
+// reduce and broadcast.
+func (b *Bench) Reductions(sizes []int) error {
+	ctx := context.Background()
+	fmt.Fprintf(b.W, "\n## reduce-scatter, reduce (root 0), broadcast (root 0): float32 sum, 2 GPUs\n")
+	fmt.Fprintf(b.W, "| op | bytes in per rank | VCCL µs | VCCL busbw GB/s | VCCL path, SMs | NCCL µs | NCCL busbw GB/s | VCCL/NCCL busbw |\n|---|---|---|---|---|---|---|---|\n")
+	small := b.G.Config().SmallMax
+	for _, n := range sizes {
+		count := n / 4
+		type row struct {
+			name       string
+			vccl, nccl func() error
+			busbw      int
+			path       string
+		}
+		path := fmt.Sprintf("copy engines + kernel, %d SMs", b.G.SMs())
+		if n <= small {
+			path = fmt.Sprintf("one kernel/GPU (peer reads), ≤%d SMs", b.G.SMs())
+		}
+		rootPath := path
+		if n <= small {
+			rootPath = fmt.Sprintf("one kernel on root (peer reads), ≤%d SMs", b.G.SMs())
+		}
+		rows := []row{
+			{"reduce-scatter", func() error {
+				return b.G.ReduceScatter(ctx, b.send[:], b.recv[:], count/2, collective.Float32, collective.Sum)
+			}, func() error {
+				return b.ncclEach(func(r int) error {
+					return b.Comms[r].ReduceScatter(b.send[r], b.recv[r], count/2, collective.Float32, collective.Sum, b.G.Stream(r))
+				})
+			}, n / 2, path},
+			{"reduce", func() error {
+				return b.G.Reduce(ctx, b.send[:], b.recv[0], count, collective.Float32, collective.Sum, 0)
+			}, func() error {
+				return b.ncclEach(func(r int) error {
+					return b.Comms[r].Reduce(b.send[r], b.recv[r], count, collective.Float32, collective.Sum, 0, b.G.Stream(r))
+				})
+			}, n, rootPath},
+			{"broadcast", func() error {
+				return b.G.Broadcast(ctx, b.send[0], b.recv[:], n, 0)
+			}, func() error {
+				return b.ncclEach(func(r int) error {
+					return b.Comms[r].Broadcast(b.send[r], b.recv[r], count, collective.Float32, 0, b.G.Stream(r))
+				})
+			}, n, "copy engine, 0 SMs"},
+		}
+		for _, rw := range rows {
+			tv, err := b.time(rw.vccl)
+			if err != nil {
+				return fmt.Errorf("%s %s: %w", rw.name, sizeName(n), err)
+			}
+			line := fmt.Sprintf("| %s | %s | %.1f | %.1f | %s |", rw.name, sizeName(n), us(tv), gbps(rw.busbw, tv), rw.path)
+			if b.Comms != nil {
+				tn, err := b.time(rw.nccl)
+				if err != nil {
+					return fmt.Errorf("NCCL %s %s: %w", rw.name, sizeName(n), err)
+				}
+				line += fmt.Sprintf(" %.1f | %.1f | %.2f× |", us(tn), gbps(rw.busbw, tn), float64(tn)/float64(tv))
+			} else {
+				line += " – | – | – |"
+			}
+			fmt.Fprintln(b.W, line)
+		}
+	}
+	return nil
+}
+
+// ncclEach runs f for both ranks inside one NCCL group.
+func (b *Bench) ncclEach(f func(r int) error) error {
+	return b.G.Do(0, func() error {
+		if err := nccl.GroupStart(); err != nil {
+			return err
+		}
+		for r := 0; r < 2; r++ {
+			if err := f(r); err != nil {
+				nccl.GroupEnd()
+				return err
+			}
+		}
+		return nccl.GroupEnd()
+	})
+}

@@ -31,6 +31,7 @@ var (
 	lib  struct {
 		getVersion, commInitAll, commDestroy, allReduce, allGather uintptr
 		send, recv, groupStart, groupEnd, getErrorString           uintptr
+		reduceScatter, reduce, broadcast                           uintptr
 	}
 	path string
 )
@@ -86,6 +87,7 @@ func Open() (string, error) {
 			{&lib.allGather, "ncclAllGather"}, {&lib.send, "ncclSend"}, {&lib.recv, "ncclRecv"},
 			{&lib.groupStart, "ncclGroupStart"}, {&lib.groupEnd, "ncclGroupEnd"},
 			{&lib.getErrorString, "ncclGetErrorString"},
+			{&lib.reduceScatter, "ncclReduceScatter"}, {&lib.reduce, "ncclReduce"}, {&lib.broadcast, "ncclBroadcast"},
 		} {
 			p, err := purego.Dlsym(h, s.name)
 			if err != nil {
@@ -209,6 +211,21 @@ func (c Comm) AllReduce(send, recv cuda.DevicePtr, count int, dt collective.Data
 // AllGather queues ncclAllGather of sendcount elements per rank.
 func (c Comm) AllGather(send, recv cuda.DevicePtr, sendcount int, dt collective.Datatype, s cuda.Stream) error {
 	return call(lib.allGather, uintptr(send), uintptr(recv), uintptr(sendcount), DataType(dt), uintptr(c), uintptr(s))
+}
+
+// ReduceScatter queues ncclReduceScatter of recvcount elements per rank.
+func (c Comm) ReduceScatter(send, recv cuda.DevicePtr, recvcount int, dt collective.Datatype, op collective.ReduceOp, s cuda.Stream) error {
+	return call(lib.reduceScatter, uintptr(send), uintptr(recv), uintptr(recvcount), DataType(dt), RedOp(op), uintptr(c), uintptr(s))
+}
+
+// Reduce queues ncclReduce to root.
+func (c Comm) Reduce(send, recv cuda.DevicePtr, count int, dt collective.Datatype, op collective.ReduceOp, root int, s cuda.Stream) error {
+	return call(lib.reduce, uintptr(send), uintptr(recv), uintptr(count), DataType(dt), RedOp(op), uintptr(root), uintptr(c), uintptr(s))
+}
+
+// Broadcast queues ncclBroadcast from root.
+func (c Comm) Broadcast(send, recv cuda.DevicePtr, count int, dt collective.Datatype, root int, s cuda.Stream) error {
+	return call(lib.broadcast, uintptr(send), uintptr(recv), uintptr(count), DataType(dt), uintptr(root), uintptr(c), uintptr(s))
 }
 
 // Send queues ncclSend to peer.
