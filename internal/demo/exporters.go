@@ -11,6 +11,7 @@ import (
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/exporter/live"
+	"github.com/vccl-go/vccl/exporter/prom"
 	"github.com/vccl-go/vccl/flowtel"
 )
 
@@ -43,11 +44,15 @@ func StartExporters(ctx context.Context, c *collective.Comm, col *flowtel.Collec
 		return nil, err
 	}
 	col.AddSink(sink)
+	// Prometheus metrics, served on the live endpoint's /metrics.
+	metrics := prom.New(prom.WithWorldSize(c.Size()))
+	metrics.AddComm(c)
+	col.AddSink(metrics)
 	e := &Exporters{Dir: dir, Arrow: sink}
 	if _, on, err := live.AddrFromEnv(os.Getenv, c.Rank()); err != nil {
 		return nil, err
 	} else if on {
-		if e.Live, err = live.Start(ctx, c, live.Config{Dir: dir}); err != nil {
+		if e.Live, err = live.Start(ctx, c, live.Config{Dir: dir, Metrics: metrics.Handler()}); err != nil {
 			return nil, err
 		}
 		e.Live.AddInfo("arrow", func() any { return sink.Stats() })
