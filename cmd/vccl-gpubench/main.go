@@ -229,6 +229,7 @@ func run(args []string, stdout io.Writer) error {
 			}
 			return b.SMSweep(swSizes, sweep)
 		},
+		func() error { return b.TelemetryDiag(1 << 20) },
 		func() error { return b.Telemetry([]int{1 << 20, 16 << 20, 64 << 20, 256 << 20}, win, col) },
 	}
 	for _, s := range steps {

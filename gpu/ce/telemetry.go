@@ -75,9 +75,20 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 		if fixed == 0 {
 			return 0, nil
 		}
+		if g.diag.PooledEvents && len(owner.evFree) > 0 {
+			owner.rot++
+			fixed = owner.evFree[owner.rot%len(owner.evFree)]
+		}
 		return fixed, fixed.Record(s)
 	}
-	grp := &wrGroup{tag: t}
+	var grp *wrGroup
+	if n := len(owner.grpFree); n > 0 {
+		grp = owner.grpFree[n-1]
+		owner.grpFree = owner.grpFree[:n-1]
+	} else {
+		grp = &wrGroup{}
+	}
+	grp.tag = t
 	for i := range wrs {
 		w := wrs[i]
 		q := w.r.qps[w.qp]
@@ -93,7 +104,9 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 			q.sendSeq++
 		}
 		q.depth++
-		g.stamp(&w, flowtel.KindWRPost, &t, 0)
+		if !g.diag.NoRecords {
+			g.stamp(&w, flowtel.KindWRPost, &t, 0)
+		}
 		grp.wrs[grp.n] = w
 		grp.n++
 	}
@@ -119,11 +132,22 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 }
 
 // pollTelemetry writes the wc records of the work requests whose events
-// have fired. Each stream completes in order, so only the oldest pending
-// group of each stream is queried, and a sweep stops at the first that has
-// not fired: a sweep costs at most one query per stream.
+// have fired. Each stream completes in order: a stream with several groups
+// pending is asked first about its newest (when that one has fired, so
+// have all, and one query retires them all), then from its oldest on,
+// stopping at the first that has not fired. The sweep starts on the rank
+// whose context is current and ends on rank 0, where the next operation
+// starts, so it switches contexts once at most.
 func (g *Group) pollTelemetry() {
-	for _, r := range g.ranks {
+	n := len(g.ranks)
+	start := 0
+	for i, r := range g.ranks {
+		if r.ctx == g.cur {
+			start = i
+		}
+	}
+	for k := 0; k < n; k++ {
+		r := g.ranks[(start+k)%n]
 		if r.nfly == 0 {
 			continue
 		}
@@ -133,31 +157,68 @@ func (g *Group) pollTelemetry() {
 		var now int64
 		for si := range r.fly {
 			q := r.fly[si]
-			for len(q) > 0 {
-				grp := q[0]
-				done, err := grp.ev.Query()
-				if !done && err == nil {
-					break
+			if len(q) == 0 {
+				continue
+			}
+			upto := 0 // groups known to have completed
+			if len(q) > 1 {
+				if done, err := q[len(q)-1].ev.Query(); done || err != nil {
+					upto = len(q)
 				}
-				if now == 0 {
-					now = r.rec.Now()
+			}
+			if upto == 0 {
+				for upto < len(q) {
+					done, err := q[upto].ev.Query()
+					if !done && err == nil {
+						break
+					}
+					upto++
 				}
-				for i := 0; i < grp.n; i++ {
-					w := &grp.wrs[i]
-					w.r.qps[w.qp].depth--
-					g.stamp(w, flowtel.KindWC, &grp.tag, now)
+			}
+			if upto == 0 {
+				continue
+			}
+			if now == 0 {
+				now = r.rec.Now()
+			}
+			for _, grp := range q[:upto] {
+				if !g.diag.NoRecords {
+					for i := 0; i < grp.n; i++ {
+						w := &grp.wrs[i]
+						w.r.qps[w.qp].depth--
+						g.stamp(w, flowtel.KindWC, &grp.tag, now)
+					}
 				}
 				r.evFree = append(r.evFree, grp.ev)
-				q[0] = nil
-				q = q[1:]
-				r.nfly--
-				g.nfly--
+				*grp = wrGroup{}
+				r.grpFree = append(r.grpFree, grp)
 			}
-			if len(q) == 0 {
-				q = r.fly[si][:0] // reuse the backing array
+			clear(q[:upto])
+			r.nfly -= upto
+			g.nfly -= upto
+			if upto == len(q) {
+				r.fly[si] = q[:0] // reuse the backing array
+			} else {
+				r.fly[si] = q[upto:]
 			}
-			r.fly[si] = q
 		}
 	}
 	g.lastPoll = flowtel.Monotonic()
+}
+
+// Diagnostics switch parts of telemetry off or on, to measure what each
+// costs (vccl-gpubench's telemetry sweep); not for normal use.
+type Diagnostics struct {
+	// NoRecords keeps the completion events and their polling but writes
+	// no records.
+	NoRecords bool
+	// PooledEvents orders operations with the pool's events in rotation,
+	// as telemetry does, even with telemetry off (not polled; needs a
+	// Collector in the Config, which makes the pool).
+	PooledEvents bool
+}
+
+// SetDiagnostics sets the diagnostics for later operations.
+func (g *Group) SetDiagnostics(d Diagnostics) {
+	g.do(func() error { g.diag = d; return nil })
 }

@@ -529,3 +529,72 @@ func (b *Bench) ncclEach(f func(r int) error) error {
 		return nccl.GroupEnd()
 	})
 }
+
+// TelemetryDiag times the all-reduce of n bytes with telemetry's parts
+// switched on one at a time, alternating Reps times: the time per call and
+// the time the caller spent queuing it (when queuing takes as long as the
+// call, the CPU proxy is the bottleneck and every driver call or record
+// it adds shows).
+func (b *Bench) TelemetryDiag(n int) error {
+	ctx := context.Background()
+	type variant struct {
+		name string
+		tel  bool
+		poll time.Duration
+		diag ce.Diagnostics
+	}
+	old := b.G.Config()
+	defer func() {
+		b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = old.PollEvery })
+		b.G.SetDiagnostics(ce.Diagnostics{})
+		b.G.SetTelemetry(false)
+	}()
+	vs := []variant{
+		{name: "off", poll: old.PollEvery},
+		{name: "on", tel: true, poll: old.PollEvery},
+		{name: "on, idle proxy never polls (only Synchronize)", tel: true, poll: time.Hour},
+		{name: "on, events and polling but no records", tel: true, poll: old.PollEvery, diag: ce.Diagnostics{NoRecords: true}},
+		{name: "off, ordering on pooled events", poll: old.PollEvery, diag: ce.Diagnostics{PooledEvents: true}},
+	}
+	tot := make([][]time.Duration, len(vs))
+	enq := make([][]time.Duration, len(vs))
+	for rep := 0; rep < 3; rep++ {
+		for i, v := range vs {
+			b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = v.poll })
+			b.G.SetDiagnostics(v.diag)
+			b.G.SetTelemetry(v.tel)
+			call := b.vcclAllReduce(n/4, collective.Float32)
+			for k := 0; k < 20; k++ { // warm up
+				if err := call(); err != nil {
+					return err
+				}
+			}
+			if err := b.G.Synchronize(ctx); err != nil {
+				return err
+			}
+			const calls = 2000
+			t0 := time.Now()
+			for k := 0; k < calls; k++ {
+				if err := call(); err != nil {
+					return err
+				}
+			}
+			te := time.Since(t0)
+			if err := b.G.Synchronize(ctx); err != nil {
+				return err
+			}
+			tt := time.Since(t0)
+			tot[i] = append(tot[i], tt/calls)
+			enq[i] = append(enq[i], te/calls)
+		}
+	}
+	fmt.Fprintf(b.W, "\n## telemetry's parts, all-reduce %s float32 (2000 calls back to back, median of 3)\n| variant | µs per call | µs queuing per call | vs off |\n|---|---|---|---|\n", sizeName(n))
+	slices.Sort(tot[0])
+	base := tot[0][1]
+	for i, v := range vs {
+		slices.Sort(tot[i])
+		slices.Sort(enq[i])
+		fmt.Fprintf(b.W, "| %s | %.2f | %.2f | %.3f |\n", v.name, us(tot[i][1]), us(enq[i][1]), float64(tot[i][1])/float64(base))
+	}
+	return nil
+}
