@@ -85,9 +85,11 @@ func ParseAlgorithm(s string) (Algorithm, error) {
 // where algbw is the operation's payload (the larger buffer for all-gather,
 // reduce-scatter and all-to-all) over its time, so busbw compares with the
 // hardware's bandwidth whatever the operation and world size.
+// A barrier moves no payload: its factor is 0, as is every factor for a
+// world of no ranks.
 func BusBWFactor(op Op, ranks int) float64 {
-	if ranks <= 1 {
-		return 1
+	if ranks <= 0 {
+		return 0
 	}
 	n := float64(ranks)
 	switch op {
@@ -95,6 +97,8 @@ func BusBWFactor(op Op, ranks int) float64 {
 		return 2 * (n - 1) / n
 	case OpAllGather, OpReduceScatter, OpAllToAll, OpAllToAllv, OpGather, OpScatter:
 		return (n - 1) / n
+	case OpBarrier:
+		return 0
 	}
 	return 1
 }

@@ -15,7 +15,7 @@ func TestBusBWFactor(t *testing.T) {
 		ranks int
 		want  float64
 	}{
-		{OpAllReduce, 1, 1}, {OpAllReduce, 2, 1}, {OpAllReduce, 4, 1.5},
+		{OpAllReduce, 1, 0}, {OpAllReduce, 2, 1}, {OpAllReduce, 4, 1.5}, {OpBarrier, 8, 0}, {OpBroadcast, 0, 0},
 		{OpAllGather, 4, 0.75}, {OpReduceScatter, 8, 0.875}, {OpAllToAll, 2, 0.5},
 		{OpBroadcast, 8, 1}, {OpReduce, 8, 1}, {OpSend, 2, 1},
 	} {

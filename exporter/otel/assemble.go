@@ -369,7 +369,7 @@ func (a *assembler) emit(c *coll) {
 		algbw := float64(bytes) / float64(d) // bytes per ns = GB/s
 		attrs = append(attrs, keyAlgBW.Float64(algbw))
 		if ci.size > 0 {
-			attrs = append(attrs, keyBusBW.Float64(algbw*busFactor(op, ci.size)))
+			attrs = append(attrs, keyBusBW.Float64(algbw*collective.BusBWFactor(op, ci.size)))
 		}
 	}
 	if c.status != flowtel.StatusOK {
@@ -461,25 +461,6 @@ func dirOf(r *flowtel.Record) string {
 		return "send"
 	}
 	return "recv"
-}
-
-// busFactor is nccl-tests' bus bandwidth factor for op over n ranks:
-// busbw = algbw * factor.
-func busFactor(op collective.Op, n int) float64 {
-	if n <= 0 {
-		return 0
-	}
-	f := float64(n-1) / float64(n)
-	switch op {
-	case collective.OpAllReduce:
-		return 2 * f
-	case collective.OpAllGather, collective.OpReduceScatter, collective.OpAllToAll, collective.OpAllToAllv,
-		collective.OpGather, collective.OpScatter:
-		return f
-	case collective.OpBroadcast, collective.OpReduce, collective.OpSend, collective.OpRecv, collective.OpGroup:
-		return 1
-	}
-	return 0
 }
 
 // sampled decides, the same way on every rank, whether the collective

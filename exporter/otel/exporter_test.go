@@ -175,22 +175,6 @@ func TestPointToPoint(t *testing.T) {
 	}
 }
 
-func TestBusFactors(t *testing.T) {
-	for _, c := range []struct {
-		op   collective.Op
-		n    int
-		want float64
-	}{
-		{collective.OpAllReduce, 8, 1.75}, {collective.OpAllGather, 4, 0.75}, {collective.OpReduceScatter, 4, 0.75},
-		{collective.OpAllToAll, 2, 0.5}, {collective.OpBroadcast, 8, 1}, {collective.OpReduce, 8, 1},
-		{collective.OpSend, 2, 1}, {collective.OpBarrier, 8, 0}, {collective.OpAllReduce, 1, 0},
-	} {
-		if got := busFactor(c.op, c.n); got != c.want {
-			t.Errorf("busFactor(%v, %d) = %v, want %v", c.op, c.n, got, c.want)
-		}
-	}
-}
-
 func TestWREventSampling(t *testing.T) {
 	e, mem := newTestExporter(t, WithWREvents(1))
 	j := ringJob{comm: 5, ranks: 2, seq: 1, bytes: 1 << 20, base: 1000, stepNs: 1000, credit: true}

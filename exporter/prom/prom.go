@@ -581,7 +581,7 @@ func (c *Collector) observe(o *coll) {
 	algbw := float64(bytes) / float64(d) // bytes per ns = GB/s
 	s.algBW.Observe(algbw)
 	if n := c.worldSize(o.key.comm); n > 0 {
-		if f := busFactor(collective.Op(o.op), n); f > 0 {
+		if f := collective.BusBWFactor(collective.Op(o.op), n); f > 0 {
 			s.busBW.Observe(algbw * f)
 		}
 	}
@@ -625,20 +625,3 @@ func SizeLabels() []string {
 	return out
 }
 
-// busFactor is nccl-tests' bus bandwidth factor for op over n ranks.
-func busFactor(op collective.Op, n int) float64 {
-	if n <= 0 {
-		return 0
-	}
-	f := float64(n-1) / float64(n)
-	switch op {
-	case collective.OpAllReduce:
-		return 2 * f
-	case collective.OpAllGather, collective.OpReduceScatter, collective.OpAllToAll, collective.OpAllToAllv,
-		collective.OpGather, collective.OpScatter:
-		return f
-	case collective.OpBroadcast, collective.OpReduce, collective.OpSend, collective.OpRecv, collective.OpGroup:
-		return 1
-	}
-	return 0
-}
