@@ -624,4 +624,3 @@ func SizeLabels() []string {
 	}
 	return out
 }
-
