@@ -3,6 +3,7 @@ module github.com/vccl-go/vccl
 go 1.26.0
 
 require (
+	github.com/NVIDIA/go-nvml v0.13.4-1
 	github.com/apache/arrow-go/v18 v18.8.0
 	github.com/ebitengine/purego v0.10.2
 	github.com/prometheus/client_golang v1.25.0

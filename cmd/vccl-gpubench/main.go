@@ -29,6 +29,7 @@ import (
 	"github.com/vccl-go/vccl/gpu/gpubench"
 	"github.com/vccl-go/vccl/gpu/kernels"
 	"github.com/vccl-go/vccl/gpu/nccl"
+	"github.com/vccl-go/vccl/gpu/nvml"
 )
 
 func main() {
@@ -222,6 +223,15 @@ func run(args []string, stdout io.Writer) error {
 		func() error { return b.Latency(4 << 10) },
 		func() error { return b.SendRecv(*p2p) },
 		func() error { return b.AllGather(*p2p) },
+		func() error {
+			c, err := nvml.Open()
+			if err != nil {
+				fmt.Fprintf(stdout, "\nNVLink counters not read: %v\n", err)
+				return nil
+			}
+			defer c.Close()
+			return b.NVLink(c, *p2p)
+		},
 		func() error { return b.Reductions(redSizes) },
 		func() error {
 			if len(swSizes) == 0 {

@@ -12,6 +12,7 @@ import (
 	"github.com/vccl-go/vccl/gpu/ce"
 	"github.com/vccl-go/vccl/gpu/cuda"
 	"github.com/vccl-go/vccl/gpu/nccl"
+	"github.com/vccl-go/vccl/gpu/nvml"
 )
 
 // Bench measures the group, NCCL alongside when comms is non-nil, on the
@@ -595,6 +596,53 @@ func (b *Bench) TelemetryDiag(n int) error {
 		slices.Sort(tot[i])
 		slices.Sort(enq[i])
 		fmt.Fprintf(b.W, "| %s | %.2f | %.2f | %.3f |\n", v.name, us(tot[i][1]), us(enq[i][1]), float64(tot[i][1])/float64(base))
+	}
+	return nil
+}
+
+// Sampler reads per-GPU NVLink counters (gpu/nvml's Collector).
+type Sampler interface {
+	Sample() (nvml.Sample, error)
+}
+
+// NVLink sends n bytes each way 20 times and prints what the NVLink
+// counters (NVML) saw on each GPU against the bytes VCCL moved.
+func (b *Bench) NVLink(s Sampler, n int) error {
+	ctx := context.Background()
+	ts := []ce.Transfer{{From: 0, To: 1, Src: b.send[0], Dst: b.recv[1], Bytes: n}, {From: 1, To: 0, Src: b.send[1], Dst: b.recv[0], Bytes: n}}
+	if err := b.G.Synchronize(ctx); err != nil {
+		return err
+	}
+	before, err := s.Sample()
+	if err != nil {
+		return err
+	}
+	t0 := time.Now()
+	const reps = 20
+	for i := 0; i < reps; i++ {
+		if err := b.G.SendRecv(ctx, ts...); err != nil {
+			return err
+		}
+	}
+	if err := b.G.Synchronize(ctx); err != nil {
+		return err
+	}
+	el := time.Since(t0)
+	after, err := s.Sample()
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(b.W, "\n## NVLink counters (NVML) over %d send/recv of %s each way: VCCL moved %.1f GB/s each way over %v\n", reps, sizeName(n), gbps(reps*n, el), el.Round(time.Microsecond))
+	fmt.Fprintf(b.W, "| GPU | NVLink TX bytes | RX bytes | TX GB/s | RX GB/s | TX/sent | PCIe TX GB/s | PCIe RX GB/s | util GPU %% | util mem %% |\n|---|---|---|---|---|---|---|---|---|---|\n")
+	for i := range after.GPUs {
+		a, o := after.GPUs[i], before.GPUs[i]
+		if !a.NVLinkOK {
+			fmt.Fprintf(b.W, "| %d | not counted (%v) |||||||||\n", a.Index, a.Err)
+			continue
+		}
+		tx, rx := a.NVLinkTXBytes-o.NVLinkTXBytes, a.NVLinkRXBytes-o.NVLinkRXBytes
+		fmt.Fprintf(b.W, "| %d | %d | %d | %.1f | %.1f | %.3f | %.2f | %.2f | %d | %d |\n", a.Index, tx, rx,
+			a.NVLinkTXBps/1e9, a.NVLinkRXBps/1e9, float64(tx)/float64(reps*n), a.PCIeTXBps/1e9, a.PCIeRXBps/1e9, a.UtilGPU, a.UtilMemory)
 	}
 	return nil
 }
