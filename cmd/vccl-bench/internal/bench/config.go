@@ -17,19 +17,20 @@ import (
 
 // Config is one vccl-bench invocation.
 type Config struct {
-	Coll      Collective
-	MinBytes  int64
-	MaxBytes  int64
-	Factor    float64
-	Op        collective.ReduceOp
-	Type      collective.Datatype
-	Iters     int
-	Warmup    int
-	Check     bool
-	Root      int
-	JSON      bool
-	Telemetry string // "" (VCCL_TELEMETRY decides), "on" or "off"
-	Progress  string // "auto" (when stderr is a terminal), "on" or "off"
+	Coll       Collective
+	MinBytes   int64
+	MaxBytes   int64
+	Factor     float64
+	Op         collective.ReduceOp
+	Type       collective.Datatype
+	Iters      int
+	Warmup     int
+	Check      bool
+	Root       int
+	JSON       bool
+	Telemetry  string // "" (VCCL_TELEMETRY decides), "on" or "off"
+	Progress   string // "auto" (when stderr is a terminal), "on" or "off"
+	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
 }
 
 // DefaultConfig is nccl-tests' defaults where they carry over.
@@ -147,6 +148,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
 	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY)")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal), on or off")
+	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
 	return fs, v
 }
 

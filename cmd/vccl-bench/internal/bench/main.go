@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"runtime/pprof"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -49,7 +50,22 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 			opts.Progress = NewProgress(stderr, "vccl-bench "+cfg.Coll.String())
 		}
 	}
+	if cfg.CPUProfile != "" {
+		f, err := os.Create(fmt.Sprintf("%s.rank%d", cfg.CPUProfile, comm.Rank()))
+		if err != nil {
+			fmt.Fprintf(stderr, "vccl-bench: --cpuprofile: %v\n", err)
+			return 1
+		}
+		defer f.Close()
+		if err := pprof.StartCPUProfile(f); err != nil {
+			fmt.Fprintf(stderr, "vccl-bench: --cpuprofile: %v\n", err)
+			return 1
+		}
+	}
 	rep, err := Run(ctx, comm, cfg, opts)
+	if cfg.CPUProfile != "" {
+		pprof.StopCPUProfile()
+	}
 	if err != nil {
 		fmt.Fprintf(stderr, "vccl-bench: rank %d: %v\n", comm.Rank(), err)
 		return 1
