@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"runtime"
 	"testing"
 	"time"
 
@@ -71,11 +72,12 @@ func spin(b *testing.B, qp transport.QP, wcs []transport.WC, fn func(transport.W
 
 // BenchmarkLatency8B is a ping-pong of 8 bytes with a helper that
 // busy-polls; ns/op is the round trip, ns/oneway half of it. In spin the
-// benchmark busy-polls too; in block it sleeps on the QP's Notifier between
-// polls, as an idle progress engine does, so the message is moved by the
-// QP's background goroutine, woken through the futex.
+// benchmark busy-polls too; in block it sleeps on the QP's Notifier
+// whenever a poll finds nothing, so the message is moved by the QP's
+// background goroutine, woken through the futex; backoff waits as
+// collective's progress engine does (spin, yield, then sleep).
 func BenchmarkLatency8B(b *testing.B) {
-	for _, mode := range []string{"spin", "block"} {
+	for _, mode := range []string{"spin", "block", "backoff"} {
 		b.Run(mode, func(b *testing.B) {
 			p := startPeer(b, "echo", 8, 2, false)
 			qp := p.qp
@@ -93,12 +95,13 @@ func BenchmarkLatency8B(b *testing.B) {
 				return false
 			}
 			wait := func() { spin(b, qp, wcs, gotPong) }
-			if mode == "block" {
+			if mode != "spin" {
+				spins := map[string]int{"block": 0, "backoff": 64}[mode]
 				deadline := time.NewTimer(time.Hour)
 				defer deadline.Stop()
 				wait = func() {
 					deadline.Reset(30 * time.Second)
-					block(b, qp, p.not, deadline.C, wcs, gotPong)
+					backoff(b, qp, p.not, spins, deadline.C, wcs, gotPong)
 				}
 			}
 			for range 1000 { // both ends settle
@@ -116,9 +119,58 @@ func BenchmarkLatency8B(b *testing.B) {
 	}
 }
 
-// block is spin for an owner that sleeps on the Notifier when a poll finds
-// nothing.
-func block(b *testing.B, qp transport.QP, not *transport.Notifier, deadline <-chan time.Time, wcs []transport.WC, fn func(transport.WC) bool) {
+// BenchmarkSlowPeer is a ping-pong of 8 bytes with a helper that answers
+// only after slowEcho of busy work, so an owner that backs off has gone to
+// sleep on its Notifier by the time the answer comes; us/late is how much
+// later than slowEcho it learns of it, the cost of handing the wait to the
+// background goroutine and back.
+func BenchmarkSlowPeer(b *testing.B) {
+	for _, mode := range []string{"spin", "backoff"} {
+		b.Run(mode, func(b *testing.B) {
+			p := startPeer(b, "slowecho", 8, 2, false)
+			qp := p.qp
+			bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
+			for i := range bufs {
+				qp.PostRecv(transport.WR{ID: uint64(i), Buf: bufs[i]})
+			}
+			ping := make([]byte, 8)
+			wcs := make([]transport.WC, 8)
+			gotPong := func(wc transport.WC) bool {
+				if wc.Op == transport.OpRecv {
+					qp.PostRecv(transport.WR{ID: wc.ID, Buf: bufs[wc.ID]})
+					return true
+				}
+				return false
+			}
+			deadline := time.NewTimer(time.Hour)
+			defer deadline.Stop()
+			spins := map[string]int{"spin": 1 << 62, "backoff": 64}[mode]
+			wait := func() {
+				deadline.Reset(30 * time.Second)
+				backoff(b, qp, p.not, spins, deadline.C, wcs, gotPong)
+			}
+			for range 20 {
+				qp.PostSend(transport.WR{ID: 9, Buf: ping})
+				wait()
+			}
+			b.ResetTimer()
+			for i := 0; i < b.N; i++ {
+				qp.PostSend(transport.WR{ID: 9, Buf: ping})
+				wait()
+			}
+			b.StopTimer()
+			rt := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
+			b.ReportMetric((rt-float64(slowEcho.Nanoseconds()))/1e3, "us/late")
+		})
+	}
+}
+
+// backoff is spin for an owner that backs off as collective's progress
+// engine does when polls find nothing: spins polls, as many yielding, then
+// sleeps on the Notifier (at most 1 ms). With spins 0 it sleeps at once.
+func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spins int, deadline <-chan time.Time, wcs []transport.WC, fn func(transport.WC) bool) {
+	idle := 0
+	var nap *time.Timer
 	for {
 		n := qp.Poll(wcs)
 		done := false
@@ -133,12 +185,28 @@ func block(b *testing.B, qp transport.QP, not *transport.Notifier, deadline <-ch
 		if done {
 			return
 		}
-		if n == 0 {
+		if n > 0 {
+			idle = 0
+			continue
+		}
+		idle++
+		switch {
+		case idle < spins:
+		case idle < 2*spins:
+			runtime.Gosched()
+		default:
+			if nap == nil {
+				nap = time.NewTimer(time.Millisecond)
+			} else {
+				nap.Reset(time.Millisecond)
+			}
 			select {
 			case <-not.C():
+			case <-nap.C:
 			case <-deadline:
 				b.Fatalf("no completion for 30s")
 			}
+			idle = spins
 		}
 	}
 }

@@ -23,7 +23,7 @@ import (
 // listens, starts the child with TestHelperProcess selected and the mode in
 // the environment, and accepts the QP the child dials.
 const (
-	envHelper = "VCCL_SHM_HELPER" // mode: echo, sink, source
+	envHelper = "VCCL_SHM_HELPER" // mode: echo, slowecho, sink, source
 	envAddr   = "VCCL_SHM_ADDR"
 	envSize   = "VCCL_SHM_SIZE"
 	envDepth  = "VCCL_SHM_DEPTH"
@@ -32,6 +32,7 @@ const (
 	helperTok = "helper-token"
 	// helperLife bounds a helper that lost its parent some other way.
 	helperLife = 2 * time.Minute
+	slowEcho   = 100 * time.Microsecond
 )
 
 type peerEnd struct {
@@ -206,6 +207,10 @@ func (h *helperQP) step(wcs []transport.WC) int {
 		case wc.Op == transport.OpSend: // an echo went out: its buffer receives again
 			qp.PostRecv(transport.WR{ID: wc.ID, Buf: h.bufs[wc.ID]})
 		case h.mode == "echo":
+			qp.PostSend(transport.WR{ID: wc.ID, Buf: h.bufs[wc.ID][:wc.Bytes]})
+		case h.mode == "slowecho": // a peer busy elsewhere: it answers after slowEcho
+			for t0 := time.Now(); time.Since(t0) < slowEcho; {
+			}
 			qp.PostSend(transport.WR{ID: wc.ID, Buf: h.bufs[wc.ID][:wc.Bytes]})
 		default:
 			if wc.Bytes == 1 { // a fence: answer it

@@ -19,19 +19,32 @@ import (
 
 // Progress. Whoever holds QP.mu moves data: the owner inside Poll (and,
 // for a bounded amount, inside PostSend/PostRecv), or the QP's background
-// goroutine when the owner is not polling. The background goroutine keeps
-// out of the way of an owner that busy-polls (it naps, with no wake-up
-// announced to the peer, so the peer's hot path makes no system call) and
-// takes over once the owner stops polling: it then sleeps on its futex with
-// its "sleeping" flag up, and the peer wakes it when it publishes.
+// goroutine when the owner is not polling.
+//
+// Waking. A side's "sleeping" flag in the segment asks the peer to wake
+// that side's background goroutine (FUTEX_WAKE on its bell) when it next
+// publishes; the waker clears it. An owner that busy-polls leaves it down,
+// so the peer's hot path makes no system call, and the background goroutine
+// waits on its futex with a short timeout and nothing to do. An owner whose
+// polls have found nothing for armAfter raises the flag itself: it is about
+// to back off and sleep (collective's engine sleeps on its Notifier after
+// some 128 idle iterations), and the peer's next publication must reach the
+// background goroutine, which then moves the data and signals the Notifier.
+// Beside an owner that polls, the background goroutine waits on its futex
+// with a timeout that starts at napMin and doubles, up to napMax, while the
+// owner keeps polling through it; a wait through which the owner polled
+// fewer than activePolls times (an owner that went to sleep without a long
+// idle run, or one that never polls) sends it away from the owner's side:
+// it raises the flag itself and sleeps until the peer wakes it.
 const (
 	postBudget = 64 << 10 // bytes a PostSend/PostRecv copies inline
 	passBudget = 1 << 20  // bytes one Poll or background pass copies
 
-	activePolls = 8                      // polls in a nap that mean "the owner is busy-polling"
-	napMin      = 50 * time.Microsecond  // first nap of the background goroutine beside a busy owner
-	napMax      = 1 * time.Millisecond   // longest nap: the delay before it takes over from an owner that stopped polling
-	sleepMax    = 100 * time.Millisecond // futex timeout, a backstop: closure and peer death ring the bell
+	armAfter    = 5 * time.Microsecond   // idle polling after which the owner asks the peer to wake the background goroutine
+	activePolls = 8                      // polls during a wait that mean "the owner is polling"
+	napMin      = 20 * time.Microsecond  // first wait beside a polling owner
+	napMax      = 1 * time.Millisecond   // longest: one wake-up a millisecond beside a busy-polling owner
+	sleepMax    = 100 * time.Millisecond // futex timeout with the flag up, a backstop: closure and peer death ring the bell
 	spinChecks  = 200                    // peer-word checks (a few µs) before the background goroutine sleeps
 	headBatch   = 4 << 10                // a consumed record this large publishes head at once
 )
@@ -72,8 +85,11 @@ type QP struct {
 	slots   uint64
 
 	// Owner state.
-	nsend uint64        // credit index of the next send
-	polls atomic.Uint64 // Poll calls, read by the background goroutine
+	nsend     uint64        // credit index of the next send
+	polls     atomic.Uint64 // Poll calls, read by the background goroutine
+	idlePolls int           // polls in a row that moved nothing
+	idleStart int64         // when they began (monotonic ns)
+	armed     bool          // this idle run raised the sleeping flag
 
 	closed   atomic.Bool
 	live     sync.RWMutex // owner calls hold it shared to touch the mapping; Close takes it to unmap
@@ -155,6 +171,7 @@ func (q *QP) PostSend(wr transport.WR) error {
 		s.waited = true
 		q.core.CreditWait(id, &wr)
 	}
+	q.idlePolls = 0
 	q.pmu.Lock()
 	if q.pclosed {
 		q.pmu.Unlock()
@@ -183,6 +200,7 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	}
 	id := q.core.Posted(transport.OpRecv, &wr)
 	r := recvOp{wr: wr, telID: id}
+	q.idlePolls = 0
 	q.pmu.Lock()
 	if q.pclosed {
 		q.pmu.Unlock()
@@ -226,6 +244,17 @@ func (q *QP) wakeBG() {
 	ring(q.seg.me)
 }
 
+// wakeBGNow wakes the background goroutine wherever it waits (closure,
+// peer death).
+func (q *QP) wakeBGNow() {
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
+	q.seg.me.bell.Add(1)
+	futexWake(q.seg.me.bell, 1)
+}
+
 // ring wakes side's waiter if it announced that it sleeps.
 func ring(sc sideCtl) {
 	if sc.sleeping.Load() != 0 && sc.sleeping.CompareAndSwap(1, 0) {
@@ -240,11 +269,37 @@ func (q *QP) Poll(dst []transport.WC) int {
 	q.polls.Add(1)
 	q.live.RLock()
 	if !q.unmapped && q.mu.TryLock() {
-		q.pass(passBudget)
+		if q.pass(passBudget) {
+			q.idlePolls = 0
+		} else {
+			q.idle()
+		}
 		q.mu.Unlock()
 	}
 	q.live.RUnlock()
-	return q.core.Poll(dst)
+	n := q.core.Poll(dst)
+	if n > 0 {
+		q.idlePolls = 0
+	}
+	return n
+}
+
+// idle notes a poll that moved nothing; after armAfter of them the owner
+// raises its sleeping flag, since it may back off and sleep next. Owner,
+// under mu.
+func (q *QP) idle() {
+	q.idlePolls++
+	switch {
+	case q.idlePolls == 1:
+		q.idleStart, q.armed = flowtel.Monotonic(), false
+	case q.armed || q.idlePolls&15 != 0:
+	case flowtel.Monotonic()-q.idleStart >= int64(armAfter) && q.sends.len()+q.recvs.len() > 0:
+		q.armed = true
+		q.seg.me.sleeping.Store(1)
+		// What the peer published before it could see the flag: take it
+		// now, or it would wait for the background goroutine's timeout.
+		q.pass(passBudget)
+	}
 }
 
 func (q *QP) complete(wr *transport.WR, telID uint64, op transport.Opcode, st flowtel.Status, n int, err error) {
@@ -520,7 +575,7 @@ func (q *QP) room(need int) bool {
 func (q *QP) protocolError(format string, args ...any) {
 	err := fmt.Errorf("%w: shm peer (pid %d) broke the ring protocol: %s", transport.ErrPeerDead, q.peerPid, fmt.Sprintf(format, args...))
 	q.gone.CompareAndSwap(nil, &goneReason{err: err, corrupt: true})
-	q.wakeBG()
+	q.wakeBGNow()
 	q.conn.Close() // the peer learns it too
 }
 
@@ -550,7 +605,7 @@ func (q *QP) failAll(g *goneReason) bool {
 
 func (q *QP) markGone(err error) {
 	q.gone.CompareAndSwap(nil, &goneReason{err: err})
-	q.wakeBG()
+	q.wakeBGNow()
 }
 
 // peerWords is what the peer writes that this side waits on.
@@ -563,63 +618,50 @@ func (q *QP) peerWords() peerWords {
 // run is the background progress goroutine.
 func (q *QP) run() {
 	defer q.wg.Done()
-	timer := time.NewTimer(time.Hour)
-	timer.Stop()
-	passive := false
+	beside := false // the owner is polling: leave the work to it
 	nap := napMin
-	lastPolls := q.polls.Load()
 	for !q.closed.Load() {
 		seen := q.posts.Load()
 		snap := q.peerWords()
-		if !q.mu.TryLock() {
-			// Someone else is moving data: the owner is busy.
-			passive = true
-			q.nap(timer, nap)
-			continue
+		p0 := q.polls.Load()
+		moved, pending := false, true
+		if q.mu.TryLock() {
+			n0 := q.ncomp
+			moved = q.pass(passBudget)
+			pending = q.sends.len() > 0 || q.recvs.len() > 0
+			completed := q.ncomp != n0
+			q.mu.Unlock()
+			if completed {
+				// The Notifier readied the owner on this P: let it run
+				// now rather than when this goroutine next blocks.
+				runtime.Gosched()
+			}
+		} else {
+			beside = true // the owner (or Close) is moving data
 		}
-		n0 := q.ncomp
-		moved := q.pass(passBudget)
-		pending := q.sends.len() > 0 || q.recvs.len() > 0
-		completed := q.ncomp != n0
-		q.mu.Unlock()
-		if completed {
-			// The Notifier readied the owner on this P: let it run now
-			// rather than when this goroutine next blocks.
-			runtime.Gosched()
+		if q.polls.Load()-p0 >= activePolls {
+			beside = true
 		}
-		p := q.polls.Load()
-		if p-lastPolls >= activePolls {
-			passive = true
-		}
-		lastPolls = p
 		switch {
-		case moved && !passive:
-			continue
 		case !pending:
 			q.idleWait(seen)
-			passive, nap = false, napMin
-		case passive:
-			p0 := q.polls.Load()
-			q.nap(timer, nap)
+			beside, nap = false, napMin
+			continue
+		case moved && !beside:
+			continue // the owner is away: keep moving
+		}
+		p0 = q.polls.Load()
+		if beside {
+			q.nap(seen, nap)
 			if q.polls.Load()-p0 >= activePolls {
 				nap = min(2*nap, napMax)
 			} else {
-				passive, nap = false, napMin
+				beside, nap = false, napMin
 			}
-		default:
+		} else {
 			q.waitPeer(seen, snap)
+			beside = q.polls.Load()-p0 >= activePolls
 		}
-	}
-}
-
-func (q *QP) nap(t *time.Timer, d time.Duration) {
-	t.Reset(d)
-	select {
-	case <-t.C:
-	case <-q.kick:
-		t.Stop()
-	case <-q.stop:
-		t.Stop()
 	}
 }
 
@@ -635,8 +677,18 @@ func (q *QP) idleWait(seen uint64) {
 	q.bgIdle.Store(false)
 }
 
-// waitPeer waits for the peer to publish: a short spin, then the futex with
-// the sleeping flag up so the peer's next publication wakes it.
+// nap waits at most d beside a polling owner, which moves what the peer
+// publishes; the flag stays as the owner left it, so the peer wakes this
+// goroutine only once the owner has gone idle.
+func (q *QP) nap(seen uint64, d time.Duration) {
+	seq := q.seg.me.bell.Load()
+	if q.posts.Load() == seen && q.gone.Load() == nil && !q.closed.Load() {
+		futexWait(q.seg.me.bell, seq, d)
+	}
+}
+
+// waitPeer waits for the peer with the owner away: a brief spin, then the
+// futex with the sleeping flag up, so the peer's next publication wakes it.
 func (q *QP) waitPeer(seen uint64, snap peerWords) {
 	changed := func() bool {
 		return q.posts.Load() != seen || q.gone.Load() != nil || q.closed.Load() || q.peerWords() != snap
@@ -652,7 +704,6 @@ func (q *QP) waitPeer(seen uint64, snap peerWords) {
 	if !changed() {
 		futexWait(me.bell, seq, sleepMax)
 	}
-	me.sleeping.Store(0)
 }
 
 // watch holds the Unix socket: its end of file is the peer's exit, crashed
@@ -686,7 +737,7 @@ func (q *QP) Close() error {
 	q.psends, q.precvs = nil, nil
 	q.pmu.Unlock()
 	close(q.stop)
-	q.wakeBG()
+	q.wakeBGNow()
 	q.mu.Lock()
 	// The peer reads it when our socket closes: "closed", not "died".
 	q.seg.me.state.Store(stateClosed)
@@ -721,7 +772,7 @@ func (q *QP) crash() {
 	q.pclosed = true
 	q.pmu.Unlock()
 	close(q.stop)
-	q.wakeBG()
+	q.wakeBGNow()
 	q.release()
 }
 
