@@ -16,6 +16,7 @@ import (
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/ft"
 	"github.com/vccl-go/vccl/transport/loop"
 	"github.com/vccl-go/vccl/transport/shm"
 	"github.com/vccl-go/vccl/transport/tcp"
@@ -305,6 +306,9 @@ func (c *Comm) backend(name string) transport.Backend {
 	case shm.Name:
 		return shm.Backend{}
 	default:
+		if c.opts.ft {
+			return ft.Backend{Interfaces: c.opts.ifname, Logger: c.opts.logger}
+		}
 		return tcp.Backend{Interface: c.opts.ifname}
 	}
 }

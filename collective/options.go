@@ -23,6 +23,9 @@ const (
 	EnvIfname    = "VCCL_SOCKET_IFNAME" // interface(s) for TCP
 )
 
+// EnvFT set to 1 gives TCP links a hot-standby backup path (transport/ft).
+const EnvFT = "VCCL_FAULT_TOLERANCE"
+
 // Defaults.
 const (
 	DefaultTimeout = 5 * time.Minute
@@ -47,6 +50,7 @@ type options struct {
 	collector   *flowtel.Collector
 	logger      *slog.Logger
 	ifname      string
+	ft          bool
 	hostID      string // overrides host detection (tests)
 	window      string
 	errs        []error
@@ -99,6 +103,14 @@ func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l 
 // WithSocketInterface names the interface(s) TCP binds to (VCCL_SOCKET_IFNAME).
 func WithSocketInterface(ifname string) Option { return func(o *options) { o.ifname = ifname } }
 
+// WithFaultTolerance gives every TCP link a primary path on the first
+// interface of WithSocketInterface and a connected hot-standby backup on the
+// second (transport/ft): a failed path is detected, its unacknowledged
+// work requests are replayed on the backup, and traffic returns when the
+// primary heals (VCCL_FAULT_TOLERANCE). Every rank must agree. Off, it
+// costs nothing.
+func WithFaultTolerance(on bool) Option { return func(o *options) { o.ft = on } }
+
 func defaultOptions(getenv func(string) string) options {
 	o := options{channels: 1, chunk: DefaultChunk, check: true, timeout: DefaultTimeout,
 		telemetry: flowtel.EnabledFromEnv(), logger: slog.Default(), transport: "auto"}
@@ -136,6 +148,11 @@ func defaultOptions(getenv func(string) string) options {
 		o.addErr(EnvTimeout, v, err)
 	}
 	o.ifname = getenv(EnvIfname)
+	if v := getenv(EnvFT); v != "" {
+		b, err := strconv.ParseBool(v)
+		o.ft = b
+		o.addErr(EnvFT, v, err)
+	}
 	return o
 }
 

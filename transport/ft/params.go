@@ -26,7 +26,7 @@ const (
 	DefaultDeadAfter   = 60 * time.Millisecond
 	DefaultLinkTimeout = time.Second
 	DefaultProgress    = time.Second
-	DefaultProbe       = 100 * time.Millisecond
+	DefaultProbe       = 50 * time.Millisecond
 	DefaultSegment     = 512 << 10
 )
 

@@ -152,7 +152,13 @@ func acked(info *unix.TCPInfo, d time.Duration) bool {
 	if info == nil {
 		return false
 	}
-	return info.Unacked == 0 || time.Duration(info.Last_ack_recv)*time.Millisecond < d
+	if time.Duration(info.Last_ack_recv)*time.Millisecond < d {
+		return true
+	}
+	// Nothing in flight and nothing waiting to go: nothing to acknowledge.
+	// (Bytes waiting with nothing in flight is a path that cannot send at
+	// all, as when its interface lost its route.)
+	return info.Unacked == 0 && info.Notsent_bytes == 0
 }
 
 // flushPartial writes what is left of a heartbeat. pa.wmu held.

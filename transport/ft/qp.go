@@ -248,7 +248,9 @@ func (q *QP) Close() error {
 		q.closing = true
 		for _, pa := range q.paths {
 			if pa != nil {
-				pa.ctl = append(pa.ctl, Header{Type: FrameBye})
+				// Acknowledge what was delivered first: a peer whose last
+				// send we received must see it complete, not fail.
+				pa.ctl = append(pa.ctl, Header{Type: FrameAck, Seq: q.recvBase}, Header{Type: FrameBye})
 				pa.signal()
 				sent = append(sent, pa.byeSent)
 			}
@@ -572,7 +574,12 @@ func (q *QP) probe() {
 		q.mu.Unlock()
 		refused := 0
 		for k, i := range down {
-			ctx, cancel := context.WithTimeout(q.ctx, max(2*q.prm.Probe, 200*time.Millisecond))
+			if !ifRunning(q.ifnames[i]) {
+				// Our own interface is not back yet: a dial now would only
+				// fail, or send an address resolution the link drops.
+				continue
+			}
+			ctx, cancel := context.WithTimeout(q.ctx, max(2*q.prm.Probe, 100*time.Millisecond))
 			conn, err := q.b.dialPath(ctx, q.ifnames[i], q.remote[i], q.key, i, gens[k], q.token)
 			cancel()
 			if err == nil {
@@ -594,6 +601,19 @@ func (q *QP) probe() {
 		case <-q.ctx.Done():
 		}
 	}
+}
+
+// ifRunning reports whether the named interface is up and running (has its
+// carrier); true when none is named or it cannot be read.
+func ifRunning(name string) bool {
+	if name == "" {
+		return true
+	}
+	ifi, err := net.InterfaceByName(name)
+	if err != nil {
+		return true
+	}
+	return ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0
 }
 
 // acceptLoop installs the reconnections of path i that the dialler makes.

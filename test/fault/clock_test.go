@@ -1,0 +1,5 @@
+package fault
+
+import "github.com/vccl-go/vccl/flowtel"
+
+func flowNow() int64 { return flowtel.Monotonic() }
