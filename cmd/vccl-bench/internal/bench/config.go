@@ -29,7 +29,7 @@ type Config struct {
 	Root       int
 	JSON       bool
 	Telemetry  string // "" (VCCL_TELEMETRY decides), "on" or "off"
-	Progress   string // "auto" (when stderr is a terminal), "on" or "off"
+	Progress   string // "auto" (only when stderr is a terminal) or "off"
 	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
 }
 
@@ -119,10 +119,10 @@ func ParseArgs(args []string) (Config, error) {
 		return Config{}, fmt.Errorf("--telemetry %q: want on or off", vals.telemetry)
 	}
 	switch v := strings.ToLower(vals.progress); v {
-	case "auto", "on", "off":
+	case "auto", "off":
 		cfg.Progress = v
 	default:
-		return Config{}, fmt.Errorf("--progress %q: want auto, on or off", vals.progress)
+		return Config{}, fmt.Errorf("--progress %q: want auto or off", vals.progress)
 	}
 	return cfg, cfg.validate()
 }
@@ -147,7 +147,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.IntVar(&cfg.Root, "r", cfg.Root, "root rank of broadcast and reduce")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
 	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY)")
-	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal), on or off")
+	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (only when stderr is a terminal, so never under a launcher that pipes it, such as vcclrun) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
 	return fs, v
 }

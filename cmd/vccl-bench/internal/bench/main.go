@@ -46,7 +46,9 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		if !cfg.JSON {
 			opts.Table = stdout
 		}
-		if cfg.Progress == "on" || cfg.Progress == "auto" && isTerminal(stderr) {
+		// Only straight to a terminal: through a launcher's separate stdout
+		// and stderr pipes the bar could land between table lines.
+		if cfg.Progress == "auto" && isTerminal(stderr) {
 			opts.Progress = NewProgress(stderr, "vccl-bench "+cfg.Coll.String())
 		}
 	}
