@@ -3,7 +3,7 @@
 # writes the comparison into BENCHMARKS.md (the section between the
 # "bench/compare.sh" markers, replaced on every run).
 #
-#   bench/compare.sh                 # the full comparison (about 10-20 minutes on 2 cores)
+#   bench/compare.sh                 # the full comparison (about 25 minutes on 2 loaded cores, REPEAT=3)
 #   QUICK=1 OUT=/tmp/b.md bench/compare.sh   # a smoke run of the script itself
 #
 # Peers: Open MPI (Debian openmpi-bin, libopenmpi-dev; shared memory through
@@ -22,7 +22,6 @@
 #   BUILD_REF=HEAD build VCCL from this commit (git archive) instead of the working tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
-ROOT=$(pwd)
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 
 RANKS=${RANKS:-"2 4"}
