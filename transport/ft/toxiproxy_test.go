@@ -1,0 +1,211 @@
+package ft
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"fmt"
+	"io"
+	"net"
+	"net/http"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/transporttest"
+)
+
+// Connection resets and latency through toxiproxy
+// (.ci/setup.d/50-toxiproxy.sh installs it): the primary path of a link
+// goes through a proxy, the backup does not.
+
+// toxiproxy is a toxiproxy-server this test started.
+type toxiproxy struct {
+	t   *testing.T
+	api string
+}
+
+func toxiproxyBinary() string {
+	if p := os.Getenv("TOXIPROXY_SERVER"); p != "" {
+		return p
+	}
+	if home, err := os.UserHomeDir(); err == nil {
+		p := filepath.Join(home, ".cache", "vccl-tools", "toxiproxy-server")
+		if _, err := os.Stat(p); err == nil {
+			return p
+		}
+	}
+	p, _ := exec.LookPath("toxiproxy-server")
+	return p
+}
+
+func freePort(t *testing.T) int {
+	ln, err := net.Listen("tcp", "127.0.0.1:0")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	return ln.Addr().(*net.TCPAddr).Port
+}
+
+func startToxiproxy(t *testing.T) *toxiproxy {
+	bin := toxiproxyBinary()
+	if bin == "" {
+		t.Skip("toxiproxy-server not installed (.ci/setup.d/50-toxiproxy.sh)")
+	}
+	port := freePort(t)
+	var out bytes.Buffer
+	cmd := exec.Command(bin, "-host", "127.0.0.1", "-port", fmt.Sprint(port))
+	cmd.Stdout, cmd.Stderr = &out, &out
+	if err := cmd.Start(); err != nil {
+		t.Fatalf("starting %s: %v", bin, err)
+	}
+	t.Cleanup(func() {
+		cmd.Process.Kill()
+		cmd.Wait()
+	})
+	tp := &toxiproxy{t: t, api: fmt.Sprintf("http://127.0.0.1:%d", port)}
+	stop := time.Now().Add(deadline)
+	for {
+		resp, err := http.Get(tp.api + "/version")
+		if err == nil {
+			resp.Body.Close()
+			return tp
+		}
+		if time.Now().After(stop) {
+			t.Fatalf("toxiproxy API not up: %v\n%s", err, out.String())
+		}
+		time.Sleep(10 * time.Millisecond)
+	}
+}
+
+func (tp *toxiproxy) call(method, path string, body any, want int) {
+	tp.t.Helper()
+	var r io.Reader
+	if body != nil {
+		b, _ := json.Marshal(body)
+		r = bytes.NewReader(b)
+	}
+	req, _ := http.NewRequest(method, tp.api+path, r)
+	req.Header.Set("Content-Type", "application/json")
+	resp, err := http.DefaultClient.Do(req)
+	if err != nil {
+		tp.t.Fatalf("toxiproxy %s %s: %v", method, path, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != want {
+		msg, _ := io.ReadAll(resp.Body)
+		tp.t.Fatalf("toxiproxy %s %s: %s: %s", method, path, resp.Status, msg)
+	}
+}
+
+// proxy creates a proxy to upstream and returns its listen address.
+func (tp *toxiproxy) proxy(name, upstream string) string {
+	listen := fmt.Sprintf("127.0.0.1:%d", freePort(tp.t))
+	tp.call("POST", "/proxies", map[string]any{"name": name, "listen": listen, "upstream": upstream, "enabled": true}, http.StatusCreated)
+	return listen
+}
+
+func (tp *toxiproxy) addToxic(proxy, name, typ, stream string, attrs map[string]any) {
+	tp.call("POST", "/proxies/"+proxy+"/toxics", map[string]any{"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs}, http.StatusOK)
+}
+
+func (tp *toxiproxy) removeToxic(proxy, name string) {
+	tp.call("DELETE", "/proxies/"+proxy+"/toxics/"+name, nil, http.StatusNoContent)
+}
+
+// proxiedPair connects a link whose primary path goes through a toxiproxy
+// proxy named "primary".
+func proxiedPair(t *testing.T, tp *toxiproxy, prm Params) *transporttest.Pair {
+	ctx, cancel := context.WithTimeout(context.Background(), deadline)
+	defer cancel()
+	b := Backend{Params: prm}
+	ln, err := b.Listen(ctx, transport.ListenConfig{Token: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	addrs := strings.Split(ln.Addr(), ",")
+	via := tp.proxy("primary", addrs[0]) + "," + addrs[1]
+	p := &transporttest.Pair{NotA: transport.NewNotifier(), NotB: transport.NewNotifier()}
+	p.RingA, _ = flowtel.NewRing(1 << 16)
+	p.RingB, _ = flowtel.NewRing(1 << 16)
+	cfgA := transport.Config{Rank: 0, Peer: 1, QPID: 1, Token: "tok", Recorder: flowtel.NewRecorder(p.RingA, nil), Notifier: p.NotA}
+	cfgB := transport.Config{Rank: 1, Peer: 0, QPID: 2, Token: "tok", Recorder: flowtel.NewRecorder(p.RingB, nil), Notifier: p.NotB}
+	accepted := make(chan transport.QP, 1)
+	go func() {
+		q, err := ln.Accept(ctx, "k", cfgB)
+		if err != nil {
+			t.Error(err)
+		}
+		accepted <- q
+	}()
+	if p.A, err = b.Dial(ctx, via, "k", cfgA); err != nil {
+		t.Fatal(err)
+	}
+	if p.B = <-accepted; p.B == nil {
+		t.FailNow()
+	}
+	t.Cleanup(func() {
+		p.A.Close()
+		p.B.Close()
+	})
+	return p
+}
+
+func TestToxiproxyReset(t *testing.T) {
+	tp := startToxiproxy(t)
+	p := proxiedPair(t, tp, Params{})
+	tr := startTraffic(p, 3000, 64<<10)
+	tr.waitProgress(t, 100)
+	// Every connection through the proxy is reset, new ones too.
+	tp.addToxic("primary", "reset", "reset_peer", "downstream", map[string]any{"timeout": 0})
+	tp.addToxic("primary", "reset-up", "reset_peer", "upstream", map[string]any{"timeout": 0})
+	took := waitFor(t, "failover", 2*time.Second, func() bool { return stats(p.A).OnBackup && stats(p.B).OnBackup })
+	t.Logf("both ends on the backup %v after the resets began", took)
+	tr.waitProgress(t, 200)
+	tp.removeToxic("primary", "reset")
+	tp.removeToxic("primary", "reset-up")
+	took = waitFor(t, "fail-back", 2*time.Second, func() bool { return stats(p.A).Failbacks >= 1 && stats(p.B).Failbacks >= 1 && !stats(p.A).OnBackup })
+	t.Logf("fail-back %v after the resets stopped", took)
+	tr.wait(t)
+	t.Logf("rank 0: %+v", stats(p.A))
+}
+
+func TestToxiproxyLatency(t *testing.T) {
+	tp := startToxiproxy(t)
+	p := proxiedPair(t, tp, Params{})
+	tr := startTraffic(p, 2000, 64<<10)
+	tr.waitProgress(t, 100)
+	// 20 ms each way: slower, not dead.
+	tp.addToxic("primary", "lat-down", "latency", "downstream", map[string]any{"latency": 20, "jitter": 5})
+	tp.addToxic("primary", "lat-up", "latency", "upstream", map[string]any{"latency": 20, "jitter": 5})
+	tr.wait(t)
+	for _, q := range []transport.QP{p.A, p.B} {
+		if s := stats(q); s.LinkDowns != 0 {
+			t.Errorf("rank %d: %+v: 20 ms of latency took a path down", q.Info().Rank, s)
+		}
+	}
+}
+
+func TestToxiproxyBlackhole(t *testing.T) {
+	// A proxy that stops forwarding still acknowledges at the TCP level, so
+	// the path is declared down after the link timeout, not DeadAfter.
+	tp := startToxiproxy(t)
+	p := proxiedPair(t, tp, Params{LinkTimeout: 300 * time.Millisecond, Progress: 300 * time.Millisecond})
+	tr := startTraffic(p, 2000, 16<<10)
+	tr.waitProgress(t, 100)
+	tp.addToxic("primary", "hole-down", "timeout", "downstream", map[string]any{"timeout": 0})
+	tp.addToxic("primary", "hole-up", "timeout", "upstream", map[string]any{"timeout": 0})
+	took := waitFor(t, "failover", 3*time.Second, func() bool { return stats(p.A).OnBackup && stats(p.B).OnBackup })
+	t.Logf("both ends on the backup %v after the proxy stopped forwarding", took)
+	tr.waitProgress(t, 100)
+	tp.removeToxic("primary", "hole-down")
+	tp.removeToxic("primary", "hole-up")
+	tr.wait(t)
+}
