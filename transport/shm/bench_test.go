@@ -97,11 +97,11 @@ func BenchmarkLatency8B(b *testing.B) {
 			wait := func() { spin(b, qp, wcs, gotPong) }
 			if mode != "spin" {
 				spins := map[string]int{"block": 0, "backoff": 64}[mode]
-				deadline := time.NewTimer(time.Hour)
+				deadline, nap := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
 				defer deadline.Stop()
 				wait = func() {
 					deadline.Reset(30 * time.Second)
-					backoff(b, qp, p.not, spins, deadline.C, wcs, gotPong)
+					backoff(b, qp, p.not, spins, nap, deadline.C, wcs, gotPong)
 				}
 			}
 			for range 1000 { // both ends settle
@@ -142,12 +142,12 @@ func BenchmarkSlowPeer(b *testing.B) {
 				}
 				return false
 			}
-			deadline := time.NewTimer(time.Hour)
+			deadline, nap := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
 			defer deadline.Stop()
 			spins := map[string]int{"spin": 1 << 62, "backoff": 64}[mode]
 			wait := func() {
 				deadline.Reset(30 * time.Second)
-				backoff(b, qp, p.not, spins, deadline.C, wcs, gotPong)
+				backoff(b, qp, p.not, spins, nap, deadline.C, wcs, gotPong)
 			}
 			for range 20 {
 				qp.PostSend(transport.WR{ID: 9, Buf: ping})
@@ -168,9 +168,8 @@ func BenchmarkSlowPeer(b *testing.B) {
 // backoff is spin for an owner that backs off as collective's progress
 // engine does when polls find nothing: spins polls, as many yielding, then
 // sleeps on the Notifier (at most 1 ms). With spins 0 it sleeps at once.
-func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spins int, deadline <-chan time.Time, wcs []transport.WC, fn func(transport.WC) bool) {
+func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spins int, nap *time.Timer, deadline <-chan time.Time, wcs []transport.WC, fn func(transport.WC) bool) {
 	idle := 0
-	var nap *time.Timer
 	for {
 		n := qp.Poll(wcs)
 		done := false
@@ -195,17 +194,14 @@ func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spins int, 
 		case idle < 2*spins:
 			runtime.Gosched()
 		default:
-			if nap == nil {
-				nap = time.NewTimer(time.Millisecond)
-			} else {
-				nap.Reset(time.Millisecond)
-			}
+			nap.Reset(time.Millisecond)
 			select {
 			case <-not.C():
 			case <-nap.C:
 			case <-deadline:
 				b.Fatalf("no completion for 30s")
 			}
+			nap.Stop()
 			idle = spins
 		}
 	}
