@@ -297,6 +297,15 @@ func (c *Comm) splitChannels(rq *request) []request {
 	return parts
 }
 
+// overlap reports whether a and b share any byte.
+func overlap(a, b []byte) bool {
+	if len(a) == 0 || len(b) == 0 {
+		return false
+	}
+	pa, pb := uintptr(unsafe.Pointer(unsafe.SliceData(a))), uintptr(unsafe.Pointer(unsafe.SliceData(b)))
+	return pa < pb+uintptr(len(b)) && pb < pa+uintptr(len(a))
+}
+
 func sameData(a, b []byte) bool {
 	return len(a) == len(b) && (len(a) == 0 || unsafe.SliceData(a) == unsafe.SliceData(b))
 }
@@ -498,6 +507,15 @@ func (c *Comm) SendRecvAsync(ctx context.Context, ops ...P2P) (*Handle, error) {
 		dt = o.Buf.Type
 		p2p = append(p2p, p2pOp{recv: o.Recv, peer: o.Peer, buf: bufID(len(bufs)), n: len(o.Buf.Data)})
 		bufs = append(bufs, o.Buf.Data)
+	}
+	// A receive may not land where another operation of the group reads or
+	// writes: transfers run concurrently, in no fixed order.
+	for i, a := range ops {
+		for j, b := range ops[:i] {
+			if (a.Recv || b.Recv) && overlap(a.Buf.Data, b.Buf.Data) {
+				return nil, fmt.Errorf("collective: SendRecv operations %d and %d use overlapping memory and one of them receives", j, i)
+			}
+		}
 	}
 	op := OpGroup
 	if len(ops) == 1 {

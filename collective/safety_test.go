@@ -284,6 +284,7 @@ func TestBadArguments(t *testing.T) {
 	comms := newLocal(t, 2)
 	ctx := context.Background()
 	c := comms[0]
+	shared := make([]byte, 16)
 	cases := []struct {
 		name string
 		err  error
@@ -297,6 +298,7 @@ func TestBadArguments(t *testing.T) {
 		{"types differ", c.AllReduce(ctx, Buf(make([]float32, 2)), Buf(make([]int32, 2)), Sum), "send buffer is float32 but receive buffer is int32"},
 		{"peer", Send(ctx, c, make([]byte, 1), 5), "peer 5 out of range"},
 		{"self", Send(ctx, c, make([]byte, 1), 0), "this rank itself"},
+		{"overlap", c.SendRecv(ctx, SendTo(1, Buf(shared[:8])), RecvFrom(1, Buf(shared[4:12]))), "overlapping memory"},
 	}
 	for _, tc := range cases {
 		if tc.err == nil || !strings.Contains(tc.err.Error(), tc.want) {
