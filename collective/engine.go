@@ -33,6 +33,7 @@ type engine struct {
 	qps     []transport.QP // by peer rank; nil for this rank
 	rec     *flowtel.Recorder
 	notify  *transport.Notifier
+	spin    bool // every peer is reached without the kernel (shm, loop)
 
 	qmu     sync.Mutex
 	queue   []*task // submitted, not yet admitted
@@ -84,7 +85,12 @@ type task struct {
 func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier) *engine {
 	e := &engine{channel: channel, rank: rank, ranks: ranks, comm: comm, qps: qps, rec: rec, notify: notify,
 		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64)}
+		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: true}
+	for _, qp := range qps {
+		if qp != nil && qp.Info().Backend != "shm" && qp.Info().Backend != "loop" {
+			e.spin = false
+		}
+	}
 	liveEngines.Add(1)
 	go e.background()
 	return e
@@ -96,8 +102,14 @@ func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *f
 // to make the progress it waits for, so engines then go straight to sleep.
 var liveEngines atomic.Int32
 
-func spinBudget() int {
-	if int(liveEngines.Load()) > runtime.NumCPU() {
+// spinBudget is how many idle polls the driver spins before it sleeps on the
+// notifier. Spinning pays only where completions appear without the kernel:
+// shared memory. A TCP completion needs the runtime's network poller, which
+// a spinning goroutine keeps from running (it is consulted when a processor
+// has nothing else to run), so over TCP the driver sleeps at once and the
+// poller wakes it.
+func (e *engine) spinBudget() int {
+	if !e.spin || int(liveEngines.Load()) > runtime.NumCPU() {
 		return 0
 	}
 	return 256
@@ -266,7 +278,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			continue
 		}
 		idle++
-		spin := spinBudget()
+		spin := e.spinBudget()
 		switch {
 		case idle < spin:
 			// spin: completions usually follow within microseconds
