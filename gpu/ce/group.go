@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"runtime"
+	"sync"
 	"sync/atomic"
 	"time"
 
@@ -33,10 +34,11 @@ type Config struct {
 	Collector *flowtel.Collector
 	// Comm is the communicator id written into records.
 	Comm uint32
-	// PollEvery is how often an idle proxy polls the completion events of
-	// telemetry (default 5 µs): a wc record is late by at most about this
-	// much, and each poll takes the proxy away from queuing work for a
-	// moment. Synchronize polls continuously.
+	// PollEvery is how often the telemetry thread polls the completion
+	// events while work is in flight (default 5 µs): a wc record is late by
+	// at most about this much. The thread is not the proxy, which queues
+	// the work, so polling never delays an operation. Synchronize polls
+	// continuously.
 	PollEvery time.Duration
 	// DtoD makes copies between GPUs cuMemcpyDtoDAsync on unified addresses
 	// instead of cuMemcpyPeerAsync; both run on the copy engines.
@@ -57,11 +59,20 @@ type Group struct {
 	seq   uint64       // collective sequence numbers
 	p2p   uint64       // point-to-point sequence numbers
 	tel   bool
-	nfly  int // telemetry groups in flight, over all ranks
-	// lastPoll is when telemetry was last polled; an idle proxy polls at
-	// most every pollEvery so that it is ready for the next request.
-	lastPoll int64
-	diag     Diagnostics
+	diag  Diagnostics
+
+	// Telemetry hand-over between the proxy (mark) and whoever polls.
+	telMu       sync.Mutex   // guards posted and the ranks' evFree and grpFree
+	posted      []*wrGroup   // marked, not yet seen by a sweep, in post order
+	postedSpare []*wrGroup   // the other buffer of posted
+	sweepMu     sync.Mutex   // one sweep at a time (it owns qps, fly, nfly, the recorders)
+	inflight    atomic.Int64 // groups marked and not yet completed
+	lastPoll    atomic.Int64 // when the last sweep ended (flowtel.Monotonic)
+	pollEvery   atomic.Int64 // Config.PollEvery in ns
+	inline      atomic.Bool  // Diagnostics.InlinePolling
+	wake        chan struct{}
+	pollStop    chan struct{}
+	pollDone    chan struct{}
 }
 
 // DefaultPollEvery is the idle proxy's telemetry polling period.
@@ -95,7 +106,7 @@ type rank struct {
 	rec     *flowtel.Recorder
 	qps     map[uint32]*qpState
 	fly     [4][]*wrGroup // telemetry in flight per stream (user, ce, gat, red), oldest first
-	nfly    int
+	nfly    int           // groups in fly (owned by the sweeps)
 	evFree  []cuda.Event
 	grpFree []*wrGroup
 	rot     int // PooledEvents diagnostics: next pooled event
@@ -153,11 +164,18 @@ func New(cfg Config) (*Group, error) {
 	if len(cfg.Devices) == 0 {
 		return nil, fmt.Errorf("ce: no devices: %w", cuda.ErrNoDriver)
 	}
-	g := &Group{cfg: cfg, reqs: make(chan *request, 1), quit: make(chan struct{}), dead: make(chan struct{}), tel: cfg.Collector != nil}
+	g := &Group{cfg: cfg, reqs: make(chan *request, 1), quit: make(chan struct{}), dead: make(chan struct{}), tel: cfg.Collector != nil,
+		wake: make(chan struct{}, 1), pollStop: make(chan struct{}), pollDone: make(chan struct{})}
+	g.pollEvery.Store(int64(cfg.PollEvery))
 	started := make(chan error, 1)
 	go g.proxy(started)
 	if err := <-started; err != nil {
 		return nil, err
+	}
+	if cfg.Collector != nil {
+		go g.poller()
+	} else {
+		close(g.pollDone)
 	}
 	return g, nil
 }
@@ -186,15 +204,17 @@ func (g *Group) proxy(started chan<- error) {
 		default:
 		}
 		idle++
-		// The clock is read every 8th spin only: the next request is
-		// usually picked up within a spin.
-		if g.nfly > 0 && idle&7 == 0 && flowtel.Monotonic()-g.lastPoll >= int64(g.cfg.PollEvery) {
-			g.pollTelemetry()
+		// InlinePolling: the proxy polls between requests (the clock is
+		// read every 8th spin only: the next request is usually picked up
+		// within a spin).
+		inline := g.inline.Load() && g.inflight.Load() > 0
+		if inline && idle&7 == 0 && flowtel.Monotonic()-g.lastPoll.Load() >= g.pollEvery.Load() {
+			g.pollTelemetry(g.use)
 		}
 		switch {
 		case idle < 2000:
 			// spin: the next request usually follows at once
-		case idle < 4000 || g.nfly > 0:
+		case idle < 4000 || inline:
 			runtime.Gosched()
 		default:
 			select {
@@ -306,6 +326,12 @@ func (g *Group) setup() error {
 }
 
 func (g *Group) teardown() {
+	select {
+	case <-g.pollDone:
+	default:
+		close(g.pollStop)
+		<-g.pollDone
+	}
 	for _, r := range g.ranks {
 		if g.use(r) != nil {
 			continue
@@ -356,6 +382,7 @@ func (g *Group) Reconfigure(f func(*Config)) {
 		g.cfg.SMs, g.cfg.Chunk, g.cfg.SmallMax, g.cfg.DtoD = max(1, c.SMs), c.Chunk, c.SmallMax, c.DtoD
 		if c.PollEvery > 0 {
 			g.cfg.PollEvery = c.PollEvery
+			g.pollEvery.Store(int64(c.PollEvery))
 		}
 		return nil
 	})
@@ -455,9 +482,6 @@ func (g *Group) Synchronize(ctx context.Context) error {
 				if ok {
 					break
 				}
-				if g.nfly > 0 {
-					g.pollTelemetry()
-				}
 				if spins&1023 == 1023 {
 					if err := ctx.Err(); err != nil {
 						return err
@@ -465,8 +489,13 @@ func (g *Group) Synchronize(ctx context.Context) error {
 				}
 			}
 		}
-		for g.nfly > 0 {
-			g.pollTelemetry()
+		// Every event has fired: one sweep here retires what the poller
+		// has not yet.
+		for spins := 0; g.inflight.Load() > 0; spins++ {
+			g.pollTelemetry(g.use)
+			if spins > 1000 {
+				runtime.Gosched()
+			}
 		}
 		return nil
 	})

@@ -401,6 +401,13 @@ func (g *Group) reduceCE(t tag, send []cuda.DevicePtr, parts [2]part, dt collect
 		// A quarter of a part, so copies and reductions overlap, within
 		// [1 MiB, 16 MiB].
 		chunk = min(max(longest*sz/4, 1<<20), defaultChunk)
+		if parts[0].hi <= parts[0].lo || parts[1].hi <= parts[1].lo {
+			// One owner (reduce): one link direction carries everything
+			// and the owner's kernel finishes after the last chunk lands,
+			// so smaller chunks shorten the tail: a 32nd, within [1 MiB,
+			// 4 MiB].
+			chunk = min(max(longest*sz/32, 1<<20), 4<<20)
+		}
 	}
 	ce := max(lanes, chunk/sz/lanes*lanes) // elements per chunk
 	nk := (longest + ce - 1) / ce

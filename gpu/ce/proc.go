@@ -345,11 +345,17 @@ func (p *Proc) Synchronize(ctx context.Context) error { return p.g.Synchronize(c
 // SetTelemetry turns the records on or off (needs a Collector).
 func (p *Proc) SetTelemetry(on bool) { p.g.SetTelemetry(on) }
 
-// Close waits for the queued work, unmaps the peers' buffers, and releases
-// the GPU (and the host communicator if NewProc made it). Every rank should
-// close together: a peer may still be writing into this rank's buffers.
+// Close waits for the queued work, unmaps the peers' buffers and events,
+// and releases the GPU (and the host communicator if NewProc made it).
+// Every rank closes together: each first releases what it imported from
+// the others, and destroys its own interprocess events only once every
+// rank has (a host barrier), since using an imported event after its
+// owner destroyed it is undefined. Free the buffers from Group().Alloc
+// after Deregister and before Close.
 func (p *Proc) Close() error {
-	err := p.g.Synchronize(context.Background())
+	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
+	defer cancel()
+	err := p.g.Synchronize(ctx)
 	p.g.do(func() error {
 		if p.g.use(p.r) != nil {
 			return nil
@@ -358,9 +364,9 @@ func (p *Proc) Close() error {
 			cuda.CloseIpcMemHandle(o.base)
 		}
 		p.opened = nil
-		for q := range p.rdy {
+		for q := range p.peerRdy {
 			for s := 0; s < mailSlots; s++ {
-				for _, e := range []cuda.Event{p.rdy[q][s], p.done[q][s], p.peerRdy[q][s], p.peerDone[q][s]} {
+				for _, e := range []cuda.Event{p.peerRdy[q][s], p.peerDone[q][s]} {
 					if e != 0 {
 						e.Destroy()
 					}
@@ -369,6 +375,26 @@ func (p *Proc) Close() error {
 		}
 		return nil
 	})
+	if berr := p.comm.Barrier(ctx); berr != nil {
+		// A peer may still hold our events: leave them to the process's end.
+		err = errors.Join(err, fmt.Errorf("ce: closing: %w", berr))
+	} else {
+		p.g.do(func() error {
+			if p.g.use(p.r) != nil {
+				return nil
+			}
+			for q := range p.rdy {
+				for s := 0; s < mailSlots; s++ {
+					for _, e := range []cuda.Event{p.rdy[q][s], p.done[q][s]} {
+						if e != 0 {
+							e.Destroy()
+						}
+					}
+				}
+			}
+			return nil
+		})
+	}
 	err = errors.Join(err, p.g.Close(), p.box.close())
 	p.closeComm()
 	return err
@@ -450,7 +476,8 @@ func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, e
 }
 
 // Deregister ends a registration: every rank calls it together, after the
-// operations that use it (it synchronizes).
+// operations that use it (it synchronizes). When it returns, no rank maps
+// this rank's buffer any more, so it may be freed.
 func (p *Proc) Deregister(ctx context.Context, m *Mem) error {
 	if err := p.g.Synchronize(ctx); err != nil {
 		return err
@@ -458,7 +485,7 @@ func (p *Proc) Deregister(ctx context.Context, m *Mem) error {
 	if err := p.comm.Barrier(ctx); err != nil { // no peer writes into m any more
 		return err
 	}
-	return p.g.do(func() error {
+	err := p.g.do(func() error {
 		if err := p.g.use(p.r); err != nil {
 			return err
 		}
@@ -478,6 +505,10 @@ func (p *Proc) Deregister(ctx context.Context, m *Mem) error {
 		p.regs[m.id] = nil
 		return nil
 	})
+	if err != nil {
+		return err
+	}
+	return p.comm.Barrier(ctx) // every rank has unmapped
 }
 
 // P2P is one half of a transfer between two ranks of a Proc job.
@@ -560,8 +591,8 @@ func (p *Proc) transfer(ctx context.Context, t tag, ops []P2P, loc *local) error
 		return err
 	}
 	w := waiter{ctx: ctx, timeout: p.timeout, idle: func() {
-		if g.nfly > 0 {
-			g.pollTelemetry()
+		if g.inline.Load() && g.inflight.Load() > 0 {
+			g.pollTelemetry(g.use)
 			g.use(r)
 		}
 	}}

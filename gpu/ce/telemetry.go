@@ -1,6 +1,10 @@
 package ce
 
 import (
+	"context"
+	"runtime"
+	"time"
+
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/gpu/cuda"
@@ -40,10 +44,13 @@ type wr struct {
 
 // wrGroup is the work requests one completion event finishes.
 type wrGroup struct {
-	ev  cuda.Event
-	tag tag
-	n   int
-	wrs [2]wr
+	ev     cuda.Event
+	tag    tag
+	n      int
+	wrs    [2]wr
+	owner  *rank // whose stream the event is on
+	si     int   // which stream (rank.fly index)
+	postTs int64 // when the work was queued
 }
 
 func (g *Group) stamp(w *wr, kind flowtel.Kind, t *tag, ts int64) {
@@ -68,8 +75,12 @@ func (g *Group) post(owner *rank, s cuda.Stream, t tag, wrs ...wr) error {
 // mark records an event on s after the work just queued there and returns
 // it, for other streams to wait on. With telemetry off that is fixed (none
 // when fixed is 0); with telemetry on it is a pooled event that also
-// completes the given work requests, whose wr_post records are written now:
-// one event serves both the ordering and the telemetry.
+// completes the given work requests: one event serves both the ordering
+// and the telemetry. The proxy only takes the time, the event and a group
+// from the free lists and hands the group over; whoever polls (the poller
+// thread, or the proxy itself with Diagnostics.InlinePolling) writes the
+// wr_post records, in the order the groups were posted, and the wc records
+// once the event has fired.
 func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ...wr) (cuda.Event, error) {
 	if !g.tel {
 		if fixed == 0 {
@@ -82,76 +93,94 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 		return fixed, fixed.Record(s)
 	}
 	var grp *wrGroup
+	var ev cuda.Event
+	g.telMu.Lock()
 	if n := len(owner.grpFree); n > 0 {
 		grp = owner.grpFree[n-1]
 		owner.grpFree = owner.grpFree[:n-1]
-	} else {
-		grp = &wrGroup{}
 	}
-	grp.tag = t
-	for i := range wrs {
-		w := wrs[i]
-		q := w.r.qps[w.qp]
-		if q == nil {
-			q = &qpState{}
-			w.r.qps[w.qp] = q
-		}
-		if w.recv {
-			w.id = flowtel.WRID(q.recvSeq, true)
-			q.recvSeq++
-		} else {
-			w.id = flowtel.WRID(q.sendSeq, false)
-			q.sendSeq++
-		}
-		q.depth++
-		if !g.diag.NoRecords {
-			g.stamp(&w, flowtel.KindWRPost, &t, 0)
-		}
-		grp.wrs[grp.n] = w
-		grp.n++
-	}
-	var ev cuda.Event
 	if n := len(owner.evFree); n > 0 {
 		ev = owner.evFree[n-1]
 		owner.evFree = owner.evFree[:n-1]
-	} else {
+	}
+	g.telMu.Unlock()
+	if grp == nil {
+		grp = &wrGroup{}
+	}
+	if ev == 0 {
 		var err error
 		if ev, err = cuda.NewEvent(cuda.EventDisableTiming); err != nil {
 			return 0, err
 		}
 	}
+	grp.tag, grp.owner, grp.si, grp.ev = t, owner, owner.streamIndex(s), ev
+	grp.n = copy(grp.wrs[:], wrs)
+	grp.postTs = owner.rec.Now()
 	if err := ev.Record(s); err != nil {
 		return 0, err
 	}
-	grp.ev = ev
-	si := owner.streamIndex(s)
-	owner.fly[si] = append(owner.fly[si], grp)
-	owner.nfly++
-	g.nfly++
+	// Handed over only once recorded: a query of an event not yet
+	// recorded would say it had fired.
+	g.telMu.Lock()
+	g.posted = append(g.posted, grp)
+	g.telMu.Unlock()
+	if g.inflight.Add(1) == 1 {
+		select {
+		case g.wake <- struct{}{}:
+		default:
+		}
+	}
 	return ev, nil
 }
 
-// pollTelemetry writes the wc records of the work requests whose events
-// have fired. Each stream completes in order: a stream with several groups
-// pending is asked first about its newest (when that one has fired, so
-// have all, and one query retires them all), then from its oldest on,
-// stopping at the first that has not fired. The sweep starts on the rank
-// whose context is current and ends on rank 0, where the next operation
-// starts, so it switches contexts once at most.
-func (g *Group) pollTelemetry() {
-	n := len(g.ranks)
-	start := 0
-	for i, r := range g.ranks {
-		if r.ctx == g.cur {
-			start = i
+// pollTelemetry is one sweep, on the calling thread (the proxy with
+// InlinePolling, Synchronize, or the poller thread; sweeps are serialized
+// by sweepMu, so one goroutine at a time writes records). It writes the
+// wr_post records of the groups posted since the last sweep, then the wc
+// records of those whose events have fired. Each stream completes in
+// order: a stream with several groups pending is asked first about its
+// newest (when that one has fired, so have all, and one query retires them
+// all), then from its oldest on, stopping at the first that has not fired.
+// use makes a rank's context current on the calling thread.
+func (g *Group) pollTelemetry(use func(*rank) error) {
+	g.sweepMu.Lock()
+	defer g.sweepMu.Unlock()
+	g.telMu.Lock()
+	batch := g.posted
+	g.posted = g.postedSpare[:0]
+	g.telMu.Unlock()
+	for _, grp := range batch {
+		for i := 0; i < grp.n; i++ {
+			w := &grp.wrs[i]
+			q := w.r.qps[w.qp]
+			if q == nil {
+				q = &qpState{}
+				w.r.qps[w.qp] = q
+			}
+			if w.recv {
+				w.id = flowtel.WRID(q.recvSeq, true)
+				q.recvSeq++
+			} else {
+				w.id = flowtel.WRID(q.sendSeq, false)
+				q.sendSeq++
+			}
+			q.depth++
+			if !g.diag.NoRecords {
+				g.stamp(w, flowtel.KindWRPost, &grp.tag, grp.postTs)
+			}
 		}
+		r := grp.owner
+		r.fly[grp.si] = append(r.fly[grp.si], grp)
+		r.nfly++
 	}
-	for k := 0; k < n; k++ {
-		r := g.ranks[(start+k)%n]
+	clear(batch)
+	g.postedSpare = batch[:0]
+	var freed []*wrGroup
+	for _, r := range g.ranks {
 		if r.nfly == 0 {
 			continue
 		}
-		if g.use(r) != nil {
+		if use(r) != nil {
 			continue
 		}
 		var now int64
@@ -182,20 +211,17 @@ func (g *Group) pollTelemetry() {
 				now = r.rec.Now()
 			}
 			for _, grp := range q[:upto] {
-				if !g.diag.NoRecords {
-					for i := 0; i < grp.n; i++ {
-						w := &grp.wrs[i]
-						w.r.qps[w.qp].depth--
+				for i := 0; i < grp.n; i++ {
+					w := &grp.wrs[i]
+					w.r.qps[w.qp].depth--
+					if !g.diag.NoRecords {
 						g.stamp(w, flowtel.KindWC, &grp.tag, now)
 					}
 				}
-				r.evFree = append(r.evFree, grp.ev)
-				*grp = wrGroup{}
-				r.grpFree = append(r.grpFree, grp)
+				freed = append(freed, grp)
 			}
 			clear(q[:upto])
 			r.nfly -= upto
-			g.nfly -= upto
 			if upto == len(q) {
 				r.fly[si] = q[:0] // reuse the backing array
 			} else {
@@ -203,7 +229,60 @@ func (g *Group) pollTelemetry() {
 			}
 		}
 	}
-	g.lastPoll = flowtel.Monotonic()
+	if len(freed) > 0 {
+		g.telMu.Lock()
+		for _, grp := range freed {
+			r := grp.owner
+			r.evFree = append(r.evFree, grp.ev)
+			*grp = wrGroup{}
+			r.grpFree = append(r.grpFree, grp)
+		}
+		g.telMu.Unlock()
+		g.inflight.Add(-int64(len(freed)))
+	}
+	g.lastPoll.Store(flowtel.Monotonic())
+}
+
+// poller is the telemetry thread: it sweeps every PollEvery while work is
+// in flight and sleeps otherwise, so the proxy, which queues the work,
+// never stops to query events.
+func (g *Group) poller() {
+	runtime.LockOSThread()
+	defer close(g.pollDone)
+	var cur cuda.Context
+	use := func(r *rank) error {
+		if cur == r.ctx {
+			return nil
+		}
+		if err := cuda.SetCurrent(r.ctx); err != nil {
+			return err
+		}
+		cur = r.ctx
+		return nil
+	}
+	for {
+		if g.inflight.Load() == 0 || g.inline.Load() {
+			select {
+			case <-g.pollStop:
+				return
+			case <-g.wake:
+			case <-time.After(time.Millisecond):
+			}
+			continue
+		}
+		every := int64(g.pollEvery.Load())
+		for spins := 0; flowtel.Monotonic()-g.lastPoll.Load() < every; spins++ {
+			if spins&15 == 15 {
+				runtime.Gosched()
+			}
+		}
+		select {
+		case <-g.pollStop:
+			return
+		default:
+		}
+		g.pollTelemetry(use)
+	}
 }
 
 // Diagnostics switch parts of telemetry off or on, to measure what each
@@ -216,9 +295,20 @@ type Diagnostics struct {
 	// as telemetry does, even with telemetry off (not polled; needs a
 	// Collector in the Config, which makes the pool).
 	PooledEvents bool
+	// InlinePolling polls the completion events on the proxy thread, between
+	// requests (as before the poller thread), instead of on the poller.
+	InlinePolling bool
 }
 
-// SetDiagnostics sets the diagnostics for later operations.
+// SetDiagnostics sets the diagnostics for later operations, once the queued
+// work has drained.
 func (g *Group) SetDiagnostics(d Diagnostics) {
-	g.do(func() error { g.diag = d; return nil })
+	g.Synchronize(context.Background())
+	g.do(func() error {
+		g.sweepMu.Lock() // the sweeps read diag
+		g.diag = d
+		g.sweepMu.Unlock()
+		g.inline.Store(d.InlinePolling)
+		return nil
+	})
 }

@@ -462,6 +462,7 @@ func (b *Bench) Reductions(sizes []int) error {
 			vccl, nccl func() error
 			busbw      int
 			path       string
+			cfg        func(*ce.Config) // for this row only
 		}
 		path := fmt.Sprintf("copy engines + kernel, %d SMs", b.G.SMs())
 		if n <= small {
@@ -478,29 +479,48 @@ func (b *Bench) Reductions(sizes []int) error {
 				return b.ncclEach(func(r int) error {
 					return b.Comms[r].ReduceScatter(b.send[r], b.recv[r], count/2, collective.Float32, collective.Sum, b.G.Stream(r))
 				})
-			}, n / 2, path},
+			}, n / 2, path, nil},
 			{"reduce", func() error {
 				return b.G.Reduce(ctx, b.send[:], b.recv[0], count, collective.Float32, collective.Sum, 0)
 			}, func() error {
 				return b.ncclEach(func(r int) error {
 					return b.Comms[r].Reduce(b.send[r], b.recv[r], count, collective.Float32, collective.Sum, 0, b.G.Stream(r))
 				})
-			}, n, rootPath},
+			}, n, rootPath, nil},
 			{"broadcast", func() error {
 				return b.G.Broadcast(ctx, b.send[0], b.recv[:], n, 0)
 			}, func() error {
 				return b.ncclEach(func(r int) error {
 					return b.Comms[r].Broadcast(b.send[r], b.recv[r], count, collective.Float32, 0, b.G.Stream(r))
 				})
-			}, n, "copy engine, 0 SMs"},
+			}, n, "copy engine, 0 SMs", nil},
+		}
+		// The reduce's alternatives: the copy-engine path where the
+		// one-kernel path is the default, and the all-reduce's chunk.
+		if n <= small && n >= 4<<20 {
+			rows = append(rows, row{"reduce, copy-engine path", func() error {
+				return b.G.Reduce(ctx, b.send[:], b.recv[0], count, collective.Float32, collective.Sum, 0)
+			}, nil, n, fmt.Sprintf("copy engines + kernel, %d SMs", b.G.SMs()), func(c *ce.Config) { c.SmallMax = -1 }})
+		}
+		if n > small {
+			rows = append(rows, row{"reduce, 16 MiB chunks", func() error {
+				return b.G.Reduce(ctx, b.send[:], b.recv[0], count, collective.Float32, collective.Sum, 0)
+			}, nil, n, path, func(c *ce.Config) { c.Chunk = 16 << 20 }})
 		}
 		for _, rw := range rows {
+			old := b.G.Config()
+			if rw.cfg != nil {
+				b.G.Reconfigure(rw.cfg)
+			}
 			tv, err := b.time(rw.vccl)
+			if rw.cfg != nil {
+				b.G.Reconfigure(func(c *ce.Config) { *c = old })
+			}
 			if err != nil {
 				return fmt.Errorf("%s %s: %w", rw.name, sizeName(n), err)
 			}
 			line := fmt.Sprintf("| %s | %s | %.1f | %.1f | %s |", rw.name, sizeName(n), us(tv), gbps(rw.busbw, tv), rw.path)
-			if b.Comms != nil {
+			if b.Comms != nil && rw.nccl != nil {
 				tn, err := b.time(rw.nccl)
 				if err != nil {
 					return fmt.Errorf("NCCL %s %s: %w", rw.name, sizeName(n), err)
@@ -552,8 +572,9 @@ func (b *Bench) TelemetryDiag(n int) error {
 	}()
 	vs := []variant{
 		{name: "off", poll: old.PollEvery},
-		{name: "on", tel: true, poll: old.PollEvery},
-		{name: "on, idle proxy never polls (only Synchronize)", tel: true, poll: time.Hour},
+		{name: "on (telemetry thread polls)", tel: true, poll: old.PollEvery},
+		{name: "on, the proxy polls between requests (before)", tel: true, poll: old.PollEvery, diag: ce.Diagnostics{InlinePolling: true}},
+		{name: "on, thread polls every 20 µs", tel: true, poll: 20 * time.Microsecond},
 		{name: "on, events and polling but no records", tel: true, poll: old.PollEvery, diag: ce.Diagnostics{NoRecords: true}},
 		{name: "off, ordering on pooled events", poll: old.PollEvery, diag: ce.Diagnostics{PooledEvents: true}},
 	}

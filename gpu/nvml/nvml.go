@@ -53,6 +53,10 @@ type GPU struct {
 	// UtilGPU is the percentage of the last sample period in which a kernel
 	// ran; UtilMemory that in which device memory was read or written.
 	UtilGPU, UtilMemory uint32
+	// CounterTime is when the driver read the NVLink counters (zero if
+	// it does not say); rates are computed over it when both Samples have
+	// it, since a Sample of many GPUs takes milliseconds.
+	CounterTime time.Time
 	// Err says what could not be read (the fields stay zero).
 	Err error
 }
@@ -125,6 +129,10 @@ func (c *Collector) Sample() (Sample, error) {
 			for i := range s.GPUs {
 				g, o := &s.GPUs[i], &p.GPUs[i]
 				if g.NVLinkOK && o.NVLinkOK {
+					sec := sec
+					if !g.CounterTime.IsZero() && !o.CounterTime.IsZero() && g.CounterTime.After(o.CounterTime) {
+						sec = g.CounterTime.Sub(o.CounterTime).Seconds()
+					}
 					g.NVLinkTXBps = rate(g.NVLinkTXBytes, o.NVLinkTXBytes, sec)
 					g.NVLinkRXBps = rate(g.NVLinkRXBytes, o.NVLinkRXBytes, sec)
 				}

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"math"
+	"time"
 
 	gonvml "github.com/NVIDIA/go-nvml/pkg/nvml"
 )
@@ -141,6 +142,8 @@ func (s *nvmlSource) read(i int, g *GPU) {
 		}
 		if !g.NVLinkOK {
 			g.NVLinkTXBytes, g.NVLinkRXBytes = 0, 0
+		} else if ts := fv[0].Timestamp; ts > 0 {
+			g.CounterTime = time.UnixMicro(ts)
 		}
 		tx, ok1 := fieldUint(&fv[2*nl])
 		rx, ok2 := fieldUint(&fv[2*nl+1])

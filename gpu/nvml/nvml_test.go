@@ -10,6 +10,7 @@ type fakeSource struct {
 	tx, rx, ptx, prx uint64
 	util             uint32
 	closed           bool
+	stamp            time.Time
 }
 
 func (f *fakeSource) devices() ([]Device, error) {
@@ -24,6 +25,7 @@ func (f *fakeSource) read(i int, g *GPU) {
 	g.NVLinkTXBytes, g.NVLinkRXBytes, g.NVLinkOK = f.tx, f.rx, true
 	g.PCIeTXBytes, g.PCIeRXBytes, g.PCIeCounters = f.ptx, f.prx, true
 	g.UtilGPU = f.util
+	g.CounterTime = f.stamp
 }
 
 func (f *fakeSource) close() error { f.closed = true; return nil }
@@ -64,6 +66,16 @@ func TestRates(t *testing.T) {
 	}
 	if len(c.Devices()) != 2 || c.Devices()[0].NVLinks != 18 {
 		t.Errorf("devices: %+v", c.Devices())
+	}
+	// The driver's own read times win over the Sample's.
+	f.stamp = time.Unix(200, 0)
+	c.Sample()
+	now = now.Add(time.Second)
+	f.stamp = f.stamp.Add(250 * time.Millisecond)
+	f.tx += 100e9
+	s, _ = c.Sample()
+	if got := s.GPUs[0].NVLinkTXBps; got != 400e9 {
+		t.Errorf("rate over the counters' own times: %v", got)
 	}
 	if err := c.Close(); err != nil || !f.closed {
 		t.Errorf("close: %v %v", err, f.closed)
