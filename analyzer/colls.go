@@ -1,0 +1,479 @@
+package analyzer
+
+import (
+	"cmp"
+	"math"
+	"slices"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// commState is what the analyzer knows of one communicator.
+type commState struct {
+	id        uint32
+	size      int32 // ranks (SetWorldSize, or the highest rank seen + 1)
+	sizeKnown bool
+
+	colls  map[uint64]*collState // collectives not yet judged
+	arrive []*collState          // collectives whose arrival window may still cover slices to judge, by creation
+
+	// Excused time (some rank has not arrived at a collective others
+	// began), cumulative up to slice cumAt.
+	cumExcused int64
+	cumAt      int64
+	cumSet     bool
+	// Slices with a backpressured link, cumulative, and the latest one.
+	cumBP   int64
+	bpSlice int64
+	excNow  int64 // excused time in the slice being judged
+	bpNow   bool  // a link was backpressured in it
+
+	p2p     map[p2pKey]p2pBegin
+	lastEnd []int64 // by rank: its latest coll_end
+	groups  map[groupKey]*collGroup
+	strag   []stragRank // by rank
+	judged  int         // collectives judged for arrival skew
+	lateAll int         // of which some rank arrived MinLate after all others
+	first   int64       // first and last collective times
+	last    int64
+
+	timeline []timelineColl
+	tlStride int
+	tlSeen   int
+}
+
+type p2pKey struct {
+	rank int32
+	ch   uint16
+	seq  uint64
+}
+
+type p2pBegin struct {
+	ts    int64
+	bytes uint64
+	op    uint8
+}
+
+func newCommState(id uint32) *commState {
+	return &commState{id: id, colls: map[uint64]*collState{}, p2p: map[p2pKey]p2pBegin{},
+		groups: map[groupKey]*collGroup{}, bpSlice: -1, tlStride: 1, first: math.MaxInt64}
+}
+
+func (c *commState) seeRank(r int32) {
+	if r >= 0 && r < maxRanks && r+1 > c.size && !c.sizeKnown {
+		c.size = r + 1
+	}
+}
+
+// collState is one collective call across the ranks.
+type collState struct {
+	seq              uint64
+	op, algo, dtype  uint8
+	parts            uint16
+	ranks            []collRank
+	begun, ended     int32
+	minBegin         int64
+	maxBegin, maxEnd int64
+	lastTs           int64
+	failed           bool
+	judged           bool
+	links            []*linkColl
+}
+
+type collRank struct {
+	begin, end   int64
+	prevEnd      int64 // the rank's latest coll_end before this call (0: none)
+	bytes        uint64
+	nBegin, nEnd uint16
+}
+
+// linkColl is what one link moved for one collective, from paired transfers.
+type linkColl struct {
+	l     *link
+	bytes uint64
+	ns    int64
+}
+
+// allBegun: every rank has begun (some part of) the collective.
+func (cs *collState) allBegun(size int32) bool { return cs.begun >= size }
+
+func (a *Analyzer) collBegin(r *flowtel.Record) {
+	if r.Rank < 0 || r.Rank >= maxRanks {
+		return
+	}
+	c := a.comm(r.Comm)
+	c.seeRank(r.Rank)
+	c.first = min(c.first, r.TsNs)
+	c.last = max(c.last, r.TsNs)
+	if r.CollSeq&p2pBit != 0 {
+		if len(c.p2p) < maxOpenP2P {
+			c.p2p[p2pKey{rank: r.Rank, ch: r.Channel, seq: r.CollSeq}] = p2pBegin{ts: r.TsNs, bytes: r.Bytes, op: r.Op}
+		}
+		return
+	}
+	cs := c.colls[r.CollSeq]
+	if cs == nil {
+		if len(c.colls) >= maxOpenColls {
+			a.expireOldest(c)
+		}
+		cs = &collState{seq: r.CollSeq, op: r.Op, algo: r.Algo, dtype: r.Dtype, minBegin: r.TsNs, maxBegin: r.TsNs}
+		c.colls[r.CollSeq] = cs
+		c.arrive = append(c.arrive, cs)
+	}
+	cs.lastTs = max(cs.lastTs, r.TsNs)
+	cs.parts = max(cs.parts, uint16(min(max(r.Step, 1), math.MaxUint16)))
+	for int(r.Rank) >= len(cs.ranks) {
+		cs.ranks = append(cs.ranks, collRank{})
+	}
+	cr := &cs.ranks[r.Rank]
+	if cr.nBegin == 0 {
+		cr.begin = r.TsNs
+		if int(r.Rank) < len(c.lastEnd) {
+			cr.prevEnd = c.lastEnd[r.Rank]
+		}
+		cs.begun++
+		cs.minBegin = min(cs.minBegin, r.TsNs)
+		cs.maxBegin = max(cs.maxBegin, r.TsNs)
+	} else if r.TsNs < cr.begin {
+		cr.begin = r.TsNs
+		cs.minBegin = min(cs.minBegin, r.TsNs)
+	}
+	cr.nBegin++
+	cr.bytes += r.Bytes
+	a.unpark(c, r.Rank, r.Channel, r.CollSeq, r.TsNs)
+}
+
+// noteEnd remembers a rank's latest coll_end.
+func (c *commState) noteEnd(rank int32, ts int64) {
+	for int(rank) >= len(c.lastEnd) {
+		c.lastEnd = append(c.lastEnd, 0)
+	}
+	c.lastEnd[rank] = max(c.lastEnd[rank], ts)
+}
+
+const (
+	maxOpenColls = 1 << 14
+	maxOpenP2P   = 1 << 14
+)
+
+func (a *Analyzer) collEnd(r *flowtel.Record) {
+	if r.Rank < 0 || r.Rank >= maxRanks {
+		return
+	}
+	c := a.comm(r.Comm)
+	c.last = max(c.last, r.TsNs)
+	c.noteEnd(r.Rank, r.TsNs)
+	if r.CollSeq&p2pBit != 0 {
+		k := p2pKey{rank: r.Rank, ch: r.Channel, seq: r.CollSeq}
+		if b, ok := c.p2p[k]; ok {
+			delete(c.p2p, k)
+			if r.Status == flowtel.StatusOK {
+				g := c.group(groupKey{op: b.op, bytes: b.bytes})
+				g.add(r.TsNs-b.ts, float64(b.bytes)*1e9/float64(max(r.TsNs-b.ts, 1)), -1)
+			}
+		}
+		return
+	}
+	cs := c.colls[r.CollSeq]
+	if cs == nil || int(r.Rank) >= len(cs.ranks) {
+		return
+	}
+	cs.lastTs = max(cs.lastTs, r.TsNs)
+	cr := &cs.ranks[r.Rank]
+	cr.end = max(cr.end, r.TsNs)
+	cs.maxEnd = max(cs.maxEnd, r.TsNs)
+	cr.nEnd++
+	if r.Status != flowtel.StatusOK {
+		cs.failed = true
+	}
+	if cr.nEnd == max(cs.parts, 1) {
+		cs.ended++
+		if cs.ended >= c.size {
+			a.judgeColl(c, cs)
+		}
+	}
+}
+
+// linkColl returns the accumulator of link l in collective seq, or nil when
+// the collective is not (or no longer) open.
+func (a *Analyzer) linkColl(l *link, seq uint64) *linkColl {
+	cs := l.comm.colls[seq]
+	if cs == nil {
+		return nil
+	}
+	for _, lc := range cs.links {
+		if lc.l == l {
+			return lc
+		}
+	}
+	lc := &linkColl{l: l}
+	cs.links = append(cs.links, lc)
+	return lc
+}
+
+// collTimeout: a collective with no news for this long is judged with what
+// is known (a rank died, or its records were lost).
+const collTimeout = int64(30e9)
+
+// expireCollectives judges the collectives quiet since before ts-collTimeout.
+func (a *Analyzer) expireCollectives(ts int64) {
+	for _, c := range a.comms {
+		if len(c.colls) == 0 {
+			continue
+		}
+		var old []*collState
+		for _, cs := range c.colls {
+			if cs.lastTs < ts-collTimeout {
+				old = append(old, cs)
+			}
+		}
+		slices.SortFunc(old, func(x, y *collState) int { return cmp.Compare(x.seq, y.seq) })
+		for _, cs := range old {
+			a.judgeColl(c, cs)
+		}
+	}
+}
+
+func (a *Analyzer) expireOldest(c *commState) {
+	var oldest *collState
+	for _, cs := range c.colls {
+		if oldest == nil || cs.seq < oldest.seq {
+			oldest = cs
+		}
+	}
+	if oldest != nil {
+		a.judgeColl(c, oldest)
+	}
+}
+
+// judgeColl closes a collective: its summary, arrival skew (stragglers) and
+// per-link bandwidth (slow links).
+func (a *Analyzer) judgeColl(c *commState, cs *collState) {
+	delete(c.colls, cs.seq)
+	cs.judged = true
+	size := c.size
+	complete := cs.begun >= size && cs.ended >= size && !cs.failed && len(cs.ranks) > 0
+	var bytes uint64
+	for _, cr := range cs.ranks {
+		bytes = max(bytes, cr.bytes)
+	}
+	skew := int64(-1)
+	if cs.begun >= size && size >= 2 {
+		skew = cs.maxBegin - cs.minBegin
+		a.judgeArrival(c, cs)
+	}
+	if complete {
+		dur := max(cs.maxEnd-cs.maxBegin, 1)
+		algbw := float64(bytes) * 1e9 / float64(dur)
+		busbw := algbw * busBWFactor(cs.op, int(size))
+		g := c.group(groupKey{op: cs.op, algo: cs.algo, bytes: bytes})
+		g.add(dur, busbw, skew)
+	}
+	a.judgeLinks(c, cs)
+	a.sampleTimeline(c, cs)
+}
+
+// busBWFactor is collective.BusBWFactor by operation code (the analyzer
+// must not import the comm library).
+func busBWFactor(op uint8, ranks int) float64 {
+	if ranks <= 1 {
+		return 1
+	}
+	n := float64(ranks)
+	switch op {
+	case opAllReduce:
+		return 2 * (n - 1) / n
+	case opAllGather, opReduceScatter, opAllToAll, opAllToAllv, opGather, opScatter:
+		return (n - 1) / n
+	}
+	return 1
+}
+
+// Operation and algorithm codes of collective.Op and collective.Algorithm
+// (schema v1 values: appended to, never renumbered).
+const (
+	opAllReduce = iota + 1
+	opAllGather
+	opReduceScatter
+	opBroadcast
+	opReduce
+	opAllToAll
+	opAllToAllv
+	opGather
+	opScatter
+	opSend
+	opRecv
+	opGroup
+	opBarrier
+	opEnd
+)
+
+var opNames = [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce",
+	"alltoall", "alltoallv", "gather", "scatter", "send", "recv", "group", "barrier"}
+
+// OpName names an operation code as collective.Op does.
+func OpName(op uint8) string {
+	if op == 0 || op >= opEnd {
+		return "op(" + itoa(int(op)) + ")"
+	}
+	return opNames[op]
+}
+
+var algoNames = [...]string{"auto", "ring", "tree", "rd", "direct"}
+
+// AlgoName names an algorithm code as collective.Algorithm does.
+func AlgoName(algo uint8) string {
+	if int(algo) >= len(algoNames) {
+		return "algo(" + itoa(int(algo)) + ")"
+	}
+	return algoNames[algo]
+}
+
+func itoa(n int) string {
+	if n == 0 {
+		return "0"
+	}
+	var b [20]byte
+	i := len(b)
+	neg := n < 0
+	if neg {
+		n = -n
+	}
+	for n > 0 {
+		i--
+		b[i] = byte('0' + n%10)
+		n /= 10
+	}
+	if neg {
+		i--
+		b[i] = '-'
+	}
+	return string(b[i:])
+}
+
+// groupKey groups collectives for the summary: operation, algorithm, size.
+type groupKey struct {
+	op, algo uint8
+	bytes    uint64
+}
+
+// collGroup summarises the calls of one group.
+type collGroup struct {
+	key   groupKey
+	count int
+	busbw hist
+	skew  hist
+	dur   hist
+	nSkew int
+	maxSk int64
+}
+
+func (c *commState) group(k groupKey) *collGroup {
+	g := c.groups[k]
+	if g == nil {
+		g = &collGroup{key: k}
+		c.groups[k] = g
+	}
+	return g
+}
+
+func (g *collGroup) add(dur int64, busbw float64, skew int64) {
+	g.count++
+	g.busbw.add(busbw)
+	g.dur.add(float64(dur))
+	if skew >= 0 {
+		g.nSkew++
+		g.skew.add(float64(skew))
+		g.maxSk = max(g.maxSk, skew)
+	}
+}
+
+// hist is a log-scale histogram with about 1% resolution: memory bounded by
+// the range of its values, not their number.
+type hist struct {
+	counts map[int32]uint64
+	zeros  uint64
+	n      uint64
+}
+
+const histBase = 1.01
+
+var logHistBase = math.Log(histBase)
+
+func (h *hist) add(v float64) {
+	h.n++
+	if !(v >= 1) { // also NaN
+		h.zeros++
+		return
+	}
+	if h.counts == nil {
+		h.counts = map[int32]uint64{}
+	}
+	h.counts[int32(math.Floor(math.Log(v)/logHistBase))]++
+}
+
+// quantile returns the nearest-rank q-quantile (0 < q <= 1): the lower edge
+// of its bucket, so within 1% below the true value.
+func (h *hist) quantile(q float64) float64 {
+	if h.n == 0 {
+		return 0
+	}
+	rank := uint64(math.Ceil(q * float64(h.n)))
+	rank = max(rank, 1)
+	if rank <= h.zeros {
+		return 0
+	}
+	keys := make([]int32, 0, len(h.counts))
+	for k := range h.counts {
+		keys = append(keys, k)
+	}
+	slices.Sort(keys)
+	seen := h.zeros
+	for _, k := range keys {
+		seen += h.counts[k]
+		if seen >= rank {
+			return math.Pow(histBase, float64(k))
+		}
+	}
+	return math.Pow(histBase, float64(keys[len(keys)-1]))
+}
+
+// timelineColl is one collective kept for the timeline chart.
+type timelineColl struct {
+	seq    uint64
+	op     uint8
+	bytes  uint64
+	begins []int64 // by rank; 0: unknown
+	ends   []int64
+}
+
+func (a *Analyzer) sampleTimeline(c *commState, cs *collState) {
+	c.tlSeen++
+	if (c.tlSeen-1)%c.tlStride != 0 {
+		return
+	}
+	if len(c.timeline) >= a.o.TimelineCollectives {
+		kept := c.timeline[:0]
+		for i, t := range c.timeline {
+			if i%2 == 0 {
+				kept = append(kept, t)
+			}
+		}
+		c.timeline = kept
+		c.tlStride *= 2
+		if (c.tlSeen-1)%c.tlStride != 0 {
+			return
+		}
+	}
+	t := timelineColl{seq: cs.seq, op: cs.op, begins: make([]int64, len(cs.ranks)), ends: make([]int64, len(cs.ranks))}
+	for r, cr := range cs.ranks {
+		t.bytes = max(t.bytes, cr.bytes)
+		if cr.nBegin > 0 {
+			t.begins[r] = cr.begin
+		}
+		if cr.nEnd > 0 {
+			t.ends[r] = cr.end
+		}
+	}
+	c.timeline = append(c.timeline, t)
+}

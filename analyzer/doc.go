@@ -1,0 +1,2 @@
+// Package analyzer diagnoses VCCL jobs from their flow telemetry.
+package analyzer

@@ -1,0 +1,233 @@
+// Command vccl-scenario is the job behind the analyzer's labelled corpus
+// (testdata/scenarios): a rank of a real VCCL job with flow telemetry on,
+// writing its records as Arrow traces, running a workload into which
+// testdata/scenarios/gen.sh injects one fault for real. It reads the
+// launcher's environment (collective.NewFromEnv), so gen.sh starts each rank
+// in its own network namespace, or vcclrun starts them on loopback.
+//
+//	vccl-scenario -dir DIR [-workload allreduce|hol] [-iters N] [-bytes N] …
+//
+// Workloads:
+//
+//	allreduce  N ring all-reduces of -bytes (float32); optionally rank
+//	           -straggler sleeps -straggle before every -straggle-every'th
+//	           call, and rank -inject-rank runs -inject-cmd before call
+//	           -inject-iter and -heal-cmd before call -heal-iter (gen.sh uses
+//	           them to add and remove a tc tbf rate limit mid-run).
+//	hol        ranks 0 and 1 of a pipeline: for each of N rounds, rank 0
+//	           starts one large send (-bytes) and then -small-count small
+//	           sends (-small bytes) to rank 1 as separate asynchronous calls,
+//	           which the one ordered connection between them completes
+//	           behind the large one; an all-reduce closes every round.
+//
+// The rank that injects writes DIR/inject.json: what it ran and when, on
+// the job's common time base (the records' ts_ns).
+package main
+
+import (
+	"context"
+	"encoding/json"
+	"errors"
+	"flag"
+	"fmt"
+	"os"
+	"os/exec"
+	"path/filepath"
+	"time"
+
+	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/exporter/arrow"
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+type config struct {
+	dir        string
+	workload   string
+	iters      int
+	bytes      int
+	small      int
+	smallCount int
+	gap        time.Duration
+	timeout    time.Duration
+
+	straggler     int
+	straggle      time.Duration
+	straggleEvery int
+
+	injectRank int
+	injectIter int
+	injectCmd  string
+	healIter   int
+	healCmd    string
+}
+
+func main() {
+	var c config
+	flag.StringVar(&c.dir, "dir", os.Getenv(arrow.EnvDir), "trace directory")
+	flag.StringVar(&c.workload, "workload", "allreduce", "allreduce or hol")
+	flag.IntVar(&c.iters, "iters", 40, "calls (allreduce) or rounds (hol)")
+	flag.IntVar(&c.bytes, "bytes", 1<<20, "all-reduce size, or the large send of hol, in bytes")
+	flag.IntVar(&c.small, "small", 4<<10, "hol: bytes of each small send")
+	flag.IntVar(&c.smallCount, "small-count", 4, "hol: small sends behind each large one")
+	flag.DurationVar(&c.gap, "gap", time.Millisecond, "compute time between two calls, on every rank")
+	flag.DurationVar(&c.timeout, "timeout", 2*time.Minute, "deadline of the whole job")
+	flag.IntVar(&c.straggler, "straggler", -1, "rank that sleeps before some calls")
+	flag.DurationVar(&c.straggle, "straggle", 20*time.Millisecond, "how long the straggler sleeps")
+	flag.IntVar(&c.straggleEvery, "straggle-every", 3, "the straggler sleeps before every k-th call")
+	flag.IntVar(&c.injectRank, "inject-rank", -1, "rank that runs -inject-cmd and -heal-cmd")
+	flag.IntVar(&c.injectIter, "inject-iter", -1, "call before which -inject-cmd runs")
+	flag.StringVar(&c.injectCmd, "inject-cmd", "", "shell command that injects the fault")
+	flag.IntVar(&c.healIter, "heal-iter", -1, "call before which -heal-cmd runs")
+	flag.StringVar(&c.healCmd, "heal-cmd", "", "shell command that removes the fault")
+	flag.Parse()
+	if err := run(c); err != nil {
+		fmt.Fprintln(os.Stderr, "vccl-scenario:", err)
+		os.Exit(1)
+	}
+}
+
+func run(c config) (err error) {
+	if c.dir == "" {
+		return errors.New("no trace directory (-dir or " + arrow.EnvDir + ")")
+	}
+	if c.iters < 1 || c.bytes < 4 {
+		return fmt.Errorf("-iters %d -bytes %d: want at least one call of 4 bytes", c.iters, c.bytes)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	defer cancel()
+	col := flowtel.NewCollector()
+	col.Start()
+	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col), collective.WithTelemetry(true))
+	if err != nil {
+		col.Shutdown(ctx)
+		return err
+	}
+	sink, err := arrow.New(arrow.MetaOf(comm), arrow.WithDir(c.dir), arrow.WithCompression(arrow.CompressionZstd))
+	if err != nil {
+		comm.Close()
+		col.Shutdown(ctx)
+		return err
+	}
+	col.AddSink(sink)
+	defer func() {
+		if cerr := comm.Close(); err == nil {
+			err = cerr
+		}
+		if serr := col.Shutdown(ctx); err == nil {
+			err = serr
+		}
+	}()
+	switch c.workload {
+	case "allreduce":
+		err = allReduces(ctx, comm, c)
+	case "hol":
+		err = hol(ctx, comm, c)
+	default:
+		err = fmt.Errorf("unknown workload %q (want allreduce or hol)", c.workload)
+	}
+	if err != nil {
+		return err
+	}
+	return comm.Barrier(ctx)
+}
+
+// injection is what DIR/inject.json holds.
+type injection struct {
+	Rank     int    `json:"rank"`
+	Inject   string `json:"inject_cmd,omitempty"`
+	InjectNs int64  `json:"inject_ns,omitempty"`
+	Heal     string `json:"heal_cmd,omitempty"`
+	HealNs   int64  `json:"heal_ns,omitempty"`
+}
+
+func shell(ctx context.Context, cmd string) error {
+	out, err := exec.CommandContext(ctx, "sh", "-c", cmd).CombinedOutput()
+	if err != nil {
+		return fmt.Errorf("%q: %v: %s", cmd, err, out)
+	}
+	return nil
+}
+
+func allReduces(ctx context.Context, comm *collective.Comm, c config) error {
+	buf := make([]float32, c.bytes/4)
+	for i := range buf {
+		buf[i] = float32(comm.Rank())
+	}
+	var inj injection
+	inj.Rank = comm.Rank()
+	injects := comm.Rank() == c.injectRank
+	for i := range c.iters {
+		if injects && i == c.injectIter && c.injectCmd != "" {
+			if err := shell(ctx, c.injectCmd); err != nil {
+				return err
+			}
+			inj.Inject, inj.InjectNs = c.injectCmd, comm.Clock().Now()
+		}
+		if injects && i == c.healIter && c.healCmd != "" {
+			if err := shell(ctx, c.healCmd); err != nil {
+				return err
+			}
+			inj.Heal, inj.HealNs = c.healCmd, comm.Clock().Now()
+		}
+		if comm.Rank() == c.straggler && c.straggleEvery > 0 && i%c.straggleEvery == c.straggleEvery-1 {
+			time.Sleep(c.straggle)
+		}
+		if err := collective.AllReduce(ctx, comm, buf, buf, collective.Sum); err != nil {
+			return fmt.Errorf("all-reduce %d: %w", i, err)
+		}
+		if c.gap > 0 {
+			time.Sleep(c.gap)
+		}
+	}
+	if injects {
+		b, _ := json.MarshalIndent(inj, "", "  ")
+		return os.WriteFile(filepath.Join(c.dir, "inject.json"), append(b, '\n'), 0o644)
+	}
+	return nil
+}
+
+func hol(ctx context.Context, comm *collective.Comm, c config) error {
+	if comm.Size() < 2 {
+		return errors.New("hol needs two ranks")
+	}
+	big := make([]byte, c.bytes)
+	smalls := make([][]byte, c.smallCount)
+	for k := range smalls {
+		smalls[k] = make([]byte, c.small)
+	}
+	red := make([]float32, 1<<14)
+	hs := make([]*collective.Handle, 0, 1+c.smallCount)
+	for i := range c.iters {
+		hs = hs[:0]
+		if r := comm.Rank(); r < 2 {
+			op := collective.SendTo
+			if r == 1 {
+				op = collective.RecvFrom
+			}
+			h, err := comm.SendRecvAsync(ctx, op(1-r, collective.Bytes(big, collective.Uint8)))
+			if err != nil {
+				return err
+			}
+			hs = append(hs, h)
+			for _, s := range smalls {
+				h, err := comm.SendRecvAsync(ctx, op(1-r, collective.Bytes(s, collective.Uint8)))
+				if err != nil {
+					return err
+				}
+				hs = append(hs, h)
+			}
+		}
+		for _, h := range hs {
+			if err := h.Wait(ctx); err != nil {
+				return fmt.Errorf("round %d: %w", i, err)
+			}
+		}
+		if err := collective.AllReduce(ctx, comm, red, red, collective.Sum); err != nil {
+			return fmt.Errorf("round %d all-reduce: %w", i, err)
+		}
+		if c.gap > 0 {
+			time.Sleep(c.gap)
+		}
+	}
+	return nil
+}
