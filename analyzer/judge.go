@@ -297,9 +297,7 @@ func (a *Analyzer) closeBP(l *link) {
 	}
 	ep.active = false
 	w := a.w
-	if int64(ep.flagged)*w < int64(a.o.Backpressure.MinDuration) || float64(ep.flagged) < a.o.Backpressure.MinShare*float64(max(ep.busySlices, 1)) {
-		return
-	}
+	short := int64(ep.flagged)*w < int64(a.o.Backpressure.MinDuration) || float64(ep.flagged) < a.o.Backpressure.MinShare*float64(max(ep.busySlices, 1))
 	busy := float64(max(ep.sumBusy, 1))
 	rate := float64(ep.sumDone) / busy
 	f := a.linkFinding(KindBackpressure, l, ep.start*w, (ep.last+1)*w)
@@ -316,7 +314,7 @@ func (a *Analyzer) closeBP(l *link) {
 		"root_share":             float64(ep.root) / float64(ep.flagged),
 		"credit_starved_share":   float64(ep.credit) / float64(ep.flagged),
 	}
-	a.cands = append(a.cands, candidate{f: f})
+	a.cands = append(a.cands, candidate{f: f, short: short})
 }
 
 func safeDiv(a, b float64) float64 {

@@ -116,7 +116,8 @@ type TimelineEntry struct {
 // candidate is a detector episode that the final pass may keep, merge or
 // drop.
 type candidate struct {
-	f Finding
+	f     Finding
+	short bool // too short or sparse to report by itself; may still be backed up behind a root
 }
 
 // Finish judges everything still open and returns the report. The analyzer
@@ -277,8 +278,8 @@ func (a *Analyzer) finalFindings() []Finding {
 		}
 	}
 	root := make([]bool, len(bps))
-	for x := range bps {
-		root[x] = !pushed[x]
+	for x, c := range bps {
+		root[x] = !pushed[x] && !c.short
 	}
 	for x, c := range bps {
 		if !pushed[x] {
@@ -299,7 +300,7 @@ func (a *Analyzer) finalFindings() []Finding {
 				best = y
 			}
 		}
-		if !has {
+		if !has && !bps[best].short {
 			root[best] = true
 		}
 	}

@@ -1,0 +1,136 @@
+package analyzer
+
+import (
+	"bytes"
+	"context"
+	"encoding/json"
+	"flag"
+	"fmt"
+	"os"
+	"path/filepath"
+	"strings"
+	"testing"
+)
+
+var update = flag.Bool("update", false, "rewrite the corpus's golden findings (testdata/scenarios/*/golden.json)")
+
+const corpusDir = "../testdata/scenarios"
+
+// label is what testdata/scenarios/gen.sh says it injected and what the
+// analyzer must name.
+type label struct {
+	Injected string `json:"injected"`
+	Expect   []struct {
+		Kind Kind  `json:"kind"`
+		Rank int32 `json:"rank"`
+		Peer int32 `json:"peer"`
+	} `json:"expect"`
+}
+
+// golden is what the corpus test compares: the findings and the
+// collectives summary.
+type golden struct {
+	Findings    []Finding           `json:"findings"`
+	Collectives []CollectiveSummary `json:"collectives"`
+}
+
+// TestCorpus analyses every scenario of the labelled corpus, real runs with
+// one fault each (see testdata/scenarios/gen.sh): each expected finding is
+// there with its culprit, every finding names an expected culprit, clean
+// runs have none, and the whole output matches the golden file (-update
+// rewrites it).
+func TestCorpus(t *testing.T) {
+	dirs, err := filepath.Glob(filepath.Join(corpusDir, "*", "label.json"))
+	if err != nil || len(dirs) == 0 {
+		t.Fatalf("no scenarios in %s (%v)", corpusDir, err)
+	}
+	for _, lp := range dirs {
+		dir := filepath.Dir(lp)
+		name := filepath.Base(dir)
+		t.Run(name, func(t *testing.T) {
+			var lb label
+			b, err := os.ReadFile(lp)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if err := json.Unmarshal(b, &lb); err != nil {
+				t.Fatalf("%s: %v", lp, err)
+			}
+			r, err := AnalyzeFiles(context.Background(), []string{dir}, Options{})
+			if err != nil {
+				t.Fatal(err)
+			}
+			if len(r.Warnings) > 0 {
+				t.Errorf("warnings: %q", r.Warnings)
+			}
+			var report strings.Builder
+			for _, f := range r.Findings {
+				fmt.Fprintf(&report, "\n  %s %s %s", f.Severity, f.Kind, f.Culprit())
+			}
+			t.Logf("injected: %s\nreported:%s", lb.Injected, report.String())
+			if len(lb.Expect) == 0 && len(r.Findings) > 0 {
+				t.Errorf("clean run, yet %d finding(s):%s", len(r.Findings), report.String())
+			}
+			for _, e := range lb.Expect {
+				found := false
+				for _, f := range r.Findings {
+					if f.Kind == e.Kind && f.Rank == e.Rank && f.Peer == e.Peer {
+						found = true
+					}
+				}
+				if !found {
+					t.Errorf("no %s finding naming rank %d peer %d; reported:%s", e.Kind, e.Rank, e.Peer, report.String())
+				}
+			}
+			for _, f := range r.Findings {
+				ok := false
+				for _, e := range lb.Expect {
+					ok = ok || f.Rank == e.Rank && f.Peer == e.Peer
+				}
+				if !ok {
+					t.Errorf("finding names %s, not the injected culprit: %s", f.Culprit(), f.Summary)
+				}
+			}
+			got, err := json.MarshalIndent(golden{Findings: r.Findings, Collectives: r.Collectives}, "", "  ")
+			if err != nil {
+				t.Fatal(err)
+			}
+			got = append(got, '\n')
+			gp := filepath.Join(dir, "golden.json")
+			if *update {
+				if err := os.WriteFile(gp, got, 0o644); err != nil {
+					t.Fatal(err)
+				}
+				return
+			}
+			want, err := os.ReadFile(gp)
+			if err != nil {
+				t.Fatalf("%v (run go test ./analyzer -run TestCorpus -update)", err)
+			}
+			if !bytes.Equal(got, want) {
+				t.Errorf("findings differ from %s (go test ./analyzer -run TestCorpus -update rewrites it):\n%s", gp, diffLines(string(want), string(got)))
+			}
+		})
+	}
+}
+
+// diffLines shows the first lines that differ.
+func diffLines(want, got string) string {
+	w, g := strings.Split(want, "\n"), strings.Split(got, "\n")
+	var sb strings.Builder
+	shown := 0
+	for i := 0; i < max(len(w), len(g)) && shown < 20; i++ {
+		var a, b string
+		if i < len(w) {
+			a = w[i]
+		}
+		if i < len(g) {
+			b = g[i]
+		}
+		if a != b {
+			fmt.Fprintf(&sb, "line %d:\n  want %s\n  got  %s\n", i+1, a, b)
+			shown++
+		}
+	}
+	return sb.String()
+}
