@@ -1,0 +1,511 @@
+package source
+
+import (
+	"bufio"
+	"context"
+	"encoding/json"
+	"errors"
+	"fmt"
+	"io"
+	"maps"
+	"net/http"
+	"slices"
+	"strings"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vccl-go/vccl/exporter/live"
+	"github.com/vccl-go/vccl/ui"
+)
+
+// Endpoint is where one rank's live endpoint is reached.
+type Endpoint struct {
+	Rank int
+	URL  string // http://host:port
+}
+
+// Discovery is what a live source knows of its job: its endpoints, and,
+// when known, the communicator's id and size.
+type Discovery struct {
+	UID       string
+	Size      int
+	Endpoints []Endpoint
+}
+
+// LiveConfig configures a Live source.
+type LiveConfig struct {
+	// Target says what the source reads, for the header ("4 targets",
+	// "dir /tmp/trace", "job 10.0.0.1:29500").
+	Target string
+	// Discover returns the job's endpoints. It is called at the start and
+	// again, every RediscoverEvery, while ranks are missing (fewer
+	// endpoints than Size, or none yet). Required.
+	Discover func(ctx context.Context) (Discovery, error)
+	// RediscoverEvery (default 2s).
+	RediscoverEvery time.Duration
+	// StaleAfter: a rank whose stream has sent nothing for this long is
+	// shown down (default 1s; streams send 10 snapshots a second).
+	StaleAfter time.Duration
+	// StreamInterval asks the endpoints for a snapshot this often
+	// (default: the endpoint's own, 100 ms).
+	StreamInterval time.Duration
+	// MetricsEvery is how often each rank's /metrics is read for the
+	// collectives (default 1s; 0 with NoMetrics: never).
+	MetricsEvery time.Duration
+	NoMetrics    bool
+	// Client makes the requests (default: a client of its own). Requests
+	// carry their own deadlines.
+	Client *http.Client
+	// Now is the wall clock (default time.Now).
+	Now func() time.Time
+}
+
+// Live reads the live endpoints of a job's ranks.
+type Live struct {
+	cfg    LiveConfig
+	ctx    context.Context
+	cancel context.CancelFunc
+	wg     sync.WaitGroup
+	seq    atomic.Uint64
+
+	mu       sync.Mutex
+	disc     Discovery
+	discErr  string
+	ranks    map[int]*rankConn // by the rank asked for
+	findings map[string]ui.Finding
+}
+
+// rankConn is one rank's endpoint and what it last said.
+type rankConn struct {
+	ep Endpoint
+
+	// Under Live.mu.
+	up      bool
+	since   time.Time
+	err     string
+	info    *live.Info
+	snap    *live.Snapshot
+	metrics [2]*scrape // the latest two /metrics readings, newest first
+}
+
+// NewLive starts reading. Close stops it.
+func NewLive(cfg LiveConfig) (*Live, error) {
+	if cfg.Discover == nil {
+		return nil, errors.New("source: a live source needs Discover")
+	}
+	if cfg.RediscoverEvery <= 0 {
+		cfg.RediscoverEvery = 2 * time.Second
+	}
+	if cfg.StaleAfter <= 0 {
+		cfg.StaleAfter = time.Second
+	}
+	if cfg.MetricsEvery <= 0 {
+		cfg.MetricsEvery = time.Second
+	}
+	if cfg.Client == nil {
+		cfg.Client = &http.Client{Transport: &http.Transport{
+			Proxy:               nil,
+			MaxIdleConnsPerHost: 4,
+			IdleConnTimeout:     30 * time.Second,
+		}}
+	}
+	if cfg.Now == nil {
+		cfg.Now = time.Now
+	}
+	l := &Live{cfg: cfg, ranks: map[int]*rankConn{}, findings: map[string]ui.Finding{}}
+	l.ctx, l.cancel = context.WithCancel(context.Background())
+	l.wg.Add(1)
+	go l.discoverLoop()
+	return l, nil
+}
+
+// Close stops every goroutine of the source and waits for them.
+func (l *Live) Close() error {
+	l.cancel()
+	l.wg.Wait()
+	return nil
+}
+
+func (l *Live) discoverLoop() {
+	defer l.wg.Done()
+	for {
+		ctx, cancel := context.WithTimeout(l.ctx, max(l.cfg.RediscoverEvery*2, 5*time.Second))
+		d, err := l.cfg.Discover(ctx)
+		cancel()
+		l.mu.Lock()
+		if err != nil {
+			l.discErr = err.Error()
+		} else {
+			l.discErr = ""
+			if d.UID != "" {
+				l.disc.UID = d.UID
+			}
+			l.disc.Size = max(l.disc.Size, d.Size)
+		}
+		for _, ep := range d.Endpoints {
+			if rc, ok := l.ranks[ep.Rank]; ok && rc.ep.URL == ep.URL {
+				continue
+			} else if ok {
+				// The rank moved (restarted): its old goroutine keeps
+				// the old URL until it fails; the new one takes over.
+				rc.ep = ep
+				continue
+			}
+			rc := &rankConn{ep: ep, since: l.cfg.Now(), err: "connecting"}
+			l.ranks[ep.Rank] = rc
+			l.disc.Size = max(l.disc.Size, ep.Rank+1)
+			l.wg.Add(2)
+			go l.streamLoop(rc)
+			go l.metricsLoop(rc)
+		}
+		complete := err == nil && l.disc.Size > 0 && len(l.ranks) >= l.disc.Size
+		l.mu.Unlock()
+		if complete {
+			return
+		}
+		if !sleep(l.ctx, l.cfg.RediscoverEvery) {
+			return
+		}
+	}
+}
+
+// sleep waits d or until ctx is done; false if ctx is.
+func sleep(ctx context.Context, d time.Duration) bool {
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-ctx.Done():
+		return false
+	case <-t.C:
+		return true
+	}
+}
+
+// streamLoop follows the rank's /v1/stream, reconnecting with backoff.
+func (l *Live) streamLoop(rc *rankConn) {
+	defer l.wg.Done()
+	backoff := 100 * time.Millisecond
+	for l.ctx.Err() == nil {
+		got, err := l.stream(rc)
+		if l.ctx.Err() != nil {
+			return
+		}
+		l.setDown(rc, err)
+		if got {
+			backoff = 100 * time.Millisecond
+		}
+		if !sleep(l.ctx, backoff) {
+			return
+		}
+		backoff = min(2*backoff, 2*time.Second)
+	}
+}
+
+func (l *Live) url(rc *rankConn) string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return strings.TrimRight(rc.ep.URL, "/")
+}
+
+// stream reads one connection to the rank's stream until it fails, ends or
+// stays silent for StaleAfter; got says whether any event came.
+func (l *Live) stream(rc *rankConn) (got bool, err error) {
+	base := l.url(rc)
+	ictx, cancel := context.WithTimeout(l.ctx, 2*time.Second)
+	var info live.Info
+	err = l.getJSON(ictx, base+"/v1/info", &info)
+	cancel()
+	if err != nil {
+		return false, err
+	}
+	l.mu.Lock()
+	rc.info = &info
+	if info.UID != "" && l.disc.UID == "" {
+		l.disc.UID = info.UID
+	}
+	l.disc.Size = max(l.disc.Size, info.Size)
+	l.mu.Unlock()
+
+	ctx, stop := context.WithCancelCause(l.ctx)
+	defer stop(nil)
+	errStale := fmt.Errorf("no data for %v", l.cfg.StaleAfter)
+	watchdog := time.AfterFunc(l.cfg.StaleAfter, func() { stop(errStale) })
+	defer watchdog.Stop()
+	u := base + "/v1/stream"
+	if l.cfg.StreamInterval > 0 {
+		u += "?interval=" + l.cfg.StreamInterval.String()
+	}
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	if err != nil {
+		return false, err
+	}
+	resp, err := l.cfg.Client.Do(req)
+	if err != nil {
+		return false, causeOf(ctx, err)
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return false, fmt.Errorf("%s: %s", u, resp.Status)
+	}
+	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	var event string
+	var data strings.Builder
+	for {
+		line, err := br.ReadString('\n')
+		if err != nil {
+			if err == io.EOF {
+				return got, errors.New("the endpoint closed its stream")
+			}
+			return got, causeOf(ctx, err)
+		}
+		line = strings.TrimRight(line, "\r\n")
+		switch {
+		case line == "":
+			if data.Len() > 0 || event != "" {
+				watchdog.Reset(l.cfg.StaleAfter)
+				if l.event(rc, event, data.String()) {
+					got = true
+				}
+			}
+			event = ""
+			data.Reset()
+		case strings.HasPrefix(line, "event:"):
+			event = strings.TrimSpace(line[len("event:"):])
+		case strings.HasPrefix(line, "data:"):
+			if data.Len() > 0 {
+				data.WriteByte('\n')
+			}
+			data.WriteString(strings.TrimPrefix(line[len("data:"):], " "))
+		}
+	}
+}
+
+// causeOf prefers the reason ctx was cancelled (the watchdog's) to the
+// error the read returned because of it.
+func causeOf(ctx context.Context, err error) error {
+	if c := context.Cause(ctx); c != nil && !errors.Is(c, context.Canceled) {
+		return c
+	}
+	return err
+}
+
+// event applies one server-sent event; true if it was data.
+func (l *Live) event(rc *rankConn, name, data string) bool {
+	switch name {
+	case "windows":
+		var s live.Snapshot
+		if err := json.Unmarshal([]byte(data), &s); err != nil {
+			return false
+		}
+		l.mu.Lock()
+		rc.snap = &s
+		l.markUpLocked(rc)
+		l.mu.Unlock()
+		l.seq.Add(1)
+		return true
+	case "finding", "findings":
+		fs, err := parseFindings([]byte(data))
+		if err != nil {
+			return false
+		}
+		now := l.cfg.Now()
+		l.mu.Lock()
+		for _, f := range fs {
+			k := fmt.Sprintf("%s/%d/%d/%d/%d", f.Kind, f.Rank, f.Peer, f.Channel, f.StartNs)
+			if old, ok := l.findings[k]; ok {
+				f.Seen = old.Seen
+			} else {
+				f.Seen = now
+			}
+			l.findings[k] = f
+		}
+		trimFindings(l.findings, maxFindings)
+		l.markUpLocked(rc)
+		l.mu.Unlock()
+		l.seq.Add(1)
+		return true
+	}
+	return false
+}
+
+// maxFindings bounds the findings a source keeps (the oldest go first).
+const maxFindings = 500
+
+func trimFindings(m map[string]ui.Finding, n int) {
+	if len(m) <= n {
+		return
+	}
+	keys := slices.Collect(maps.Keys(m))
+	slices.SortFunc(keys, func(a, b string) int { return m[a].Seen.Compare(m[b].Seen) })
+	for _, k := range keys[:len(m)-n] {
+		delete(m, k)
+	}
+}
+
+// parseFindings takes one finding or a list of them, in analyzer.Finding's
+// JSON.
+func parseFindings(data []byte) ([]ui.Finding, error) {
+	var fs []ui.Finding
+	if err := json.Unmarshal(data, &fs); err == nil {
+		return fs, nil
+	}
+	var f ui.Finding
+	if err := json.Unmarshal(data, &f); err != nil {
+		return nil, err
+	}
+	return []ui.Finding{f}, nil
+}
+
+func (l *Live) markUpLocked(rc *rankConn) {
+	if !rc.up {
+		rc.up, rc.since, rc.err = true, l.cfg.Now(), ""
+	}
+}
+
+func (l *Live) setDown(rc *rankConn, err error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	msg := "unreachable"
+	if err != nil {
+		msg = shortErr(err)
+	}
+	if rc.up {
+		rc.up, rc.since = false, l.cfg.Now()
+		l.seq.Add(1)
+	}
+	if rc.err != msg {
+		rc.err = msg
+		l.seq.Add(1)
+	}
+	rc.snap = nil
+}
+
+// shortErr keeps the end of a network error that says what happened:
+// "connection refused", "no data for 1s".
+func shortErr(err error) string {
+	s := err.Error()
+	if i := strings.LastIndex(s, ": "); i >= 0 && len(s)-i > 6 {
+		s = s[i+2:]
+	}
+	return s
+}
+
+func (l *Live) getJSON(ctx context.Context, url string, v any) error {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return err
+	}
+	resp, err := l.cfg.Client.Do(req)
+	if err != nil {
+		return err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v)
+}
+
+// metricsLoop reads the rank's /metrics for the collective counters.
+func (l *Live) metricsLoop(rc *rankConn) {
+	defer l.wg.Done()
+	if l.cfg.NoMetrics {
+		return
+	}
+	for {
+		l.mu.Lock()
+		up := rc.up
+		l.mu.Unlock()
+		if up {
+			ctx, cancel := context.WithTimeout(l.ctx, max(l.cfg.MetricsEvery, time.Second))
+			sc, err := l.scrape(ctx, l.url(rc)+"/metrics")
+			cancel()
+			if err == nil {
+				l.mu.Lock()
+				rc.metrics[1], rc.metrics[0] = rc.metrics[0], sc
+				l.mu.Unlock()
+				l.seq.Add(1)
+			}
+		}
+		if !sleep(l.ctx, l.cfg.MetricsEvery) {
+			return
+		}
+	}
+}
+
+func (l *Live) scrape(ctx context.Context, url string) (*scrape, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err != nil {
+		return nil, err
+	}
+	resp, err := l.cfg.Client.Do(req)
+	if err != nil {
+		return nil, err
+	}
+	defer resp.Body.Close()
+	if resp.StatusCode != http.StatusOK {
+		return nil, fmt.Errorf("%s: %s", url, resp.Status)
+	}
+	return parseScrape(io.LimitReader(resp.Body, 64<<20), l.cfg.Now())
+}
+
+// Frame returns the job's state now.
+func (l *Live) Frame() ui.Frame {
+	now := l.cfg.Now()
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	f := ui.Frame{Source: "live", Target: l.cfg.Target, UID: l.disc.UID, Time: now, Seq: l.seq.Load(), Size: l.disc.Size}
+	var rates []rankRates
+	for _, r := range slices.Sorted(maps.Keys(l.ranks)) {
+		rc := l.ranks[r]
+		rk := ui.Rank{Rank: r, Up: rc.up, Since: rc.since, URL: rc.ep.URL}
+		if !rc.up {
+			rk.Err = rc.err
+		}
+		if rc.info != nil {
+			// The rank the endpoint says it serves (targets are numbered
+			// by their order until they answer).
+			rk.Rank, rk.Host, rk.PID = rc.info.Rank, rc.info.Host, rc.info.PID
+		}
+		if s := rc.snap; s != nil && rc.up {
+			rk.Lost = s.Lost
+			for _, ln := range s.Links {
+				f.Links = append(f.Links, linkOf(&ln, s.Window.TNs))
+			}
+		}
+		if rc.up && rc.metrics[0] != nil {
+			rates = append(rates, ratesOf(rc.metrics[0], rc.metrics[1]))
+		}
+		f.Ranks = append(f.Ranks, rk)
+	}
+	known := map[int]bool{}
+	for _, rk := range f.Ranks {
+		known[rk.Rank] = true
+	}
+	for r := range f.Size {
+		if !known[r] {
+			msg := "not found yet"
+			if l.discErr != "" {
+				msg = l.discErr
+			}
+			f.Ranks = append(f.Ranks, ui.Rank{Rank: r, Err: msg})
+		}
+	}
+	f.Colls = mergeRates(rates, f.Size)
+	if len(f.Colls) > 0 {
+		f.Notes = append(f.Notes, "~skew: estimated from the spread of the ranks' mean execution times")
+	}
+	for _, fd := range l.findings {
+		f.Findings = append(f.Findings, fd)
+	}
+	f.Normalize()
+	return f
+}
+
+func linkOf(l *live.Link, windowNs int64) ui.Link {
+	return ui.Link{Rank: l.Rank, Peer: l.Peer, Channel: l.Channel, Path: l.Path, Dir: l.Dir,
+		BandwidthBps: l.BandwidthBps, LatP50Ns: l.LatP50Ns, LatP99Ns: l.LatP99Ns, Backlog: l.Backlog,
+		PendingWRs: l.PendingWRs, CreditWaitNs: l.CreditWaitNs, CreditWaiting: l.CreditWaiting,
+		Completions: l.Completions, Failed: l.Failed, Bytes: l.Bytes, WindowNs: windowNs}
+}
