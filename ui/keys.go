@@ -4,8 +4,8 @@ import "charm.land/bubbles/v2/key"
 
 // keyMap is every key vccl-top takes.
 type keyMap struct {
-	Up, Down, Left, Right, PageUp, PageDown, Home, End key.Binding
-	Enter, Back, NextTab, PrevTab, Tab1, Tab2, Tab3, Tab4, Tab5 key.Binding
+	Up, Down, Left, Right, PageUp, PageDown, Home, End               key.Binding
+	Enter, Back, NextTab, PrevTab, Tab1, Tab2, Tab3, Tab4, Tab5      key.Binding
 	Filter, Sort, Pause, Metric, Reverse, Faster, Slower, Help, Quit key.Binding
 }
 

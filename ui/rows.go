@@ -205,4 +205,3 @@ func btoi(b bool) int {
 	}
 	return 0
 }
-

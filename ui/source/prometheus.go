@@ -202,7 +202,9 @@ func (p *Prometheus) PromQueries() map[string]string {
 }
 
 // promDuration formats a duration for PromQL: "30s", "1m30s" → "90s".
-func promDuration(d time.Duration) string { return strconv.FormatInt(max(int64(d.Seconds()), 1), 10) + "s" }
+func promDuration(d time.Duration) string {
+	return strconv.FormatInt(max(int64(d.Seconds()), 1), 10) + "s"
+}
 
 func (p *Prometheus) poll(ctx context.Context) error {
 	qs := p.PromQueries()
