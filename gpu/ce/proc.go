@@ -591,8 +591,8 @@ func (p *Proc) transfer(ctx context.Context, t tag, ops []P2P, loc *local) error
 		return err
 	}
 	w := waiter{ctx: ctx, timeout: p.timeout, idle: func() {
-		if g.inline.Load() && g.inflight.Load() > 0 {
-			g.pollTelemetry(g.use)
+		if g.inflight.Load() > 0 {
+			g.maybePoll(flowtel.Monotonic())
 			g.use(r)
 		}
 	}}

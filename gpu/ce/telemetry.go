@@ -2,8 +2,6 @@ package ce
 
 import (
 	"context"
-	"runtime"
-	"time"
 
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
@@ -76,11 +74,11 @@ func (g *Group) post(owner *rank, s cuda.Stream, t tag, wrs ...wr) error {
 // it, for other streams to wait on. With telemetry off that is fixed (none
 // when fixed is 0); with telemetry on it is a pooled event that also
 // completes the given work requests: one event serves both the ordering
-// and the telemetry. The proxy only takes the time, the event and a group
-// from the free lists and hands the group over; whoever polls (the poller
-// thread, or the proxy itself with Diagnostics.InlinePolling) writes the
-// wr_post records, in the order the groups were posted, and the wc records
-// once the event has fired.
+// and the telemetry. Here the proxy only takes the time, the event and a
+// group from the free lists and hands the group over; the next sweep
+// (pollTelemetry) writes the wr_post records, in the order the groups were
+// posted, and the wc records once the event has fired, so records cost
+// nothing on the path that queues work.
 func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ...wr) (cuda.Event, error) {
 	if !g.tel {
 		if fixed == 0 {
@@ -124,18 +122,12 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 	g.telMu.Lock()
 	g.posted = append(g.posted, grp)
 	g.telMu.Unlock()
-	if g.inflight.Add(1) == 1 {
-		select {
-		case g.wake <- struct{}{}:
-		default:
-		}
-	}
+	g.inflight.Add(1)
 	return ev, nil
 }
 
-// pollTelemetry is one sweep, on the calling thread (the proxy with
-// InlinePolling, Synchronize, or the poller thread; sweeps are serialized
-// by sweepMu, so one goroutine at a time writes records). It writes the
+// pollTelemetry is one sweep, on the calling thread (the proxy; sweeps are
+// serialized by sweepMu, so one goroutine at a time writes records). It writes the
 // wr_post records of the groups posted since the last sweep, then the wc
 // records of those whose events have fired. Each stream completes in
 // order: a stream with several groups pending is asked first about its
@@ -243,45 +235,13 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 	g.lastPoll.Store(flowtel.Monotonic())
 }
 
-// poller is the telemetry thread: it sweeps every PollEvery while work is
-// in flight and sleeps otherwise, so the proxy, which queues the work,
-// never stops to query events.
-func (g *Group) poller() {
-	runtime.LockOSThread()
-	defer close(g.pollDone)
-	var cur cuda.Context
-	use := func(r *rank) error {
-		if cur == r.ctx {
-			return nil
-		}
-		if err := cuda.SetCurrent(r.ctx); err != nil {
-			return err
-		}
-		cur = r.ctx
-		return nil
-	}
-	for {
-		if g.inflight.Load() == 0 || g.inline.Load() {
-			select {
-			case <-g.pollStop:
-				return
-			case <-g.wake:
-			case <-time.After(time.Millisecond):
-			}
-			continue
-		}
-		every := int64(g.pollEvery.Load())
-		for spins := 0; flowtel.Monotonic()-g.lastPoll.Load() < every; spins++ {
-			if spins&15 == 15 {
-				runtime.Gosched()
-			}
-		}
-		select {
-		case <-g.pollStop:
-			return
-		default:
-		}
-		g.pollTelemetry(use)
+// maybePoll sweeps when the proxy has been idle for PollEvery since its
+// last request and PollEvery has passed since the last sweep, or when
+// PollBusy has passed since the last sweep.
+func (g *Group) maybePoll(now int64) {
+	since := now - g.lastPoll.Load()
+	if since >= int64(g.cfg.PollBusy) || (since >= int64(g.cfg.PollEvery) && now-g.lastReq >= int64(g.cfg.PollEvery)) {
+		g.pollTelemetry(g.use)
 	}
 }
 
@@ -295,9 +255,6 @@ type Diagnostics struct {
 	// as telemetry does, even with telemetry off (not polled; needs a
 	// Collector in the Config, which makes the pool).
 	PooledEvents bool
-	// InlinePolling polls the completion events on the proxy thread, between
-	// requests (as before the poller thread), instead of on the poller.
-	InlinePolling bool
 }
 
 // SetDiagnostics sets the diagnostics for later operations, once the queued
@@ -308,7 +265,6 @@ func (g *Group) SetDiagnostics(d Diagnostics) {
 		g.sweepMu.Lock() // the sweeps read diag
 		g.diag = d
 		g.sweepMu.Unlock()
-		g.inline.Store(d.InlinePolling)
 		return nil
 	})
 }

@@ -198,8 +198,14 @@ func NewWorker(c Context) (*Worker, error) {
 	w := &Worker{ctx: c, reqs: make(chan func()), done: make(chan struct{})}
 	errc := make(chan error, 1)
 	go func() {
-		runtime.LockOSThread() // never unlocked: the thread dies with the goroutine
+		runtime.LockOSThread()
 		defer close(w.done)
+		// Leave the thread with no context current and give it back to
+		// Go: a locked goroutine's thread would exit with it, and in a cgo
+		// build that runs the driver's thread destructors against contexts
+		// that may be gone by then.
+		defer runtime.UnlockOSThread()
+		defer SetCurrent(0)
 		if err := SetCurrent(c); err != nil {
 			errc <- err
 			return

@@ -355,30 +355,6 @@ func (b *Bench) Telemetry(sizes []int, win *flowtel.Window, col *flowtel.Collect
 		slices.Sort(on)
 		fmt.Fprintf(b.W, "| %s | %.1f | %.1f | %.3f |\n", sizeName(n), us(off[1]), us(on[1]), float64(on[1])/float64(off[1]))
 	}
-	// The idle proxy's polling period against the overhead at 1 MiB.
-	old := b.G.Config()
-	for _, pe := range []time.Duration{5 * time.Microsecond, 20 * time.Microsecond, 100 * time.Microsecond} {
-		b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = pe })
-		var off, on []time.Duration
-		for i := 0; i < 3; i++ {
-			for _, tel := range []bool{false, true} {
-				b.G.SetTelemetry(tel)
-				t, err := b.time(b.vcclAllReduce((1<<20)/4, collective.Float32))
-				if err != nil {
-					return err
-				}
-				if tel {
-					on = append(on, t)
-				} else {
-					off = append(off, t)
-				}
-			}
-		}
-		slices.Sort(off)
-		slices.Sort(on)
-		fmt.Fprintf(b.W, "| 1 MiB, polling every %v | %.1f | %.1f | %.3f |\n", pe, us(off[1]), us(on[1]), float64(on[1])/float64(off[1]))
-	}
-	b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = old.PollEvery })
 	b.G.SetTelemetry(false)
 	if err := col.Flush(ctx); err != nil {
 		return err
@@ -495,18 +471,6 @@ func (b *Bench) Reductions(sizes []int) error {
 				})
 			}, n, "copy engine, 0 SMs", nil},
 		}
-		// The reduce's alternatives: the copy-engine path where the
-		// one-kernel path is the default, and the all-reduce's chunk.
-		if n <= small && n >= 4<<20 {
-			rows = append(rows, row{"reduce, copy-engine path", func() error {
-				return b.G.Reduce(ctx, b.send[:], b.recv[0], count, collective.Float32, collective.Sum, 0)
-			}, nil, n, fmt.Sprintf("copy engines + kernel, %d SMs", b.G.SMs()), func(c *ce.Config) { c.SmallMax = -1 }})
-		}
-		if n > small {
-			rows = append(rows, row{"reduce, 16 MiB chunks", func() error {
-				return b.G.Reduce(ctx, b.send[:], b.recv[0], count, collective.Float32, collective.Sum, 0)
-			}, nil, n, path, func(c *ce.Config) { c.Chunk = 16 << 20 }})
-		}
 		for _, rw := range rows {
 			old := b.G.Config()
 			if rw.cfg != nil {
@@ -561,28 +525,30 @@ func (b *Bench) TelemetryDiag(n int) error {
 	type variant struct {
 		name string
 		tel  bool
-		poll time.Duration
+		busy time.Duration // PollBusy
 		diag ce.Diagnostics
 	}
 	old := b.G.Config()
 	defer func() {
-		b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = old.PollEvery })
+		b.G.Reconfigure(func(c *ce.Config) { c.PollBusy = old.PollBusy })
 		b.G.SetDiagnostics(ce.Diagnostics{})
 		b.G.SetTelemetry(false)
 	}()
 	vs := []variant{
-		{name: "off", poll: old.PollEvery},
-		{name: "on (telemetry thread polls)", tel: true, poll: old.PollEvery},
-		{name: "on, the proxy polls between requests (before)", tel: true, poll: old.PollEvery, diag: ce.Diagnostics{InlinePolling: true}},
-		{name: "on, thread polls every 20 µs", tel: true, poll: 20 * time.Microsecond},
-		{name: "on, events and polling but no records", tel: true, poll: old.PollEvery, diag: ce.Diagnostics{NoRecords: true}},
-		{name: "off, ordering on pooled events", poll: old.PollEvery, diag: ce.Diagnostics{PooledEvents: true}},
+		{name: "off", busy: old.PollBusy},
+		{name: "on, busy proxy polls every 5 µs (as before)", tel: true, busy: 5 * time.Microsecond},
+		{name: "on, every 50 µs", tel: true, busy: 50 * time.Microsecond},
+		{name: "on, every 100 µs", tel: true, busy: 100 * time.Microsecond},
+		{name: "on, every 200 µs (default)", tel: true, busy: 200 * time.Microsecond},
+		{name: "on, every 500 µs", tel: true, busy: 500 * time.Microsecond},
+		{name: "on, every 200 µs, no records", tel: true, busy: 200 * time.Microsecond, diag: ce.Diagnostics{NoRecords: true}},
+		{name: "off, ordering on pooled events", busy: old.PollBusy, diag: ce.Diagnostics{PooledEvents: true}},
 	}
 	tot := make([][]time.Duration, len(vs))
 	enq := make([][]time.Duration, len(vs))
 	for rep := 0; rep < 3; rep++ {
 		for i, v := range vs {
-			b.G.Reconfigure(func(c *ce.Config) { c.PollEvery = v.poll })
+			b.G.Reconfigure(func(c *ce.Config) { c.PollBusy = v.busy })
 			b.G.SetDiagnostics(v.diag)
 			b.G.SetTelemetry(v.tel)
 			call := b.vcclAllReduce(n/4, collective.Float32)
