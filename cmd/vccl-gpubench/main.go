@@ -33,7 +33,9 @@ import (
 )
 
 func main() {
-	if err := run(os.Args[1:], os.Stdout); err != nil {
+	err := run(os.Args[1:], os.Stdout)
+	fmt.Fprintln(os.Stderr, "vccl-gpubench: released everything; exiting")
+	if err != nil {
 		fmt.Fprintln(os.Stderr, "vccl-gpubench:", err)
 		if errors.Is(err, cuda.ErrNoDriver) {
 			os.Exit(3)
