@@ -365,6 +365,7 @@ func (a *Analyzer) sendPost(r *flowtel.Record) {
 	}
 	l.lastSeq = r.CollSeq
 	if acc := a.sliceAt(l, r.TsNs); acc != nil {
+		acc.touch(r.TsNs)
 		acc.posts++
 		acc.seq(r.CollSeq)
 	}
@@ -448,6 +449,7 @@ func (a *Analyzer) sendWC(r *flowtel.Record) {
 		}
 	}
 	if acc := a.sliceAt(l, r.TsNs); acc != nil {
+		acc.touch(r.TsNs)
 		acc.done += bytes
 		acc.wrs++
 		if failed {
@@ -481,6 +483,7 @@ func (a *Analyzer) recvWC(r *flowtel.Record) {
 	l.landMode = true
 	a.integrate(l, r.TsNs)
 	if acc := a.sliceAt(l, r.TsNs); acc != nil {
+		acc.touch(r.TsNs)
 		acc.landed += r.Bytes
 	}
 	seq := r.WrID >> 1
@@ -526,6 +529,7 @@ func (a *Analyzer) creditWait(r *flowtel.Record) {
 		l.waits++
 	}
 	if acc := a.sliceAt(l, r.TsNs); acc != nil {
+		acc.touch(r.TsNs)
 		acc.seq(r.CollSeq)
 	}
 }

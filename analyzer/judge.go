@@ -345,16 +345,23 @@ func (a *Analyzer) stallSlice(l *link, i int64, acc *sliceAcc) {
 		return
 	}
 	if d.lastActive >= 0 && acc.minSeq != 0 && acc.minSeq == d.lastSeq && acc.minSeq&p2pBit == 0 {
-		gap := (i - d.lastActive - 1) * w
-		if gap >= int64(st.MinDuration) {
+		from, to := d.lastActiveEnd, acc.firstEv
+		if from == 0 {
+			from = (d.lastActive + 1) * w
+		}
+		if to == 0 {
+			to = i * w
+		}
+		gap := to - from
+		if idle := (i - d.lastActive - 1) * w; gap >= int64(st.MinDuration) && idle > 0 {
 			explained := (c.cumExcused - d.gapExcused0) + (c.cumBP - d.gapBP0)
-			if float64(explained) < st.MaxExplained*float64(gap) {
-				f := a.linkFinding(KindStall, l, (d.lastActive+1)*w, i*w)
+			if float64(explained) < st.MaxExplained*float64(idle) {
+				f := a.linkFinding(KindStall, l, from, to)
 				f.ImpactNs = gap
 				f.Collectives, f.NumCollectives = []uint64{acc.minSeq}, 1
 				f.Evidence = map[string]float64{
 					"idle_ms":           float64(gap) / 1e6,
-					"explained_share":   float64(explained) / float64(gap),
+					"explained_share":   float64(explained) / float64(idle),
 					"baseline_rate_bps": d.bl.rate() * 1e9,
 				}
 				a.cands = append(a.cands, candidate{f: f})
@@ -362,6 +369,7 @@ func (a *Analyzer) stallSlice(l *link, i int64, acc *sliceAcc) {
 		}
 	}
 	d.lastActive = i
+	d.lastActiveEnd = acc.lastEv
 	d.lastSeq = acc.maxSeq
 	d.gapExcused0 = c.cumExcused + c.excNow
 	d.gapBP0 = c.cumBP

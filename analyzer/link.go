@@ -14,6 +14,8 @@ type sliceAcc struct {
 	wait           int64   // ns with at least one send waiting for credit
 	wire           int64   // ns with at least one credited send pending (the wire holds it)
 	minSeq, maxSeq uint64  // coll_seq of the link's send WR events in the slice (0: none)
+	firstEv        int64   // first and last WR event of the link in the slice (0: none)
+	lastEv         int64
 	wrs            uint32  // send completions
 	fails          uint32  // of which not ok
 	posts          uint32  // sends posted
@@ -29,6 +31,13 @@ func (s *sliceAcc) seq(seq uint64) {
 	if seq > s.maxSeq {
 		s.maxSeq = seq
 	}
+}
+
+func (s *sliceAcc) touch(ts int64) {
+	if s.firstEv == 0 || ts < s.firstEv {
+		s.firstEv = ts
+	}
+	s.lastEv = max(s.lastEv, ts)
 }
 
 func (s *sliceAcc) empty() bool {
