@@ -16,9 +16,9 @@ type sliceAcc struct {
 	minSeq, maxSeq uint64  // coll_seq of the link's send WR events in the slice (0: none)
 	firstEv        int64   // first and last WR event of the link in the slice (0: none)
 	lastEv         int64
-	wrs            uint32  // send completions
-	fails          uint32  // of which not ok
-	posts          uint32  // sends posted
+	wrs            uint32 // send completions
+	fails          uint32 // of which not ok
+	posts          uint32 // sends posted
 }
 
 func (s *sliceAcc) seq(seq uint64) {
