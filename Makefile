@@ -5,7 +5,7 @@ RANKS   ?= 2
 PKGS    := ./...
 CORE    := ./flowtel/... ./transport/... ./collective/...
 
-.PHONY: all build test test-full race bench check-deps run lint fmt clean
+.PHONY: all build test test-full race bench check-deps run lint fmt clean fault-full
 
 all: build
 
@@ -24,6 +24,12 @@ test-full: check-deps
 
 race:
 	$(GO) test -race -count=1 $(CORE)
+
+# The fault-tolerance harness with the acceptance counts of
+# docs/fault-tolerance.md (needs root: network namespaces). make test runs it
+# with fewer all-reduces and trials.
+fault-full:
+	VCCL_FAULT_FULL=1 $(GO) test -count=1 -v -timeout 30m ./test/fault/ ./transport/ft/
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(CORE)

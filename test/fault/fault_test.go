@@ -160,6 +160,18 @@ func TestFlaps(t *testing.T) {
 			durs = append(durs, ms(e.Dur))
 		}
 	}
+	// The slowest all-reduce, and what the links did meanwhile.
+	var slow event
+	for _, e := range j.snapshot() {
+		if e.Ev == "iter" && e.Dur > slow.Dur {
+			slow = e
+		}
+	}
+	var around strings.Builder
+	for _, e := range since(j.snapshot(), slow.Ts-slow.Dur-int64(100*time.Millisecond), func(e event) bool { return e.Ev == "link" && e.Ts <= slow.Ts }) {
+		fmt.Fprintf(&around, " [rank %d peer %d %s path %d at %+.1f ms]", e.Rank, e.Peer, e.Kind, e.Path, ms(e.Ts-(slow.Ts-slow.Dur)))
+	}
+	t.Logf("slowest all-reduce: iteration %d, %.1f ms; link events from 100 ms before it began:%s", slow.Iter, ms(slow.Dur), around.String())
 	slices.Sort(durs)
 	var fo, fb, rw, rb, dup uint64
 	for _, d := range done {
@@ -337,6 +349,39 @@ func busbw(j *job, n, ranks int) float64 {
 	var bytes, dur int64
 	for _, e := range j.snapshot() {
 		if e.Ev == "iter" && e.Iter > from && e.Iter <= from+n {
+			bytes += e.Bytes
+			dur += e.Dur
+		}
+	}
+	return float64(bytes) / (float64(dur) / 1e9) * 2 * float64(ranks-1) / float64(ranks) / 1e6
+}
+
+// TestNoFalseAlarms runs 4 MiB all-reduces back to back, the rails as busy
+// as the CPU lets them be, with no fault: no path may be declared down.
+func TestNoFalseAlarms(t *testing.T) {
+	nw := newNetwork(t, 3)
+	d := time.Duration(pick(5, 30)) * time.Second
+	j := nw.start(workerConfig{Iters: 1 << 30, Sizes: "fixed", Count: 1 << 20, Every: 1})
+	time.Sleep(d) // the load runs for d; nothing waits on it
+	j.stop(time.Minute)
+	done := checkDone(t, j, 0)
+	var downs uint64
+	for _, e := range done {
+		downs += e.FT.LinkDowns
+	}
+	iters := j.lastIter() + 1
+	report(t, "%d all-reduces of 4 MiB back to back for %v (3 ranks, %.0f MB/s bus bandwidth): %d paths declared down",
+		iters, d, busbwOf(j, 0, iters, nw.n), downs)
+	if downs != 0 {
+		t.Errorf("%d paths declared down without a fault", downs)
+	}
+}
+
+// busbwOf returns the bus bandwidth of iterations [from, to) in MB/s.
+func busbwOf(j *job, from, to, ranks int) float64 {
+	var bytes, dur int64
+	for _, e := range j.snapshot() {
+		if e.Ev == "iter" && e.Iter >= from && e.Iter < to {
 			bytes += e.Bytes
 			dur += e.Dur
 		}

@@ -152,13 +152,9 @@ func acked(info *unix.TCPInfo, d time.Duration) bool {
 	if info == nil {
 		return false
 	}
-	if time.Duration(info.Last_ack_recv)*time.Millisecond < d {
-		return true
-	}
-	// Nothing in flight and nothing waiting to go: nothing to acknowledge.
-	// (Bytes waiting with nothing in flight is a path that cannot send at
-	// all, as when its interface lost its route.)
-	return info.Unacked == 0 && info.Notsent_bytes == 0
+	// Nothing in flight (everything acknowledged, or a peer whose receive
+	// window is full) is a path that works.
+	return info.Unacked == 0 || time.Duration(info.Last_ack_recv)*time.Millisecond < d
 }
 
 // flushPartial writes what is left of a heartbeat. pa.wmu held.

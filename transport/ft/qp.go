@@ -694,10 +694,16 @@ func (q *QP) monitor() {
 				// help, so that must last the link timeout. So must
 				// silence on a path whose packets the peer's kernel still
 				// acknowledges.
-				if q.othersHeard(pa, now) && !acked(info, q.prm.DeadAfter) {
-					q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer, and no TCP acknowledgement (limit %v)",
-						silent.Round(time.Millisecond), q.prm.DeadAfter), bySilence)
-					continue
+				if q.othersHeard(pa, now) {
+					if !ifRunning(q.ifnames[pa.idx]) {
+						q.pathDown(pa, fmt.Errorf("nothing received for %v, and interface %s is down", silent.Round(time.Millisecond), q.ifnames[pa.idx]), bySilence)
+						continue
+					}
+					if !acked(info, q.prm.DeadAfter) {
+						q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer, and no TCP acknowledgement (limit %v)",
+							silent.Round(time.Millisecond), q.prm.DeadAfter), bySilence)
+						continue
+					}
 				}
 				if silent > q.prm.LinkTimeout {
 					how := bySilence
