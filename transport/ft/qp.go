@@ -85,7 +85,6 @@ type QP struct {
 	sendOff   uint64 // bytes of message sendNext already transmitted on tx
 	credits   queue[uint64]
 	creditsIn uint64 // credits received; credits.at(i) is the size of credit sendBase+i
-	lastAck   int64  // when the acknowledged count last advanced
 
 	// Receive side: data the peer sends.
 	rx         *path // where the peer's data is accepted from (its latest resync)
@@ -124,14 +123,12 @@ func newQP(cfg transport.Config, s qpSetup) (*QP, error) {
 	q.ctx, q.stop = context.WithCancel(context.Background())
 	q.core.SetPath(0)
 	now := nanotime()
-	q.lastAck = now
 	q.mu.Lock()
 	for i, c := range s.conns {
 		q.gen[i] = s.gens[i]
 		q.paths[i] = q.newPath(i, c, s.gens[i], now)
 	}
 	q.tx, q.rx = q.paths[0], q.paths[0]
-	q.paths[0].epochSent = 0
 	for _, pa := range q.paths {
 		q.startPath(pa)
 	}
@@ -144,7 +141,6 @@ func newQP(cfg transport.Config, s qpSetup) (*QP, error) {
 		}
 	}
 	q.mu.Unlock()
-	live.Add(1)
 	return q, nil
 }
 
@@ -306,7 +302,6 @@ func (q *QP) die(err error, st flowtel.Status) {
 	if q.release != nil {
 		q.release()
 	}
-	live.Add(-1)
 }
 
 // flushRecvs completes the receives with the QP's error once no path is
@@ -779,7 +774,6 @@ func (q *QP) onAck(pa *path, n uint64) error {
 		// Delivered on the path we left: no need to replay it.
 		q.sendNext, q.sendOff = n, 0
 	}
-	q.lastAck = nanotime()
 	return nil
 }
 

@@ -38,9 +38,6 @@ var totals struct {
 	backupNs                                 atomic.Int64
 }
 
-// live counts the QPs of this process that have not died.
-var live atomic.Int64
-
 // Totals returns the counters of every link of this process, live or gone
 // (TimeOnBackup counts the stints that ended).
 func Totals() Stats {
