@@ -73,7 +73,7 @@ type Group struct {
 	sweepMu     sync.Mutex   // one sweep at a time (it owns qps, fly, nfly, the recorders)
 	inflight    atomic.Int64 // groups marked and not yet completed
 	lastPoll    atomic.Int64 // when the last sweep ended (flowtel.Monotonic)
-	lastReq     int64        // when the proxy last finished a request
+	reqTs       int64        // when the proxy started its last request (flowtel.Monotonic), with telemetry on
 }
 
 // DefaultPollEvery is the idle proxy's telemetry polling period.
@@ -200,10 +200,17 @@ func (g *Group) proxy(started chan<- error) {
 	for {
 		select {
 		case r := <-g.reqs:
+			// One clock read per request serves every wr_post of it and
+			// the polling schedule (in a VM a clock read can be a system
+			// call).
+			if g.tel || g.inflight.Load() > 0 {
+				g.reqTs = flowtel.Monotonic()
+			}
 			r.err = r.fn()
 			r.done.Store(true)
-			if idle = 0; g.inflight.Load() > 0 {
-				g.lastReq = flowtel.Monotonic()
+			idle = 0
+			if g.inflight.Load() > 0 && g.reqTs-g.lastPoll.Load() >= int64(g.cfg.PollBusy) {
+				g.pollTelemetry(g.use)
 			}
 			continue
 		case <-g.quit:
@@ -212,11 +219,11 @@ func (g *Group) proxy(started chan<- error) {
 		default:
 		}
 		idle++
-		// Telemetry: poll every PollEvery once idle, every PollBusy while
-		// requests keep coming (the clock is read every 8th spin only: the
-		// next request is usually picked up within a spin).
+		// Telemetry: poll every PollEvery once idle (the clock is read
+		// every 64th spin only: back-to-back requests come within fewer),
+		// every PollBusy while requests keep coming (above).
 		busy := g.inflight.Load() > 0
-		if busy && idle&7 == 0 {
+		if busy && idle&63 == 0 {
 			g.maybePoll(flowtel.Monotonic())
 		}
 		switch {
@@ -407,7 +414,11 @@ func (g *Group) SetSMs(n int) {
 // SetTelemetry turns the records on or off for later operations; it needs
 // a Collector in the Config to turn them on.
 func (g *Group) SetTelemetry(on bool) {
-	g.do(func() error { g.tel = on && g.cfg.Collector != nil; return nil })
+	g.do(func() error {
+		g.tel = on && g.cfg.Collector != nil
+		g.reqTs = flowtel.Monotonic()
+		return nil
+	})
 }
 
 // SMs returns the grid (thread blocks, so at most that many SMs) the

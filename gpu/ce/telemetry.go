@@ -48,7 +48,7 @@ type wrGroup struct {
 	wrs    [2]wr
 	owner  *rank // whose stream the event is on
 	si     int   // which stream (rank.fly index)
-	postTs int64 // when the work was queued
+	postTs int64 // when the request that queued the work started (flowtel.Monotonic)
 }
 
 func (g *Group) stamp(w *wr, kind flowtel.Kind, t *tag, ts int64) {
@@ -113,7 +113,7 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 	}
 	grp.tag, grp.owner, grp.si, grp.ev = t, owner, owner.streamIndex(s), ev
 	grp.n = copy(grp.wrs[:], wrs)
-	grp.postTs = owner.rec.Now()
+	grp.postTs = g.reqTs // the request's start: no clock read per mark
 	if err := ev.Record(s); err != nil {
 		return 0, err
 	}
@@ -141,7 +141,21 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 	batch := g.posted
 	g.posted = g.postedSpare[:0]
 	g.telMu.Unlock()
+	// postTs is on the host's monotonic clock; records are on each
+	// recorder's (shifted onto the job's time base): one offset per rank
+	// and sweep.
+	var offs [8]int64
+	var offOK [8]bool
 	for _, grp := range batch {
+		off := int64(0)
+		if ri := grp.owner.idx; ri < len(offs) {
+			if !offOK[ri] {
+				offs[ri], offOK[ri] = grp.owner.rec.Now()-flowtel.Monotonic(), true
+			}
+			off = offs[ri]
+		} else {
+			off = grp.owner.rec.Now() - flowtel.Monotonic()
+		}
 		for i := 0; i < grp.n; i++ {
 			w := &grp.wrs[i]
 			q := w.r.qps[w.qp]
@@ -158,7 +172,7 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 			}
 			q.depth++
 			if !g.diag.NoRecords {
-				g.stamp(w, flowtel.KindWRPost, &grp.tag, grp.postTs)
+				g.stamp(w, flowtel.KindWRPost, &grp.tag, grp.postTs+off)
 			}
 		}
 		r := grp.owner
@@ -235,12 +249,12 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 	g.lastPoll.Store(flowtel.Monotonic())
 }
 
-// maybePoll sweeps when the proxy has been idle for PollEvery since its
-// last request and PollEvery has passed since the last sweep, or when
+// maybePoll sweeps when the proxy's last request started PollEvery ago
+// and PollEvery has passed since the last sweep, or when
 // PollBusy has passed since the last sweep.
 func (g *Group) maybePoll(now int64) {
 	since := now - g.lastPoll.Load()
-	if since >= int64(g.cfg.PollBusy) || (since >= int64(g.cfg.PollEvery) && now-g.lastReq >= int64(g.cfg.PollEvery)) {
+	if since >= int64(g.cfg.PollBusy) || (since >= int64(g.cfg.PollEvery) && now-g.reqTs >= int64(g.cfg.PollEvery)) {
 		g.pollTelemetry(g.use)
 	}
 }
