@@ -19,6 +19,7 @@ import (
 type collTracker struct {
 	span  int64 // ns of trace time the rates and means cover
 	calls map[callKey]*call
+	world int            // ranks in the job (the traces' world size)
 	size  map[uint32]int // ranks seen per communicator
 	done  []doneCall     // rank calls ended within the span, by end time
 	skews []skewSample
@@ -60,8 +61,8 @@ type skewSample struct {
 	skew int64
 }
 
-func newCollTracker(span int64) *collTracker {
-	return &collTracker{span: span, calls: map[callKey]*call{}, size: map[uint32]int{}, total: map[string]map[int32]uint64{}}
+func newCollTracker(span int64, world int) *collTracker {
+	return &collTracker{span: span, world: world, calls: map[callKey]*call{}, size: map[uint32]int{}, total: map[string]map[int32]uint64{}}
 }
 
 func (t *collTracker) add(r *flowtel.Record) {
@@ -104,13 +105,17 @@ func (t *collTracker) add(r *flowtel.Record) {
 	if !rc.failed && rc.end > rc.begin {
 		d := doneCall{end: rc.end, op: c.op, rank: r.Rank, timeNs: rc.end - rc.begin}
 		d.algBW = float64(rc.bytes) / (float64(d.timeNs) / 1e9)
-		d.busBW = d.algBW * collective.BusBWFactor(collective.Op(c.op), t.size[r.Comm])
+		d.busBW = d.algBW * collective.BusBWFactor(collective.Op(c.op), t.ranks(r.Comm))
 		t.done = append(t.done, d)
 	}
-	if c.ended >= t.size[k.comm] {
+	if c.ended >= t.ranks(k.comm) {
 		t.finish(k, c)
 	}
 }
+
+// ranks is the size of communicator comm: the job's, or the ranks seen in
+// one call if more (a trace without its world size).
+func (t *collTracker) ranks(comm uint32) int { return max(t.world, t.size[comm]) }
 
 // finish records a call's skew and forgets it.
 func (t *collTracker) finish(k callKey, c *call) {

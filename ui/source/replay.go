@@ -2,6 +2,7 @@ package source
 
 import (
 	"cmp"
+	"context"
 	"errors"
 	"fmt"
 	"io"
@@ -9,6 +10,7 @@ import (
 	"sync"
 	"time"
 
+	"github.com/vccl-go/vccl/analyzer"
 	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/ui"
@@ -29,10 +31,16 @@ type ReplayConfig struct {
 	// Manual: no clock of its own; the cursor moves only with AdvanceTo
 	// (tests, --once).
 	Manual bool
+	// Analyzer configures the analyzer whose findings the replay shows.
+	Analyzer analyzer.Options
 	// Grace: a rank whose trace ends this long (trace time) before the
 	// others' is shown down from its last record on (default 1s).
 	Grace time.Duration
 }
+
+// lostTail is how much of its end a killed rank's trace may lack (the
+// Arrow sink's flush interval, and then some).
+const lostTail = 2 * time.Second
 
 // Speed limits of a replay.
 const (
@@ -61,6 +69,14 @@ type Replay struct {
 	wallTs   int64
 	err      error
 
+	// The analyzer's findings over the whole trace (it has no incremental
+	// API); each shows once the cursor passes its end, as a live analyzer
+	// would have reported it then.
+	findings    []analyzer.Finding
+	analyzeErr  error
+	analyzed    chan struct{}
+	stopAnalyze context.CancelFunc
+
 	stop chan struct{}
 	done chan struct{}
 	once sync.Once
@@ -76,6 +92,9 @@ type rankStream struct {
 	first, last int64
 	lost        uint64
 	meta        arrow.Meta
+	// downAt: when the others first reported a failure on a link to this
+	// rank after it went quiet (0: never); from then on it is down.
+	downAt int64
 }
 
 // NewReplay opens the traces in cfg.Dir and starts replaying them from
@@ -143,8 +162,10 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 			r.wallUnix, r.wallTs = f.meta.WallUnixNs, f.meta.WallTsNs
 		}
 	}
-	// A first pass for the time span of every rank.
+	// A first pass for the time span of every rank, and the failures
+	// ranks reported on links to a peer.
 	r.start, r.end = int64(1<<63-1), int64(-1<<63)
+	blamed := map[int32][]int64{}
 	for _, rs := range r.ranks {
 		rs.first, rs.last = 1<<63-1, -1<<63
 		rd, err := arrow.OpenFiles(rs.paths...)
@@ -161,7 +182,13 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 				return nil, err
 			}
 			for i := range recs {
-				rs.first, rs.last = min(rs.first, recs[i].TsNs), max(rs.last, recs[i].TsNs)
+				rec := &recs[i]
+				rs.first, rs.last = min(rs.first, rec.TsNs), max(rs.last, rec.TsNs)
+				failed := rec.Kind == flowtel.KindLinkDown ||
+					(rec.Kind == flowtel.KindWC && (rec.Status == flowtel.StatusError || rec.Status == flowtel.StatusFlushed))
+				if failed && rec.Peer >= 0 && len(blamed[rec.Peer]) < 1<<16 {
+					blamed[rec.Peer] = append(blamed[rec.Peer], rec.TsNs)
+				}
 			}
 		}
 		rd.Close()
@@ -173,12 +200,35 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 			return nil, err
 		}
 	}
+	// A rank is down once a peer reports a failure on a link to it at or
+	// after its last record (less what an unflushed trace may have lost).
+	for _, rs := range r.ranks {
+		for _, ts := range blamed[int32(rs.rank)] {
+			if ts >= rs.last-int64(lostTail) && (rs.downAt == 0 || ts < rs.downAt) {
+				rs.downAt = max(ts, rs.last)
+			}
+		}
+	}
 	if r.start > r.end {
 		r.closeReaders()
 		return nil, fmt.Errorf("source: the traces in %s hold no records", cfg.Dir)
 	}
+	actx, cancel := context.WithCancel(context.Background())
+	r.stopAnalyze, r.analyzed = cancel, make(chan struct{})
+	go func() {
+		defer close(r.analyzed)
+		rep, err := analyzer.AnalyzeFiles(actx, []string{cfg.Dir}, cfg.Analyzer)
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		if err != nil {
+			r.analyzeErr = err
+			return
+		}
+		r.findings = rep.Findings
+		r.seq++
+	}()
 	r.win = flowtel.NewWindow(cfg.Window)
-	r.colls = newCollTracker(int64(time.Second))
+	r.colls = newCollTracker(int64(time.Second), r.size)
 	r.cursor = r.start
 	if cfg.Manual {
 		close(r.done)
@@ -200,6 +250,8 @@ func (r *Replay) closeReaders() {
 func (r *Replay) Close() error {
 	r.once.Do(func() { close(r.stop) })
 	<-r.done
+	r.stopAnalyze()
+	<-r.analyzed
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	r.closeReaders()
@@ -224,6 +276,19 @@ func (r *Replay) run() {
 			}
 			r.mu.Unlock()
 		}
+	}
+}
+
+// WaitAnalyzed waits until the analyzer has gone over the trace (or ctx
+// ends): from then on frames carry its findings.
+func (r *Replay) WaitAnalyzed(ctx context.Context) error {
+	select {
+	case <-r.analyzed:
+		r.mu.Lock()
+		defer r.mu.Unlock()
+		return r.analyzeErr
+	case <-ctx.Done():
+		return ctx.Err()
 	}
 }
 
@@ -313,6 +378,8 @@ func (r *Replay) Frame() ui.Frame {
 			rk.Err, rk.Since = "no records", r.wall(r.start)
 		case now < rs.first:
 			rk.Err, rk.Since = "not started", r.wall(r.start)
+		case rs.downAt > 0 && now >= rs.downAt:
+			rk.Err, rk.Since = "gone: its peers' transfers to it failed", r.wall(rs.last)
 		case rs.last < r.end-grace && now > rs.last+grace:
 			rk.Err, rk.Since = "its trace ends", r.wall(rs.last)
 		default:
@@ -327,6 +394,19 @@ func (r *Replay) Frame() ui.Frame {
 			Completions: ls.Completions, Failed: ls.Failed, Bytes: ls.Bytes, WindowNs: int64(r.win.Config().T)})
 	}
 	f.Colls = r.colls.colls(now)
+	for _, fd := range r.findings {
+		if fd.EndNs <= now {
+			f.Findings = append(f.Findings, ui.Finding{Finding: fd, Seen: r.wall(fd.EndNs)})
+		}
+	}
+	select {
+	case <-r.analyzed:
+		if r.analyzeErr != nil {
+			f.Notes = append(f.Notes, "analyzer: "+r.analyzeErr.Error())
+		}
+	default:
+		f.Notes = append(f.Notes, "the analyzer is going over the trace; its findings follow")
+	}
 	if r.err != nil {
 		f.Notes = append(f.Notes, "trace: "+r.err.Error())
 	}
