@@ -68,6 +68,7 @@ type qpState struct {
 	out   *link // rank -> peer
 	in    *link // peer -> rank
 	sends fifo[pendSend]
+	maxQ  fifo[aheadWR] // pending sends larger than every later pending one
 
 	lastSendDone int64
 	recent       [holRecent]doneSend // the latest completed sends, for naming blockers
@@ -87,6 +88,13 @@ type pendSend struct {
 	aheadColl  uint64
 	aheadPost  int64
 	hasAhead   bool
+}
+
+type aheadWR struct {
+	wrID  uint64
+	bytes uint64
+	coll  uint64
+	post  int64
 }
 
 type doneSend struct {
@@ -309,14 +317,18 @@ func (l *link) count(f *flightWR, sign int32) {
 // arrived reports whether the receiver of link l has begun collective seq
 // (p2p calls, and collectives no longer tracked, count as arrived).
 func (a *Analyzer) arrived(l *link, seq uint64) bool {
-	if seq == 0 || seq&p2pBit != 0 {
+	if seq == 0 || seq&p2pBit != 0 || seq == l.arrivedSeq {
 		return true
 	}
 	cs := l.comm.colls[seq]
 	if cs == nil {
 		return true
 	}
-	return int(l.key.dst) < len(cs.ranks) && cs.ranks[l.key.dst].nBegin > 0
+	if int(l.key.dst) < len(cs.ranks) && cs.ranks[l.key.dst].nBegin > 0 {
+		l.arrivedSeq = seq // a rank that began stays begun
+		return true
+	}
+	return false
 }
 
 func (a *Analyzer) sendPost(r *flowtel.Record) {
@@ -329,18 +341,17 @@ func (a *Analyzer) sendPost(r *flowtel.Record) {
 	// The sender's queue, for head-of-line blocking: the largest send
 	// still ahead of this one names its blocker.
 	p := pendSend{wrID: r.WrID, post: r.TsNs, bytes: r.Bytes, coll: r.CollSeq}
-	if n := q.sends.n; n > 0 {
-		best := -1
-		for i := max(0, n-holScan); i < n; i++ {
-			s := q.sends.at(i)
-			if best < 0 || s.bytes > q.sends.at(best).bytes {
-				best = i
-			}
-		}
-		b := q.sends.at(best)
+	if q.maxQ.n > 0 {
+		b := q.maxQ.front()
 		p.aheadWR, p.aheadBytes, p.aheadColl, p.aheadPost, p.hasAhead = b.wrID, b.bytes, b.coll, b.post, true
 	}
-	q.sends.push(p, maxPendingSends)
+	// maxQ: the pending sends that are larger than every later one, so
+	// its front is the largest pending.
+	for q.maxQ.n > 0 && q.maxQ.back().bytes <= r.Bytes {
+		q.maxQ.popBack()
+	}
+	q.maxQ.pushBounded(aheadWR{wrID: r.WrID, bytes: r.Bytes, coll: r.CollSeq, post: r.TsNs}, maxPendingSends)
+	q.sends.pushBounded(p, maxPendingSends)
 	// The link: in flight until it lands at the receiver. A send to a rank
 	// that has not begun its collective waits for that rank to arrive, not
 	// for the link: it is parked until the rank begins.
@@ -354,9 +365,11 @@ func (a *Analyzer) sendPost(r *flowtel.Record) {
 		a.pair(l, flightWR{seq: seq, post: r.TsNs, bytes: r.Bytes, coll: r.CollSeq}, d)
 	} else {
 		f := flightWR{seq: seq, post: r.TsNs, bytes: r.Bytes, coll: r.CollSeq, parked: !a.arrived(l, r.CollSeq)}
-		if old, dropped := l.flight.push(f, maxPendingSends); dropped {
+		if l.flight.n >= maxPendingSends {
+			old := l.flight.popFront()
 			l.drop(&old)
 		}
+		l.flight.push(f)
 		if f.parked {
 			l.parked++
 		}
@@ -379,7 +392,7 @@ func (l *link) drop(f *flightWR) {
 	}
 }
 
-// holScan bounds the sends ahead a post looks through for its blocker.
+// holScan bounds how far a credit record looks for its send.
 const holScan = 64
 
 // unpark counts the parked sends of collective seq to rank (on channel ch)
@@ -421,6 +434,9 @@ func (a *Analyzer) sendWC(r *flowtel.Record) {
 	// The sender's queue: posts older than this completion lost theirs.
 	for q.sends.n > 0 && q.sends.front().wrID < r.WrID {
 		q.sends.popFront()
+	}
+	for q.maxQ.n > 0 && q.maxQ.front().wrID <= r.WrID {
+		q.maxQ.popFront()
 	}
 	bytes := r.Bytes
 	var p pendSend
@@ -500,7 +516,7 @@ func (a *Analyzer) recvWC(r *flowtel.Record) {
 		}
 		return
 	}
-	l.landQ.push(d, maxPairing)
+	l.landQ.pushBounded(d, maxPairing)
 }
 
 // flightOf returns the link's send in flight with send number seq.

@@ -1,7 +1,6 @@
 package analyzer
 
-// fifo is a queue that grows by doubling up to a bound; pushing onto a full
-// queue at its bound drops (and returns) the oldest element.
+// fifo is a queue that grows by doubling.
 type fifo[T any] struct {
 	buf  []T
 	head int
@@ -10,15 +9,11 @@ type fifo[T any] struct {
 
 func (f *fifo[T]) len() int { return f.n }
 
-// push appends v; when the queue already holds bound elements it drops the
-// oldest first and returns it with true.
-func (f *fifo[T]) push(v T, bound int) (dropped T, ok bool) {
+// push appends v, growing the queue as needed; callers bound it (see
+// bounded).
+func (f *fifo[T]) push(v T) {
 	if f.n == len(f.buf) {
-		if len(f.buf) < bound {
-			f.grow(min(max(2*len(f.buf), 8), bound))
-		} else {
-			dropped, ok = f.popFront(), true
-		}
+		f.grow(max(2*len(f.buf), 8))
 	}
 	i := f.head + f.n
 	if i >= len(f.buf) {
@@ -26,7 +21,14 @@ func (f *fifo[T]) push(v T, bound int) (dropped T, ok bool) {
 	}
 	f.buf[i] = v
 	f.n++
-	return dropped, ok
+}
+
+// pushBounded appends v after dropping the oldest elements beyond bound-1.
+func (f *fifo[T]) pushBounded(v T, bound int) {
+	for f.n >= bound {
+		f.popFront()
+	}
+	f.push(v)
 }
 
 // grow is called on a full queue only.
@@ -60,4 +62,16 @@ func (f *fifo[T]) at(i int) *T {
 		j -= len(f.buf)
 	}
 	return &f.buf[j]
+}
+
+func (f *fifo[T]) popBack() T {
+	i := f.head + f.n - 1
+	if i >= len(f.buf) {
+		i -= len(f.buf)
+	}
+	v := f.buf[i]
+	var zero T
+	f.buf[i] = zero
+	f.n--
+	return v
 }

@@ -59,7 +59,7 @@ func (wn *window) add(i, n int64, acc *sliceAcc) {
 	if acc.empty() {
 		return
 	}
-	wn.slices.push(winSlice{idx: i, landed: acc.landed, busy: acc.busy, wire: acc.wire, backlog: acc.backlog}, int(n))
+	wn.slices.pushBounded(winSlice{idx: i, landed: acc.landed, busy: acc.busy, wire: acc.wire, backlog: acc.backlog}, int(n))
 	wn.landed += acc.landed
 	wn.busy += acc.busy
 	wn.wire += acc.wire

@@ -76,6 +76,7 @@ type link struct {
 	flight     fifo[flightWR]
 	landQ      fifo[landedWR] // landings whose post has not been seen yet
 	landMode   bool           // a landing was seen: landings end flights
+	arrivedSeq uint64         // the latest collective its receiver is known to have begun
 	lastLanded int64
 	xferCache  *linkColl // accumulator of the collective of the latest pair
 	xferSeq    uint64
@@ -143,7 +144,7 @@ func (a *Analyzer) sliceAt(l *link, ts int64) *sliceAcc {
 			return nil
 		}
 		for int64(l.slices.n) <= off {
-			l.slices.push(sliceAcc{}, math.MaxInt)
+			l.slices.push(sliceAcc{})
 		}
 	}
 	return l.slices.at(int(off))
