@@ -38,10 +38,11 @@ type Config struct {
 	// telemetry (default 5 µs). PollBusy is how often it polls while
 	// requests keep coming (default DefaultPollBusy): each poll queries a
 	// CUDA event per stream with work in flight, and those queries compete
-	// with the proxy's own driver calls (measured: polling every 5 µs cost
-	// 14% at 1 MiB all-reduces, from any thread). So a wc record is late
-	// by at most about PollEvery after the proxy goes idle and PollBusy
-	// while it queues work back to back. Synchronize polls continuously.
+	// with the proxy's own driver calls, from any thread (measured: a
+	// thread of its own polling every 5 µs cost more than the proxy doing
+	// it between requests). So a wc record is late by at most about
+	// PollEvery after the proxy goes idle and PollBusy while it queues work
+	// back to back. Synchronize polls continuously.
 	PollEvery time.Duration
 	PollBusy  time.Duration
 	// DtoD makes copies between GPUs cuMemcpyDtoDAsync on unified addresses
@@ -79,8 +80,10 @@ type Group struct {
 // DefaultPollEvery is the idle proxy's telemetry polling period.
 const DefaultPollEvery = 5 * time.Microsecond
 
-// DefaultPollBusy is the busy proxy's telemetry polling period.
-const DefaultPollBusy = 200 * time.Microsecond
+// DefaultPollBusy is the busy proxy's telemetry polling period. Measured
+// at 1 MiB all-reduces back to back (BENCHMARKS.md): polling every 5 µs
+// cost 9-19%, every 200 µs 6-8%, every 500 µs 2.4%.
+const DefaultPollBusy = 500 * time.Microsecond
 
 // eventPool is how many completion events each rank makes up front when
 // telemetry may be on.
