@@ -449,6 +449,7 @@ func (a *Analyzer) seriesAdd(l *link, i int64, acc *sliceAcc) {
 	}
 	sp := &l.series[p]
 	sp.done += acc.done
+	sp.landed += acc.landed
 	sp.backlog += acc.backlog
 	sp.busy += acc.busy
 	sp.wait += acc.wait
@@ -464,6 +465,7 @@ func (a *Analyzer) compactSeries() {
 			if j+1 < len(s) {
 				n := s[j+1]
 				m.done += n.done
+				m.landed += n.landed
 				m.backlog += n.backlog
 				m.busy += n.busy
 				m.wait += n.wait

@@ -241,6 +241,7 @@ const p2pBit = 1 << 63
 // seriesPoint is one point of a link's chart series.
 type seriesPoint struct {
 	done    uint64
+	landed  uint64
 	backlog float64 // byte·ns
 	busy    int64
 	wait    int64

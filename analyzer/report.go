@@ -97,8 +97,8 @@ type Series struct {
 type LinkSeries struct {
 	Comm       uint32
 	Link       LinkRef
-	Bps        []float64 // send bytes completed per second
-	Backlog    []float64 // average bytes of sends outstanding
+	Bps        []float64 // bytes delivered per second (sent, when the receiver's trace is missing)
+	Backlog    []float64 // average bytes of sends in flight (posted, not landed)
 	CreditWait []float64 // share of the time a send waited for credit
 }
 
@@ -438,7 +438,11 @@ func (a *Analyzer) linkReport(r *Report) {
 		s := LinkSeries{Comm: l.key.comm, Link: ref, Bps: make([]float64, a.seriesN), Backlog: make([]float64, a.seriesN),
 			CreditWait: make([]float64, a.seriesN)}
 		for k, p := range l.series {
-			s.Bps[k] = float64(p.done) * 1e9 / float64(step)
+			b := p.done
+			if l.landMode {
+				b = p.landed // delivered, where the receiver's records say
+			}
+			s.Bps[k] = float64(b) * 1e9 / float64(step)
 			s.Backlog[k] = p.backlog / float64(step)
 			s.CreditWait[k] = float64(p.wait) / float64(step)
 		}
