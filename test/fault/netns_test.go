@@ -71,11 +71,12 @@ func run(t testing.TB, name string, args ...string) {
 // test fails.
 func newNetwork(t testing.TB, n int) *network {
 	t.Helper()
-	return newNetworkARP(t, n, true)
+	return newNetworkARP(t, n, os.Getenv("VCCL_FAULT_KERNEL_ARP") == "")
 }
 
 // newNetworkARP is newNetwork; fastARP sets the rails' address resolution
-// retry to 100 ms instead of the kernel's 1 s (see TestFailoverLatency).
+// retry to 100 ms instead of the kernel's 1 s (VCCL_FAULT_KERNEL_ARP=1 keeps
+// the kernel's; see docs/fault-tolerance.md).
 func newNetworkARP(t testing.TB, n int, fastARP bool) *network {
 	t.Helper()
 	canNetns(t)
