@@ -607,8 +607,8 @@ func (m *Model) detailView(w, h int) []string {
 		spark("latency p99", s.p99, FormatNs(int64(p99)), " max "+FormatNs(int64(maxOf(s.p99))), lipgloss.NewStyle().Foreground(colAccent)),
 		spark("backlog", s.backlog, fmt.Sprintf("%d WRs", backlog), fmt.Sprintf(" max %.0f", maxOf(s.backlog)), lipgloss.NewStyle().Foreground(colWarn)),
 	)
-	span := FormatNs(int64(len(s.bw)) * m.interval.Nanoseconds())
-	lines = append(lines, m.st.dim.Render(fmt.Sprintf(" %s%s of history, a sample per frame (%s)", strings.Repeat(" ", labelW-1), span, FormatNs(m.interval.Nanoseconds()))))
+	span := FormatNs(int64(min(len(s.bw), sw)) * m.interval.Nanoseconds())
+	lines = append(lines, m.st.dim.Render(fmt.Sprintf(" %sthe last %s, a sample every %s", strings.Repeat(" ", labelW-1), span, FormatNs(m.interval.Nanoseconds()))))
 	if cur != nil {
 		lines = append(lines, fmt.Sprintf(" credit wait %s of the window · pending %d WRs · completions %d · failed %d",
 			pct(cur.creditWaitNs, cur.windowNs), cur.pending, cur.completions, cur.failed))

@@ -82,6 +82,7 @@ type rankConn struct {
 
 	// Under Live.mu.
 	up      bool
+	everUp  bool
 	since   time.Time
 	err     string
 	info    *live.Info
@@ -358,9 +359,15 @@ func parseFindings(data []byte) ([]ui.Finding, error) {
 }
 
 func (l *Live) markUpLocked(rc *rankConn) {
-	if !rc.up {
-		rc.up, rc.since, rc.err = true, l.cfg.Now(), ""
+	if rc.up {
+		return
 	}
+	rc.up, rc.since, rc.err = true, l.cfg.Now(), ""
+	if !rc.everUp && rc.info != nil && rc.info.StartedUnixNs > 0 {
+		// First seen: up since its endpoint started.
+		rc.since = time.Unix(0, rc.info.StartedUnixNs)
+	}
+	rc.everUp = true
 }
 
 func (l *Live) setDown(rc *rankConn, err error) {
@@ -417,6 +424,7 @@ func (l *Live) metricsLoop(rc *rankConn) {
 		l.mu.Lock()
 		up := rc.up
 		l.mu.Unlock()
+		wait := l.cfg.MetricsEvery
 		if up {
 			ctx, cancel := context.WithTimeout(l.ctx, max(l.cfg.MetricsEvery, time.Second))
 			sc, err := l.scrape(ctx, l.url(rc)+"/metrics")
@@ -427,8 +435,11 @@ func (l *Live) metricsLoop(rc *rankConn) {
 				l.mu.Unlock()
 				l.seq.Add(1)
 			}
+		} else {
+			// Read the metrics as soon as the rank answers.
+			wait = min(wait, 100*time.Millisecond)
 		}
-		if !sleep(l.ctx, l.cfg.MetricsEvery) {
+		if !sleep(l.ctx, wait) {
 			return
 		}
 	}
@@ -475,7 +486,11 @@ func (l *Live) Frame() ui.Frame {
 			}
 		}
 		if rc.up && rc.metrics[0] != nil {
-			rates = append(rates, ratesOf(rc.metrics[0], rc.metrics[1]))
+			var started time.Time
+			if rc.info != nil && rc.info.StartedUnixNs > 0 {
+				started = time.Unix(0, rc.info.StartedUnixNs)
+			}
+			rates = append(rates, ratesOf(rc.metrics[0], rc.metrics[1], started))
 		}
 		f.Ranks = append(f.Ranks, rk)
 	}

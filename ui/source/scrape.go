@@ -89,7 +89,9 @@ type opRate struct {
 	n        float64 // calls the means are over
 }
 
-func ratesOf(cur, prev *scrape) rankRates {
+// ratesOf: the rates between two scrapes; with only one, since started
+// (when the rank's endpoint started), if known.
+func ratesOf(cur, prev *scrape, started time.Time) rankRates {
 	rr := rankRates{ops: map[string]opRate{}}
 	for op, c := range cur.ops {
 		o := opCounters{}
@@ -99,6 +101,8 @@ func ratesOf(cur, prev *scrape) rankRates {
 				o = *p
 			}
 			dt = cur.at.Sub(prev.at).Seconds()
+		} else if !started.IsZero() {
+			dt = cur.at.Sub(started).Seconds()
 		}
 		r := opRate{calls: c.calls}
 		if dt > 0 {
