@@ -21,6 +21,13 @@
 // take one kernel per GPU that reads the peer's input over NVLink: a launch
 // costs about 4 µs, so fewer driver calls win there.
 //
+// Proc is the same for a job of one process per GPU on one host (ranks
+// started by vcclrun or any launcher): buffers registered through CUDA IPC
+// handles exchanged over the host communicator, transfers pushed by the
+// sender's copy engine into the mapped peer buffer and ordered with
+// interprocess events, the per-transfer handshake in a shared-memory
+// mailbox. Send/recv and all-gather, 0 SMs.
+//
 // Telemetry: with a flowtel.Collector in the Config, every copy-engine
 // transfer is a work request on both ranks (a send on the source, a receive
 // on the destination, on a queue pair per peer and stream) and every
