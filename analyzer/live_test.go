@@ -1,0 +1,114 @@
+package analyzer
+
+import (
+	"cmp"
+	"encoding/json"
+	"os"
+	"path/filepath"
+	"slices"
+	"testing"
+	"time"
+
+	"github.com/vccl-go/vccl/exporter/arrow"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// liveRun feeds a job's records to a flowtel.Window and its snapshots, every
+// 10 ms of trace time, to a Live; it returns the findings of each update.
+func liveRun(t *testing.T, recs []flowtel.Record) [][]Finding {
+	t.Helper()
+	const T = 20 * time.Millisecond
+	win := flowtel.NewWindow(flowtel.WindowConfig{N: 4096, T: T})
+	lv, err := NewLive(Options{}, T)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var updates [][]Finding
+	next := recs[0].TsNs + 10e6
+	for i := range recs {
+		for recs[i].TsNs >= next {
+			updates = append(updates, lv.Update(next, win.SnapshotAt(next)))
+			next += 10e6
+		}
+		win.Add(&recs[i])
+	}
+	return updates
+}
+
+// corpusRecords reads a corpus scenario's records, every rank merged in
+// time order.
+func corpusRecords(t *testing.T, name string) []flowtel.Record {
+	t.Helper()
+	dir := filepath.Join(corpusDir, name)
+	files, err := arrow.ListFiles(dir)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s: %v", dir, err)
+	}
+	var all []flowtel.Record
+	for _, f := range files {
+		recs, err := arrow.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		all = append(all, recs...)
+	}
+	slices.SortStableFunc(all, func(a, b flowtel.Record) int { return cmp.Compare(a.TsNs, b.TsNs) })
+	return all
+}
+
+// Fed the windows of every rank of the real tbf run, the live detector
+// names the throttled link 2->3 as the root of the backpressure while the
+// limit is on, and nothing once it is lifted.
+func TestLiveCorpusTBF(t *testing.T) {
+	recs := corpusRecords(t, "tbf-mid-4r")
+	var inj struct {
+		InjectNs int64 `json:"inject_ns"`
+		HealNs   int64 `json:"heal_ns"`
+	}
+	b, err := os.ReadFile(filepath.Join(corpusDir, "tbf-mid-4r", "inject.json"))
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := json.Unmarshal(b, &inj); err != nil {
+		t.Fatal(err)
+	}
+	updates := liveRun(t, recs)
+	at := func(ts int64) []Finding { return updates[min((ts-recs[0].TsNs)/10e6, int64(len(updates)-1))] }
+	mid := at((inj.InjectNs + inj.HealNs) / 2)
+	root := false
+	for _, f := range mid {
+		switch {
+		case f.Kind == KindBackpressure && f.Rank == 2 && f.Peer == 3:
+			root = true
+		case f.Rank == 2 && f.Peer == 3:
+		default:
+			t.Errorf("mid-run live finding %s %s: %s", f.Kind, f.Culprit(), f.Summary)
+		}
+	}
+	if !root {
+		t.Errorf("no live backpressure root 2->3 mid-run: %v", mid)
+	}
+	for _, f := range at(inj.InjectNs - 20e6) {
+		t.Errorf("live finding before the limit: %s", f.Summary)
+	}
+}
+
+func TestLiveClean(t *testing.T) {
+	s := newSynth(4)
+	for range 60 {
+		s.allReduce(4 << 20)
+	}
+	for i, fs := range liveRun(t, s.merged()) {
+		for _, f := range fs {
+			t.Errorf("update %d: live finding on a clean job: %s", i, f.Summary)
+		}
+	}
+	for _, name := range []string{"clean-4r", "clean-2ch"} {
+		for i, fs := range liveRun(t, corpusRecords(t, name)) {
+			for _, f := range fs {
+				t.Errorf("%s update %d: live finding on a clean job: %s", name, i, f.Summary)
+			}
+		}
+	}
+}
