@@ -45,11 +45,11 @@ type liveLink struct {
 
 	recent fifo[liveSample] // the latest samples, which are judged together
 	base   fifo[liveSample] // healthy samples
-	fl   bool
-	crd  bool
-	bp   liveEpisode
-	st   liveEpisode
-	sl   liveEpisode
+	fl     bool
+	crd    bool
+	bp     liveEpisode
+	st     liveEpisode
+	sl     liveEpisode
 }
 
 type liveSample struct {
