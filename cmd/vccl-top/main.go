@@ -195,20 +195,6 @@ type closing struct {
 
 func (c *closing) Close() error { return errors.Join(c.Source.Close(), c.also()) }
 
-// SetPaused and SetSpeed pass through to a replay.
-func (c *closing) SetPaused(p bool) {
-	if pl, ok := c.Source.(ui.Player); ok {
-		pl.SetPaused(p)
-	}
-}
-
-func (c *closing) SetSpeed(s float64) float64 {
-	if pl, ok := c.Source.(ui.Player); ok {
-		return pl.SetSpeed(s)
-	}
-	return s
-}
-
 func openNVML() (source.Sampler, func() error, error) {
 	c, err := nvml.Open()
 	if err != nil {

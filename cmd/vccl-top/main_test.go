@@ -98,6 +98,9 @@ func TestGPUWiring(t *testing.T) {
 	if f := src.Frame(); len(f.GPUs) != 1 || f.GPUs[0].Name != "NVIDIA H200" {
 		t.Errorf("GPUs with NVML: %+v", f.GPUs)
 	}
+	if _, isPlayer := src.(ui.Player); isPlayer {
+		t.Error("a live source with GPUs became a Player (the model would show a replay speed)")
+	}
 	src.Close()
 	if !closed {
 		t.Error("NVML not closed with the source")

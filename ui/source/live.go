@@ -15,7 +15,9 @@ import (
 	"sync/atomic"
 	"time"
 
+	"github.com/vccl-go/vccl/analyzer"
 	"github.com/vccl-go/vccl/exporter/live"
+	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/ui"
 )
 
@@ -59,6 +61,10 @@ type LiveConfig struct {
 	Client *http.Client
 	// Now is the wall clock (default time.Now).
 	Now func() time.Time
+	// Analyzer configures the analyzer's live detectors, run over the
+	// ranks' window snapshots; NoAnalyzer turns them off.
+	Analyzer   analyzer.Options
+	NoAnalyzer bool
 }
 
 // Live reads the live endpoints of a job's ranks.
@@ -72,6 +78,7 @@ type Live struct {
 	mu       sync.Mutex
 	disc     Discovery
 	discErr  string
+	anaErr   string
 	ranks    map[int]*rankConn // by the rank asked for
 	findings map[string]ui.Finding
 }
@@ -116,9 +123,89 @@ func NewLive(cfg LiveConfig) (*Live, error) {
 	}
 	l := &Live{cfg: cfg, ranks: map[int]*rankConn{}, findings: map[string]ui.Finding{}}
 	l.ctx, l.cancel = context.WithCancel(context.Background())
-	l.wg.Add(1)
+	l.wg.Add(2)
 	go l.discoverLoop()
+	go l.analyzeLoop()
 	return l, nil
+}
+
+// analyzeLoop runs the analyzer's live detectors over every rank's latest
+// window snapshot, 10 times a second: the findings in progress join those
+// the endpoints publish.
+func (l *Live) analyzeLoop() {
+	defer l.wg.Done()
+	if l.cfg.NoAnalyzer {
+		return
+	}
+	var lv *analyzer.Live
+	var last uint64
+	var stats []flowtel.LinkStats
+	for sleep(l.ctx, 100*time.Millisecond) {
+		l.mu.Lock()
+		if seq := l.seq.Load(); seq == last {
+			l.mu.Unlock()
+			continue
+		} else {
+			last = seq
+		}
+		stats = stats[:0]
+		var now, window int64
+		for _, rc := range l.ranks {
+			if s := rc.snap; s != nil && rc.up {
+				now, window = max(now, s.NowNs), max(window, s.Window.TNs)
+				for i := range s.Links {
+					stats = append(stats, linkStatsOf(&s.Links[i]))
+				}
+			}
+		}
+		l.mu.Unlock()
+		if len(stats) == 0 {
+			continue
+		}
+		if lv == nil {
+			var err error
+			if lv, err = analyzer.NewLive(l.cfg.Analyzer, time.Duration(window)); err != nil {
+				l.mu.Lock()
+				l.anaErr = err.Error()
+				l.mu.Unlock()
+				return
+			}
+		}
+		fs := lv.Update(now, stats)
+		if len(fs) == 0 {
+			continue
+		}
+		seen := l.cfg.Now()
+		l.mu.Lock()
+		for _, f := range fs {
+			k := findingKey(&f)
+			uf := ui.Finding{Finding: f, Seen: seen}
+			if old, ok := l.findings[k]; ok {
+				uf.Seen = old.Seen
+			}
+			l.findings[k] = uf
+		}
+		trimFindings(l.findings, maxFindings)
+		l.mu.Unlock()
+		l.seq.Add(1)
+	}
+}
+
+func findingKey(f *analyzer.Finding) string {
+	return fmt.Sprintf("%s/%d/%d/%d/%d", f.Kind, f.Rank, f.Peer, f.Channel, f.StartNs)
+}
+
+func linkStatsOf(l *live.Link) flowtel.LinkStats {
+	dir := flowtel.DirSend
+	if l.Dir == "recv" {
+		dir = flowtel.DirRecv
+	}
+	return flowtel.LinkStats{Key: flowtel.LinkKey{Rank: l.Rank, Peer: l.Peer, Channel: l.Channel, Path: l.Path, Dir: dir},
+		Completions: l.Completions, Failed: l.Failed, Bytes: l.Bytes, BandwidthBps: l.BandwidthBps, SpanNs: l.SpanNs,
+		LatencySamples: l.LatencySamples, LatP50Ns: l.LatP50Ns, LatP99Ns: l.LatP99Ns, LatMaxNs: l.LatMaxNs,
+		Backlog: l.Backlog, OutstandingBytes: l.OutstandingBytes, PendingWRs: l.PendingWRs,
+		CreditWaitNs: l.CreditWaitNs, CreditWaiting: l.CreditWaiting, LastNs: l.LastNs,
+		Unmatched: l.Unmatched, Orphaned: l.Orphaned}
 }
 
 // Close stops every goroutine of the source and waits for them.
@@ -313,7 +400,7 @@ func (l *Live) event(rc *rankConn, name, data string) bool {
 		now := l.cfg.Now()
 		l.mu.Lock()
 		for _, f := range fs {
-			k := fmt.Sprintf("%s/%d/%d/%d/%d", f.Kind, f.Rank, f.Peer, f.Channel, f.StartNs)
+			k := findingKey(&f.Finding)
 			if old, ok := l.findings[k]; ok {
 				f.Seen = old.Seen
 			} else {
@@ -508,6 +595,9 @@ func (l *Live) Frame() ui.Frame {
 		}
 	}
 	f.Colls = mergeRates(rates, f.Size)
+	if l.anaErr != "" {
+		f.Notes = append(f.Notes, "analyzer: "+l.anaErr)
+	}
 	if len(f.Colls) > 0 {
 		f.Notes = append(f.Notes, "~skew: estimated from the spread of the ranks' mean execution times")
 	}
