@@ -28,14 +28,16 @@ type commState struct {
 	excNow  int64 // excused time in the slice being judged
 	bpNow   bool  // a link was backpressured in it
 
-	p2p     map[p2pKey]p2pBegin
-	lastEnd []int64 // by rank: its latest coll_end
-	groups  map[groupKey]*collGroup
-	strag   []stragRank // by rank
-	judged  int         // collectives judged for arrival skew
-	lateAll int         // of which some rank arrived MinLate after all others
-	first   int64       // first and last collective times
-	last    int64
+	p2p      map[p2pKey]p2pBegin
+	lastEnd  []int64 // by rank: its latest coll_end
+	writer   []bool  // by rank: it wrote a coll_begin
+	nWriters int32
+	groups   map[groupKey]*collGroup
+	strag    []stragRank // by rank
+	judged   int         // collectives judged for arrival skew
+	lateAll  int         // of which some rank arrived MinLate after all others
+	first    int64       // first and last collective times
+	last     int64
 
 	timeline []timelineColl
 	tlStride int
@@ -57,6 +59,16 @@ type p2pBegin struct {
 func newCommState(id uint32) *commState {
 	return &commState{id: id, colls: map[uint64]*collState{}, p2p: map[p2pKey]p2pBegin{},
 		groups: map[groupKey]*collGroup{}, bpSlice: -1, tlStride: 1, first: math.MaxInt64}
+}
+
+// live is how many ranks take part: those that wrote a coll_begin (a rank
+// whose trace is missing does not hold every collective open), or the size
+// before any did.
+func (c *commState) live() int32 {
+	if c.nWriters > 0 {
+		return c.nWriters
+	}
+	return c.size
 }
 
 func (c *commState) seeRank(r int32) {
@@ -103,6 +115,13 @@ func (a *Analyzer) collBegin(r *flowtel.Record) {
 	}
 	c := a.comm(r.Comm)
 	c.seeRank(r.Rank)
+	for int(r.Rank) >= len(c.writer) {
+		c.writer = append(c.writer, false)
+	}
+	if !c.writer[r.Rank] {
+		c.writer[r.Rank] = true
+		c.nWriters++
+	}
 	c.first = min(c.first, r.TsNs)
 	c.last = max(c.last, r.TsNs)
 	if r.CollSeq&p2pBit != 0 {
@@ -113,7 +132,7 @@ func (a *Analyzer) collBegin(r *flowtel.Record) {
 	}
 	cs := c.colls[r.CollSeq]
 	if cs == nil {
-		if len(c.colls) >= maxOpenColls {
+		for len(c.colls) > 0 && (len(c.colls) >= maxOpenColls || a.collRanks+int(r.Rank)+1 > maxCollRanks) {
 			a.expireOldest(c)
 		}
 		cs = &collState{seq: r.CollSeq, op: r.Op, algo: r.Algo, dtype: r.Dtype, minBegin: r.TsNs, maxBegin: r.TsNs}
@@ -124,6 +143,7 @@ func (a *Analyzer) collBegin(r *flowtel.Record) {
 	cs.parts = max(cs.parts, uint16(min(max(r.Step, 1), math.MaxUint16)))
 	for int(r.Rank) >= len(cs.ranks) {
 		cs.ranks = append(cs.ranks, collRank{})
+		a.collRanks++
 	}
 	cr := &cs.ranks[r.Rank]
 	if cr.nBegin == 0 {
@@ -154,6 +174,9 @@ func (c *commState) noteEnd(rank int32, ts int64) {
 const (
 	maxOpenColls = 1 << 14
 	maxOpenP2P   = 1 << 14
+	// maxCollRanks bounds the per-rank entries of the collectives still
+	// open, all together (memory, whatever the input).
+	maxCollRanks = 1 << 21
 )
 
 func (a *Analyzer) collEnd(r *flowtel.Record) {
@@ -188,7 +211,7 @@ func (a *Analyzer) collEnd(r *flowtel.Record) {
 	}
 	if cr.nEnd == max(cs.parts, 1) {
 		cs.ended++
-		if cs.ended >= c.size {
+		if cs.ended >= c.live() {
 			a.judgeColl(c, cs)
 		}
 	}
@@ -250,8 +273,9 @@ func (a *Analyzer) expireOldest(c *commState) {
 // per-link bandwidth (slow links).
 func (a *Analyzer) judgeColl(c *commState, cs *collState) {
 	delete(c.colls, cs.seq)
+	a.collRanks -= len(cs.ranks)
 	cs.judged = true
-	size := c.size
+	size := c.live()
 	complete := cs.begun >= size && cs.ended >= size && !cs.failed && len(cs.ranks) > 0
 	var bytes uint64
 	for _, cr := range cs.ranks {

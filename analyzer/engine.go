@@ -40,11 +40,12 @@ type Analyzer struct {
 	seriesSet    bool
 	seriesN      int
 
-	accs     []sliceAcc  // scratch: the slice being judged, by link
-	cands    []candidate // detector episodes awaiting the final report
-	findings []Finding   // findings complete as they are
-	hol      map[qpKey]*holAgg
-	finished bool
+	accs      []sliceAcc  // scratch: the slice being judged, by link
+	collRanks int         // per-rank entries of the open collectives
+	cands     []candidate // detector episodes awaiting the final report
+	findings  []Finding   // findings complete as they are
+	hol       map[qpKey]*holAgg
+	finished  bool
 }
 
 type qpKey struct {
@@ -161,7 +162,7 @@ func (a *Analyzer) SetWorldSize(comm uint32, size int) {
 }
 
 // maxRanks bounds the rank numbers the analyzer accepts.
-const maxRanks = 1 << 16
+const maxRanks = 1 << 14
 
 // Add analyses recs. Records of one rank must come in that rank's order;
 // ranks may be interleaved in any way that keeps each close to time order

@@ -393,7 +393,7 @@ func (c *commState) advanceExcuse(a *Analyzer, i int64) {
 	k := 0
 	for k < len(c.arrive) {
 		cs := c.arrive[k]
-		if !(cs.allBegun(c.size) || cs.judged) || cs.maxBegin >= from {
+		if !(cs.allBegun(c.live()) || cs.judged) || cs.maxBegin >= from {
 			break
 		}
 		k++
@@ -412,7 +412,7 @@ func (c *commState) excused(a *Analyzer, from, to int64) int64 {
 	for _, cs := range c.arrive {
 		s := cs.minBegin
 		e := int64(math.MaxInt64)
-		if cs.allBegun(c.size) || cs.judged {
+		if cs.allBegun(c.live()) || cs.judged {
 			e = cs.maxBegin
 		}
 		s, e = max(s, from), min(e, to)

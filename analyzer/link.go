@@ -135,7 +135,11 @@ func (a *Analyzer) sliceAt(l *link, ts int64) *sliceAcc {
 	}
 	off := idx - l.base
 	if off < 0 {
+		// A slice already judged: the oldest kept one stands in.
 		a.late++
+		if l.slices.n == 0 {
+			l.slices.push(sliceAcc{})
+		}
 		return l.slices.front()
 	}
 	if off >= int64(l.slices.n) {
@@ -153,7 +157,7 @@ func (a *Analyzer) sliceAt(l *link, ts int64) *sliceAcc {
 // maxAhead bounds how many slices past the judged ones a link keeps; a record
 // further ahead is judged corrupt and skipped, unless Add moves the judged
 // horizon first (see Analyzer.Add).
-const maxAhead = 1 << 16
+const maxAhead = 1 << 13
 
 // integrate accounts the sender state from lastTs to t.
 func (a *Analyzer) integrate(l *link, t int64) {
