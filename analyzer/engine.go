@@ -8,7 +8,7 @@ import (
 
 // Analyzer runs the detectors over a stream of records from every rank of a
 // job, merged on the common time base: Add them in batches, roughly in time
-// order (each rank's in its own order; Merge or AnalyzeFiles interleaves
+// order (each rank's in its own order; AnalyzeFiles interleaves
 // ranks), tell it with Advance how far every rank has got, and Finish.
 // Memory stays bounded by the records of the last Options.Slack (plus the
 // collectives still running), whatever the length of the trace.
