@@ -14,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/exporter/arrow"
 )
 
 func TestParseSize(t *testing.T) {
@@ -438,6 +439,39 @@ func TestMainJSON(t *testing.T) {
 	code = Main(context.Background(), strings.Fields("broadcast -b 8 -e 8 -r 3"), &out, stderr)
 	msg, _ = os.ReadFile(stderr.Name())
 	if code != 1 || !strings.Contains(string(msg), "-r 3: root out of range for 1 ranks") {
+		t.Errorf("exit %d, stderr %q", code, msg)
+	}
+}
+
+// --exporters runs the sweep with every exporter attached and leaves a
+// readable trace; without telemetry it is refused.
+func TestMainExporters(t *testing.T) {
+	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "VCCL_RANK", "VCCL_WORLD_SIZE"} {
+		t.Setenv(v, "")
+		os.Unsetenv(v)
+	}
+	t.Setenv("VCCL_TELEMETRY_ADDR", "off")
+	stderr, err := os.CreateTemp(t.TempDir(), "stderr")
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer stderr.Close()
+	dir := t.TempDir()
+	var out bytes.Buffer
+	if code := Main(context.Background(), strings.Fields("allreduce -b 1K -e 4K -f 2 -n 2 -w 1 --telemetry on --exporters "+dir), &out, stderr); code != 0 {
+		msg, _ := os.ReadFile(stderr.Name())
+		t.Fatalf("exit %d: %s", code, msg)
+	}
+	recs, err := arrow.ReadAll(dir)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(recs) == 0 {
+		t.Fatal("--exporters left an empty trace")
+	}
+	code := Main(context.Background(), strings.Fields("allreduce -b 1K -e 1K --telemetry off --exporters "+dir), &out, stderr)
+	msg, _ := os.ReadFile(stderr.Name())
+	if code != 2 || !strings.Contains(string(msg), "--exporters needs --telemetry on") {
 		t.Errorf("exit %d, stderr %q", code, msg)
 	}
 }

@@ -31,6 +31,7 @@ type Config struct {
 	Telemetry  string // "" (VCCL_TELEMETRY decides), "on" or "off"
 	Progress   string // "auto" (only when stderr is a terminal) or "off"
 	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
+	Exporters  string // with telemetry on, a directory: every exporter on, traces written there
 }
 
 // DefaultConfig is nccl-tests' defaults where they carry over.
@@ -149,6 +150,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY)")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (only when stderr is a terminal, so never under a launcher that pipes it, such as vcclrun) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
+	fs.StringVar(&cfg.Exporters, "exporters", "", "with --telemetry on, turn every exporter on (Arrow traces into `DIR`, Prometheus on the live endpoint, OpenTelemetry spans built and discarded), to measure what they cost")
 	return fs, v
 }
 

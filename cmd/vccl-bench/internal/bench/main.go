@@ -35,12 +35,29 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		telemetry = cfg.Telemetry == "on"
 		copts = append(copts, collective.WithTelemetry(telemetry))
 	}
+	if cfg.Exporters != "" && !telemetry {
+		fmt.Fprintf(stderr, "vccl-bench: --exporters needs --telemetry on\n")
+		return 2
+	}
+	var col *flowtel.Collector
+	if cfg.Exporters != "" {
+		col = flowtel.NewCollector()
+		copts = append(copts, collective.WithCollector(col))
+	}
 	comm, err := collective.NewFromEnv(ctx, copts...)
 	if err != nil {
 		fmt.Fprintf(stderr, "vccl-bench: %v\n", err)
 		return 1
 	}
 	defer comm.Close()
+	if col != nil {
+		stop, err := startExporters(ctx, comm, col, cfg.Exporters)
+		if err != nil {
+			fmt.Fprintf(stderr, "vccl-bench: --exporters: %v\n", err)
+			return 1
+		}
+		defer stop()
+	}
 	opts := Options{Telemetry: telemetry}
 	if comm.Rank() == 0 {
 		if !cfg.JSON {
