@@ -1,0 +1,78 @@
+package demo
+
+import (
+	"context"
+	"fmt"
+	"io"
+	"path/filepath"
+	"time"
+
+	"github.com/vccl-go/vccl/analyzer"
+	"github.com/vccl-go/vccl/exporter/arrow"
+)
+
+// Analyze waits until every rank of the job whose communicator has unique
+// id uid and size ranks has finished its Arrow trace in dir (each rank
+// closes its files when its collector shuts down), at most until ctx ends,
+// then runs vccl-analyze's diagnosis over those files and writes the
+// findings and the collectives summary to w: how `make run` ends.
+func Analyze(ctx context.Context, dir, uid string, size int, w io.Writer) error {
+	prefix := "vccl-" + uid
+	if len(uid) > 8 {
+		prefix = "vccl-" + uid[:8]
+	}
+	var files []string
+	for {
+		var err error
+		files, err = finished(dir, prefix, size)
+		if err == nil {
+			break
+		}
+		select {
+		case <-ctx.Done():
+			return fmt.Errorf("waiting for every rank's trace in %s: %v", dir, err)
+		case <-time.After(50 * time.Millisecond):
+		}
+	}
+	r, err := analyzer.AnalyzeFiles(ctx, files, analyzer.Options{})
+	if err != nil {
+		return err
+	}
+	fmt.Fprintf(w, "\n== vccl-analyze %s/%s-* ==\n", dir, prefix)
+	for _, warn := range r.Warnings {
+		fmt.Fprintln(w, "warning:", warn)
+	}
+	return r.WriteText(w, false)
+}
+
+// finished returns the job's trace files once every rank's last one is
+// finished.
+func finished(dir, prefix string, size int) ([]string, error) {
+	var all []string
+	for rank := range size {
+		fs, err := filepath.Glob(filepath.Join(dir, fmt.Sprintf("%s-rank%d-*.arrow*", prefix, rank)))
+		if err != nil {
+			return nil, err
+		}
+		if len(fs) == 0 {
+			return nil, fmt.Errorf("no trace of rank %d yet", rank)
+		}
+		last := fs[len(fs)-1] // segments sort by name
+		r, err := arrow.OpenFiles(last)
+		if err != nil {
+			return nil, err
+		}
+		for {
+			if _, err := r.Next(); err != nil {
+				break
+			}
+		}
+		done := r.File().Finished
+		r.Close()
+		if !done {
+			return nil, fmt.Errorf("rank %d is still writing %s", rank, last)
+		}
+		all = append(all, fs...)
+	}
+	return all, nil
+}
