@@ -5,6 +5,7 @@ import (
 	"os"
 	"slices"
 	"strings"
+	"syscall"
 	"testing"
 	"time"
 )
@@ -474,4 +475,65 @@ func waitErrors(t *testing.T, j *job, ranks []int, limit time.Duration) map[int]
 		return len(got) == len(ranks)
 	})
 	return got
+}
+
+// TestOverhead compares all-reduces with fault tolerance off (plain tcp)
+// and on, over the same rails, with no fault: the price of acknowledgements,
+// heartbeats and the second connection. Informational.
+func TestOverhead(t *testing.T) {
+	nw := newNetwork(t, 3)
+	n := pick(100, 400)
+	type result struct{ small, large float64 }
+	measure := func(ft string) result {
+		var r result
+		for _, c := range []struct {
+			count int
+			dst   *float64
+		}{{256, &r.small}, {1 << 20, &r.large}} {
+			j := nw.start(workerConfig{Iters: n, Sizes: "fixed", Count: c.count, Every: 1}, "VCCL_FAULT_TOLERANCE="+ft)
+			j.waitExit(5 * time.Minute)
+			checkDone(t, j, n)
+			var durs []float64
+			for _, e := range j.snapshot() {
+				if e.Ev == "iter" && e.Iter >= n/10 {
+					durs = append(durs, ms(e.Dur))
+				}
+			}
+			if c.count == 256 {
+				*c.dst = median(durs) * 1000 // µs
+			} else {
+				*c.dst = busbwOf(j, n/10, n, nw.n)
+			}
+		}
+		return r
+	}
+	off := measure("0")
+	on := measure("1")
+	report(t, "no fault, 3 ranks: 1 KiB all-reduce median %.0f µs with fault tolerance off, %.0f µs on; 4 MiB all-reduce %.0f MB/s off, %.0f MB/s on (bus bandwidth)",
+		off.small, on.small, off.large, on.large)
+}
+
+// TestStoppedRank stops a rank (SIGSTOP) for longer than the link timeout,
+// then lets it go on: a stalled process is not a failed link (its kernel
+// still acknowledges), so nothing fails over, and the loop goes on with
+// right results.
+func TestStoppedRank(t *testing.T) {
+	nw := newNetwork(t, 3)
+	iters := pick(400, 1000)
+	j := nw.start(workerConfig{Iters: iters, Sizes: "mixed", Seed: 11, Every: 1})
+	j.waitIters(50, time.Minute)
+	stop := time.Duration(pick(2, 5)) * time.Second
+	j.procs[1].Process.Signal(syscall.SIGSTOP)
+	time.Sleep(stop) // the fault's length, not a wait for a result
+	j.procs[1].Process.Signal(syscall.SIGCONT)
+	j.waitExit(5 * time.Minute)
+	done := checkDone(t, j, iters)
+	var downs uint64
+	for _, d := range done {
+		downs += d.FT.LinkDowns
+	}
+	report(t, "rank 1 stopped (SIGSTOP) for %v in the middle of %d all-reduces, then continued: right results, %d paths declared down", stop, iters, downs)
+	if downs != 0 {
+		t.Errorf("%d paths declared down for a stopped process\n%s", downs, j.diag())
+	}
 }

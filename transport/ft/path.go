@@ -44,12 +44,14 @@ type path struct {
 	txBytes  atomic.Uint64 // bytes written to it
 
 	// Under q.mu.
-	ctl       []Header // control frames to send
-	hbDue     bool     // the writer should add a heartbeat: the monitor could not
-	lastHB    int64
-	epochSent uint32 // the tx epoch whose resync went out on this path
-	peerRx    uint64 // bytes the peer last reported reading from this path
-	peerRxAt  int64  // when that count last grew
+	ctl        []Header // control frames to send
+	hbDue      bool     // the writer should add a heartbeat: the monitor could not
+	lastHB     int64
+	epochSent  uint32 // the tx epoch whose resync went out on this path
+	peerRx     uint64 // bytes the peer last reported reading from this path
+	peerRxAt   int64  // when that count last grew
+	peerSame   int    // heartbeats since, all reporting the same count
+	peerSameAt int64  // when the first of them arrived
 
 	w writerState // writer goroutine only
 	r readerState // reader goroutine only
@@ -280,7 +282,12 @@ func (pa *path) readFrames() error {
 			pa.lastHBRx.Store(nanotime())
 			q.mu.Lock()
 			if h.Seq > pa.peerRx {
-				pa.peerRx, pa.peerRxAt = h.Seq, nanotime()
+				pa.peerRx, pa.peerRxAt, pa.peerSame = h.Seq, nanotime(), 0
+			} else {
+				if pa.peerSame == 0 {
+					pa.peerSameAt = nanotime()
+				}
+				pa.peerSame++
 			}
 			q.mu.Unlock()
 		case FrameAck:

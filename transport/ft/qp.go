@@ -11,6 +11,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 )
@@ -600,15 +602,34 @@ func (q *QP) probe() {
 
 // ifRunning reports whether the named interface is up and running (has its
 // carrier); true when none is named or it cannot be read.
+// It asks with one ioctl (SIOCGIFFLAGS), which unlike a netlink dump does
+// not wait for the kernel's routing lock, so the monitor can ask.
 func ifRunning(name string) bool {
 	if name == "" {
 		return true
 	}
-	ifi, err := net.InterfaceByName(name)
+	ifSock.once.Do(func() {
+		ifSock.fd, ifSock.err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
+	})
+	if ifSock.err != nil {
+		return true
+	}
+	ifr, err := unix.NewIfreq(name)
 	if err != nil {
 		return true
 	}
-	return ifi.Flags&net.FlagUp != 0 && ifi.Flags&net.FlagRunning != 0
+	if err := unix.IoctlIfreq(ifSock.fd, unix.SIOCGIFFLAGS, ifr); err != nil {
+		return true
+	}
+	f := ifr.Uint16()
+	return f&unix.IFF_UP != 0 && f&unix.IFF_RUNNING != 0
+}
+
+// ifSock is the socket ifRunning asks through, opened once.
+var ifSock struct {
+	once sync.Once
+	fd   int
+	err  error
 }
 
 // acceptLoop installs the reconnections of path i that the dialler makes.
@@ -683,33 +704,42 @@ func (q *QP) monitor() {
 					continue
 				}
 				// One path silent while the peer's heartbeats still
-				// arrive on another is a path failure. Heartbeats missing
-				// on every path is the peer's process not running (or
-				// ours, or the whole network): moving data would not
-				// help, so that must last the link timeout. So must
-				// silence on a path whose packets the peer's kernel still
-				// acknowledges.
-				if q.othersHeard(pa, now) {
-					if !ifRunning(q.ifnames[pa.idx]) {
-						q.pathDown(pa, fmt.Errorf("nothing received for %v, and interface %s is down", silent.Round(time.Millisecond), q.ifnames[pa.idx]), bySilence)
-						continue
-					}
-					if !acked(info, q.prm.DeadAfter) {
-						q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer, and no TCP acknowledgement (limit %v)",
-							silent.Round(time.Millisecond), q.prm.DeadAfter), bySilence)
-						continue
-					}
-				}
-				if silent > q.prm.LinkTimeout {
+				// arrive on another is a path failure: fast, once its
+				// packets are not acknowledged either (or our interface is
+				// down); after LinkTimeout whatever TCP says (a proxy that
+				// stops forwarding still acknowledges). Every path silent
+				// together is the peer's process not running, or ours, or
+				// the whole network: it counts only once no packet is
+				// acknowledged for LinkTimeout (the peer's kernel answers
+				// for a process that is merely stalled, which the calls'
+				// own deadline covers, and moving data would not help).
+				heard := q.othersHeard(pa, now)
+				running := ifRunning(q.ifnames[pa.idx])
+				switch {
+				case heard && !running:
+					q.pathDown(pa, fmt.Errorf("nothing received for %v, and interface %s is down", silent.Round(time.Millisecond), q.ifnames[pa.idx]), bySilence)
+				case heard && !acked(info, q.prm.DeadAfter):
+					q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer, and no TCP acknowledgement (limit %v)",
+						silent.Round(time.Millisecond), q.prm.DeadAfter), bySilence)
+				case heard && silent > q.prm.LinkTimeout:
+					q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer (limit %v)",
+						silent.Round(time.Millisecond), q.prm.LinkTimeout), bySilence)
+				case !heard && silent > q.prm.LinkTimeout && (!running || !acked(info, q.prm.LinkTimeout)):
 					how := bySilence
 					if q.up() == 1 {
 						how = byLastWait
 					}
-					q.pathDown(pa, fmt.Errorf("nothing received for %v (limit %v)", silent.Round(time.Millisecond), q.prm.LinkTimeout), how)
-					continue
+					q.pathDown(pa, fmt.Errorf("nothing received and no TCP acknowledgement for %v (limit %v)", silent.Round(time.Millisecond), q.prm.LinkTimeout), how)
 				}
+				continue
 			}
-			if stuck := time.Duration(now - pa.peerRxAt); stuck > q.prm.Progress && pa.txBytes.Load() > pa.peerRx {
+			// The peer's heartbeats keep arriving on this path, for half
+			// the progress timeout at least, all saying it reads nothing
+			// we send: the path fails one way. (A peer that was not
+			// running sent none meanwhile; a backlog of its heartbeats
+			// read after our own stall arrives all at once.)
+			if stuck := time.Duration(now - pa.peerRxAt); stuck > q.prm.Progress && pa.txBytes.Load() > pa.peerRx &&
+				pa.peerSame >= int(q.prm.Progress/q.prm.Heartbeat)/4 && time.Duration(now-pa.peerSameAt) > q.prm.Progress/2 {
 				q.pathDown(pa, fmt.Errorf("the peer read none of the last %d bytes sent for %v (limit %v)",
 					pa.txBytes.Load()-pa.peerRx, stuck.Round(time.Millisecond), q.prm.Progress), bySilence)
 			}
