@@ -311,7 +311,6 @@ func (a *Analyzer) closeBP(l *link) {
 		"baseline_backlog_bytes": ep.baseBacklog,
 		"credit_wait_share":      float64(ep.sumWait) / busy,
 		"flagged_ms":             float64(int64(ep.flagged)*w) / 1e6,
-		"root_share":             float64(ep.root) / float64(ep.flagged),
 		"credit_starved_share":   float64(ep.credit) / float64(ep.flagged),
 	}
 	a.cands = append(a.cands, candidate{f: f, short: short})

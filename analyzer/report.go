@@ -320,6 +320,13 @@ func (a *Analyzer) finalFindings() []Finding {
 		out = append(out, f)
 	}
 
+	for k := range out {
+		if f := &out[k]; len(f.Related) > 1 {
+			slices.SortFunc(f.Related, cmpLinkRef)
+			f.Related = slices.Compact(f.Related)
+		}
+	}
+
 	// Stalls: drop what is explained by another finding of the comm.
 	var explainers []Finding
 	for _, f := range out {
