@@ -204,6 +204,7 @@ func TestSyntheticFailover(t *testing.T) {
 	want(t, r, "failover 0 1")
 	f := r.Findings[0]
 	e := f.Evidence
+	t.Logf("%s; evidence %v", f.Summary, e)
 	if f.StartNs != down || f.EndNs < back || f.EndNs > back+100 {
 		t.Errorf("failover from %d to %d, want %d to %d", f.StartNs, f.EndNs, down, back)
 	}
