@@ -50,7 +50,7 @@
 // of slices with sends in flight whose rate had not fallen (a link slowing
 // down does not lower its own yardstick); it must cover MinBaseline (5ms)
 // of busy time first. Backpressured slices separated by at most MaxGap
-// (20ms) form an episode; one flagged for at least MinDuration (50ms), and
+// (20ms) form an episode; one flagged for at least MinDuration (100ms), and
 // in at least MinShare (0.5) of its busy slices, is reported. (VCCL's rule
 // for comparison: bandwidth under half the 50ms mean while the bytes in
 // flight exceed twice their 50ms maximum.)
@@ -104,7 +104,10 @@
 // more than SlowLink.MaxGap (5) normal ones in a row, is reported when at
 // least SlowLink.MinCollectives (3) of its collectives, and at least
 // SlowLink.MinFraction (0.6) of them, were slow. Impact: the transfer time
-// beyond what the other links' bandwidth would have taken.
+// beyond what the other links' bandwidth would have taken. A slow link that
+// overlaps a worse one in time and shares a rank with it is folded into the
+// worse one (listed in Related): both go through that rank, whose interface
+// slows both directions and its acknowledgements too.
 //
 // # Stall
 //

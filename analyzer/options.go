@@ -48,7 +48,7 @@ type BackpressureOptions struct {
 	CreditShare   float64       `opt:"credit_share"`   // or credit-starved over this share of the busy time; default 0.5
 	MinBacklog    uint64        `opt:"min_backlog"`    // bytes outstanding a slice needs to be judged; default 64KiB
 	MinBusy       float64       `opt:"min_busy"`       // share of a slice with sends pending, to judge it; default 0.5
-	MinDuration   time.Duration `opt:"min_duration"`   // flagged time an episode needs; default 50ms
+	MinDuration   time.Duration `opt:"min_duration"`   // flagged time an episode needs; default 100ms
 	MinShare      float64       `opt:"min_share"`      // flagged share of the episode's busy slices; default 0.5
 	MaxGap        time.Duration `opt:"max_gap"`        // unflagged time that ends an episode; default 20ms
 }
@@ -100,7 +100,7 @@ func DefaultOptions() Options {
 		Backpressure: BackpressureOptions{
 			Window: 5 * time.Millisecond, Baseline: 50 * time.Millisecond, MinBaseline: 5 * time.Millisecond,
 			RateFactor: 0.5, BacklogFactor: 2, CreditShare: 0.5, MinBacklog: 64 << 10, MinBusy: 0.5, MinShare: 0.5,
-			MinDuration: 50 * time.Millisecond, MaxGap: 20 * time.Millisecond,
+			MinDuration: 100 * time.Millisecond, MaxGap: 20 * time.Millisecond,
 		},
 		Stall: StallOptions{MinDuration: 50 * time.Millisecond, MaxBusy: 0.1, MaxExplained: 0.5},
 		Straggler: StragglerOptions{

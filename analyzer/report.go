@@ -320,6 +320,7 @@ func (a *Analyzer) finalFindings() []Finding {
 		out = append(out, f)
 	}
 
+	out = foldSlowLinks(out)
 	for k := range out {
 		if f := &out[k]; len(f.Related) > 1 {
 			slices.SortFunc(f.Related, cmpLinkRef)
@@ -373,6 +374,44 @@ func (a *Analyzer) finalFindings() []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// foldSlowLinks folds a slow link into a worse one it overlaps in time and
+// shares a rank with: both go through that rank (its interface slows both
+// directions, its acknowledgements too), and the worse one is the culprit.
+func foldSlowLinks(fs []Finding) []Finding {
+	var slow []int
+	for i := range fs {
+		if fs[i].Kind == KindSlowLink {
+			slow = append(slow, i)
+		}
+	}
+	slices.SortStableFunc(slow, func(x, y int) int { return cmp.Compare(fs[y].ImpactNs, fs[x].ImpactNs) })
+	drop := map[int]bool{}
+	for k, i := range slow {
+		if drop[i] {
+			continue
+		}
+		a := &fs[i]
+		for _, j := range slow[k+1:] {
+			b := &fs[j]
+			if drop[j] || a.Comm != b.Comm || !overlaps(span{a.StartNs, a.EndNs}, span{b.StartNs, b.EndNs}) {
+				continue
+			}
+			if a.Rank == b.Rank || a.Rank == b.Peer || a.Peer == b.Rank || a.Peer == b.Peer {
+				drop[j] = true
+				a.Related = append(a.Related, b.Link())
+				a.Summary += fmt.Sprintf("; also slower through the same rank: %s (%.0f%% of its peers)", b.Link(), 100*b.Evidence["ratio"])
+			}
+		}
+	}
+	kept := fs[:0]
+	for i := range fs {
+		if !drop[i] {
+			kept = append(kept, fs[i])
+		}
+	}
+	return kept
 }
 
 func cmpLinkRef(x, y LinkRef) int {

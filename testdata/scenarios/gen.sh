@@ -7,6 +7,10 @@
 #
 #   testdata/scenarios/gen.sh [SCENARIO...]     # default: all
 #
+# VCCL_SCENARIOS_OUT=DIR writes the scenarios there instead (then
+# VCCL_CORPUS_DIR=DIR go test ./analyzer -run TestCorpus checks a fresh run
+# against the labels, without the golden files).
+#
 # Needs root, iproute2 (ip netns, tc tbf), nftables and toxiproxy's server
 # (go install github.com/Shopify/toxiproxy/v2/cmd/server@v2.5.0; nft comes
 # from Debian's nftables). Every rank runs in its own network namespace
@@ -28,7 +32,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/../.."
 root=$(pwd)
-out=$root/testdata/scenarios
+out=${VCCL_SCENARIOS_OUT:-$root/testdata/scenarios}
 export PATH="$PATH:$HOME/go/bin:/usr/local/go/bin"
 
 NS=vsc # namespace prefix
