@@ -102,7 +102,7 @@
 // collective: under SlowLink.Ratio (0.5) of it, the link was slow in that
 // collective. A run of collectives in which the link was slow, ended by
 // more than SlowLink.MaxGap (5) normal ones in a row, is reported when at
-// least SlowLink.MinCollectives (3) of its collectives, and at least
+// least SlowLink.MinCollectives (5) of its collectives, and at least
 // SlowLink.MinFraction (0.6) of them, were slow. Impact: the transfer time
 // beyond what the other links' bandwidth would have taken. A slow link that
 // overlaps a worse one in time and shares a rank with it is folded into the

@@ -73,7 +73,7 @@ type SlowLinkOptions struct {
 	Ratio          float64 `opt:"ratio"`           // bandwidth under this share of the other links' median; default 0.5
 	MinBytes       uint64  `opt:"min_bytes"`       // a link's bytes in a collective to judge it; default 64KiB
 	MinWRBytes     uint64  `opt:"min_wr_bytes"`    // WRs smaller than this are not timed; default 4KiB
-	MinCollectives int     `opt:"min_collectives"` // slow collectives an episode needs; default 3
+	MinCollectives int     `opt:"min_collectives"` // slow collectives an episode needs; default 5
 	MinFraction    float64 `opt:"min_fraction"`    // share of the episode's collectives that are slow; default 0.6
 	MaxGap         int     `opt:"max_gap"`         // consecutive normal collectives that end an episode; default 5
 }
@@ -107,7 +107,7 @@ func DefaultOptions() Options {
 			MinLate: 2 * time.Millisecond, MinCount: 3, MinShare: 0.5, MinFraction: 0.05,
 		},
 		SlowLink: SlowLinkOptions{
-			Ratio: 0.5, MinBytes: 64 << 10, MinWRBytes: 4 << 10, MinCollectives: 3, MinFraction: 0.6, MaxGap: 5,
+			Ratio: 0.5, MinBytes: 64 << 10, MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
 		},
 		HOL: HOLOptions{
 			MinWait: time.Millisecond, Dominance: 0.8, SizeRatio: 8, MinBlocked: 2, MaxGap: time.Second,
