@@ -13,7 +13,7 @@ import (
 //	0      1    magic 'F'
 //	1      1    version (1)
 //	2      1    type (FrameType)
-//	3      1    flags (data frames only: too-large, end, replay)
+//	3      1    flags (data frames only: too-large, end, replay, ack-now)
 //	4      4    aux: the path of hello and path-down, the epoch of resync
 //	8      8    seq: the data sequence number of data, credit and ack
 //	            frames, the generation of hello and path-down, the bytes
@@ -60,7 +60,8 @@ const (
 	FlagTooLarge uint8 = 1 << 0 // the message did not fit its receive: no payload, len is its size
 	FlagEnd      uint8 = 1 << 1 // the last segment of its message
 	FlagReplay   uint8 = 1 << 2 // a retransmission after a path change
-	knownFlags         = FlagTooLarge | FlagEnd | FlagReplay
+	FlagAckNow   uint8 = 1 << 3 // the sender waits for the acknowledgement: send it at once
+	knownFlags         = FlagTooLarge | FlagEnd | FlagReplay | FlagAckNow
 )
 
 // Header is a decoded frame header.

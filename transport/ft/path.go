@@ -64,12 +64,14 @@ type writerState struct {
 	n       int
 	payload int
 	bye     bool
+	written []uint64 // small sends whose last byte this batch carries
 }
 
 func (w *writerState) reset() {
 	clear(w.iov) // drop references to user buffers
 	w.iov = w.iov[:0]
 	w.n, w.payload, w.bye = 0, 0, false
+	w.written = w.written[:0]
 }
 
 func (w *writerState) add(h Header, payload []byte) {
@@ -179,6 +181,14 @@ func (pa *path) flushPartial() error {
 // scheduled silences all paths of the link alike, which the peer does not
 // mistake for one path failing.
 func (pa *path) heartbeat() bool {
+	return pa.writeNow(Header{Type: FrameHeartbeat, Seq: pa.rxBytes.Load()})
+}
+
+// writeNow writes one control frame from the calling goroutine, without
+// blocking, unless the writer is writing or the socket is full; it reports
+// whether the frame went out (the rest of a frame the socket took only
+// part of is the writer's to finish).
+func (pa *path) writeNow(h Header) bool {
 	if pa.blackhole.Load() || !pa.wmu.TryLock() {
 		return false
 	}
@@ -191,7 +201,7 @@ func (pa *path) heartbeat() bool {
 		return false
 	}
 	var b [HeaderSize]byte
-	PutHeader(b[:], Header{Type: FrameHeartbeat, Seq: pa.rxBytes.Load()})
+	PutHeader(b[:], h)
 	n := 0
 	rc.Write(func(fd uintptr) bool {
 		n, err = unix.Write(int(fd), b[:])
@@ -242,6 +252,11 @@ func (pa *path) writeLoop() {
 		}
 		pa.wmu.Unlock()
 		pa.txBytes.Add(uint64(n))
+		if err == nil && len(w.written) > 0 {
+			q.mu.Lock()
+			q.markWritten(w.written)
+			q.mu.Unlock()
+		}
 		w.reset()
 		if err != nil {
 			q.mu.Lock()
@@ -301,7 +316,7 @@ func (pa *path) readFrames() error {
 		case FrameData:
 			err = q.onData(pa, h)
 		case FrameBye:
-			q.onBye()
+			q.onBye(h.Seq)
 		default:
 			err = fmt.Errorf("protocol error: unexpected %s frame", h.Type)
 		}

@@ -32,6 +32,43 @@ type sendWR struct {
 	telID  uint64
 	path   uint8 // the path it was last transmitted on
 	replay bool  // transmitted again after a path change
+	// A small send is copied at post time (wr.Buf is then the copy, own
+	// the pooled buffer): it completes as soon as it was written, as with
+	// tcp, in order; a larger one when the peer acknowledges it.
+	own  *[]byte
+	sent bool // written whole at least once
+	done bool // its completion was queued
+}
+
+// eagerMax is the largest send that is copied and completes once written.
+const eagerMax = 64 << 10
+
+// eagerPool holds the copies of small sends, in three size classes.
+var eagerPool = [3]sync.Pool{
+	{New: func() any { b := make([]byte, 1<<10); return &b }},
+	{New: func() any { b := make([]byte, 8<<10); return &b }},
+	{New: func() any { b := make([]byte, eagerMax); return &b }},
+}
+
+func eagerClass(n int) int {
+	switch {
+	case n <= 1<<10:
+		return 0
+	case n <= 8<<10:
+		return 1
+	}
+	return 2
+}
+
+// release returns a small send's copy to its pool. The copy may still be
+// read by a write on a path the peer has left; what that path carries is
+// dropped on arrival (the peer delivered the message already), so reuse is
+// safe.
+func (s *sendWR) release() {
+	if s.own != nil {
+		eagerPool[eagerClass(cap(*s.own))].Put(s.own)
+		s.own = nil
+	}
 }
 
 type recvWR struct {
@@ -71,7 +108,9 @@ type QP struct {
 	// linkless is when the last path went down by an error, 0 while a
 	// path is up: the link then waits (LinkTimeout) for a path to come back.
 	linkless int64
-	closing  bool  // Close is saying goodbye: no more data goes out
+	closing  bool // Close is saying goodbye: no more data goes out
+	byeSeen  bool // the peer said goodbye, having sent byeAt messages
+	byeAt    uint64
 	err      error // why the QP stopped; nil while it runs
 	errSt    flowtel.Status
 	sendsFlushed,
@@ -85,6 +124,7 @@ type QP struct {
 	sendBase  uint64
 	sendNext  uint64 // next message to transmit on tx
 	sendOff   uint64 // bytes of message sendNext already transmitted on tx
+	sendDone  uint64 // sends below this one have had their completion queued
 	credits   queue[uint64]
 	creditsIn uint64 // credits received; credits.at(i) is the size of credit sendBase+i
 
@@ -196,7 +236,12 @@ func (q *QP) PostSend(wr transport.WR) error {
 		return nil
 	}
 	seq := q.sendBase + uint64(q.sends.len())
-	q.sends.push(sendWR{wr: wr, telID: id})
+	s := sendWR{wr: wr, telID: id}
+	if len(wr.Buf) <= eagerMax {
+		s.own = eagerPool[eagerClass(len(wr.Buf))].Get().(*[]byte)
+		s.wr.Buf = (*s.own)[:copy(*s.own, wr.Buf)]
+	}
+	q.sends.push(s)
 	hasCredit := q.creditsIn > seq
 	if !hasCredit {
 		q.core.CreditWait(id, &wr)
@@ -248,7 +293,10 @@ func (q *QP) Close() error {
 			if pa != nil {
 				// Acknowledge what was delivered first: a peer whose last
 				// send we received must see it complete, not fail.
-				pa.ctl = append(pa.ctl, Header{Type: FrameAck, Seq: q.recvBase}, Header{Type: FrameBye})
+				// The goodbye says how many messages were sent: the peer
+				// ends the link once it has them all, whichever path the
+				// goodbye arrives on first.
+				pa.ctl = append(pa.ctl, Header{Type: FrameAck, Seq: q.recvBase}, Header{Type: FrameBye, Seq: q.sendNext})
 				pa.signal()
 				sent = append(sent, pa.byeSent)
 			}
@@ -296,7 +344,10 @@ func (q *QP) die(err error, st flowtel.Status) {
 	q.noteBackup(nanotime(), false)
 	for q.sends.len() > 0 {
 		s := q.sends.pop()
-		q.core.CompleteOn(transport.WC{ID: s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, s.telID, s.wr.Tag, s.path, st)
+		s.release()
+		if !s.done {
+			q.core.CompleteOn(transport.WC{ID: s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, s.telID, s.wr.Tag, s.path, st)
+		}
 	}
 	q.sendsFlushed = true
 	q.flushRecvs()
@@ -370,10 +421,14 @@ func (q *QP) pathDown(pa *path, why error, how downCause) {
 	if q.err != nil || q.paths[pa.idx] != pa {
 		return // already down, replaced, or the QP is gone
 	}
-	if q.closing {
-		// Close is under way: the peer answered our goodbye.
+	if q.closing || q.byeSeen {
+		// Close is under way here, or the peer's: its connections close.
+		// The link ends when the path its data comes on does.
 		q.paths[pa.idx] = nil
 		pa.shut()
+		if q.byeSeen && (pa == q.rx || q.best() == nil) {
+			q.peerClosed()
+		}
 		return
 	}
 	q.paths[pa.idx] = nil
@@ -678,6 +733,12 @@ func (q *QP) monitor() {
 		if q.err == nil && q.linkless != 0 && time.Duration(now-q.linkless) > q.prm.LinkTimeout {
 			q.die(q.linkError(fmt.Errorf("no path came back within %v", q.prm.LinkTimeout)), flowtel.StatusError)
 		}
+		if q.err == nil && q.tx != nil && !q.closing && q.recvBase > q.ackSent {
+			// Acknowledgements nobody waits for, not sent with data yet.
+			if q.tx.writeNow(Header{Type: FrameAck, Seq: q.recvBase}) {
+				q.ackSent = q.recvBase
+			}
+		}
 		for _, pa := range q.paths {
 			if pa == nil || q.err != nil {
 				continue
@@ -788,23 +849,67 @@ func (q *QP) onAck(pa *path, n uint64) error {
 		s := q.sends.pop()
 		credit := q.credits.pop()
 		q.sendBase++
+		s.release()
+		q.stats.SendsAcked++
+		totals.sendsAcked.Add(1)
+		if s.done {
+			continue
+		}
 		wc := transport.WC{ID: s.wr.ID, Op: transport.OpSend, Bytes: len(s.wr.Buf)}
 		if uint64(len(s.wr.Buf)) > credit {
 			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, transport.TooLargeError(len(s.wr.Buf), int(credit)), 0
 		}
 		st := wc.Status
-		if s.replay && st == flowtel.StatusOK {
-			st = flowtel.StatusRetransmitted
+		if st == flowtel.StatusOK {
+			q.stats.SendsCompleted++
+			totals.sendsCompleted.Add(1)
+			if s.replay {
+				st = flowtel.StatusRetransmitted
+			}
 		}
 		q.core.CompleteOn(wc, s.telID, s.wr.Tag, s.path, st)
-		q.stats.SendsAcked++
-		totals.sendsAcked.Add(1)
 	}
+	q.sendDone = max(q.sendDone, q.sendBase)
 	if q.sendNext < n {
 		// Delivered on the path we left: no need to replay it.
 		q.sendNext, q.sendOff = n, 0
 	}
+	q.completeWritten()
 	return nil
+}
+
+// completeWritten queues the completions of small sends written whole, in
+// posting order: it stops at the first send that is not (a large one
+// waiting for its acknowledgement, or one not written yet). q.mu held.
+func (q *QP) completeWritten() {
+	for q.sendDone < q.sendBase+uint64(q.sends.len()) {
+		s := q.sends.at(int(q.sendDone - q.sendBase))
+		if !s.done {
+			if s.own == nil || !s.sent {
+				return
+			}
+			s.done = true
+			q.stats.SendsCompleted++
+			totals.sendsCompleted.Add(1)
+			st := flowtel.StatusOK
+			if s.replay {
+				st = flowtel.StatusRetransmitted
+			}
+			q.core.CompleteOn(transport.WC{ID: s.wr.ID, Op: transport.OpSend, Bytes: len(s.wr.Buf)}, s.telID, s.wr.Tag, s.path, st)
+		}
+		q.sendDone++
+	}
+}
+
+// markWritten notes that the messages seqs were written whole (a batch's
+// small sends that fit their credit). q.mu held.
+func (q *QP) markWritten(seqs []uint64) {
+	for _, seq := range seqs {
+		if seq >= q.sendBase && seq < q.sendBase+uint64(q.sends.len()) {
+			q.sends.at(int(seq - q.sendBase)).sent = true
+		}
+	}
+	q.completeWritten()
 }
 
 // onCredit takes the peer's credit number seq; a replayed one it already has
@@ -858,10 +963,20 @@ func (q *QP) onResync(pa *path, epoch uint32, first uint64) error {
 // errPeerClosed marks the error of a link the peer closed.
 var errPeerClosed = errors.New("the peer closed the link")
 
-// onBye: the peer closed the link.
-func (q *QP) onBye() {
+// onBye: the peer closed the link after sending n messages. The link ends
+// once they are all delivered (the last may still be on the way on
+// another path).
+func (q *QP) onBye(n uint64) {
 	q.mu.Lock()
 	defer q.mu.Unlock()
+	q.byeSeen, q.byeAt = true, n
+	if q.recvBase >= n {
+		q.peerClosed()
+	}
+}
+
+// peerClosed ends the link the peer closed. q.mu held.
+func (q *QP) peerClosed() {
 	q.die(fmt.Errorf("%w: ft link to rank %d: %w", transport.ErrPeerDead, q.core.Config().Peer, errPeerClosed), flowtel.StatusError)
 }
 
@@ -958,6 +1073,24 @@ func (q *QP) deliver(pa *path, h Header, err error) {
 	q.recvOff = 0
 	q.stats.RecvsDelivered++
 	totals.recvsDelivered.Add(1)
+	if q.byeSeen && q.recvBase >= q.byeAt {
+		q.peerClosed()
+		return
+	}
+	// A sender that waits for the acknowledgement (a large send) gets it
+	// at once, from this goroutine, on the path the message came on
+	// (acknowledgements count from any path), or else with our writer's
+	// next batch. Other acknowledgements only free the sender's copies:
+	// they go with the next batch or the next heartbeat tick.
+	if h.Flags&FlagAckNow == 0 || q.closing {
+		return
+	}
+	if pa.writeNow(Header{Type: FrameAck, Seq: q.recvBase}) {
+		if pa == q.tx {
+			q.ackSent = q.recvBase
+		}
+		return
+	}
 	if q.tx != nil {
 		q.tx.signal()
 	}
@@ -1007,6 +1140,9 @@ func (q *QP) fillBatch(pa *path, w *writerState) {
 		if s.replay {
 			flags |= FlagReplay
 		}
+		if s.own == nil {
+			flags |= FlagAckNow
+		}
 		if total > credit {
 			w.add(Header{Type: FrameData, Flags: flags | FlagTooLarge | FlagEnd, Seq: q.sendNext, Len: total}, nil)
 			q.sendNext++
@@ -1017,6 +1153,9 @@ func (q *QP) fillBatch(pa *path, w *writerState) {
 			flags |= FlagEnd
 		}
 		w.add(Header{Type: FrameData, Flags: flags, Seq: q.sendNext, Off: q.sendOff, Len: seg}, s.wr.Buf[q.sendOff:q.sendOff+seg])
+		if flags&FlagEnd != 0 && s.own != nil && !s.sent {
+			w.written = append(w.written, q.sendNext)
+		}
 		if flags&FlagEnd != 0 {
 			q.sendNext++
 			q.sendOff = 0

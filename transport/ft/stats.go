@@ -14,7 +14,8 @@ type Stats struct {
 	RetransmittedBytes uint64        // their bytes
 	TimeOnBackup       time.Duration // time data spent off the primary (stints that ended)
 	OnBackup           bool          // data is off the primary now
-	SendsAcked         uint64        // sends the peer acknowledged
+	SendsCompleted     uint64        // sends completed without error
+	SendsAcked         uint64        // sends the peer acknowledged (a closing peer may not acknowledge the last)
 	RecvsDelivered     uint64        // messages delivered to receives
 	Duplicates         uint64        // data frames dropped as already delivered (replays the peer had)
 }
@@ -35,6 +36,7 @@ var totals struct {
 	failovers, failbacks, linkDowns, linkUps atomic.Uint64
 	retransWRs, retransBytes                 atomic.Uint64
 	sendsAcked, recvsDelivered, duplicates   atomic.Uint64
+	sendsCompleted                           atomic.Uint64
 	backupNs                                 atomic.Int64
 }
 
@@ -45,8 +47,9 @@ func Totals() Stats {
 		Failovers: totals.failovers.Load(), Failbacks: totals.failbacks.Load(),
 		LinkDowns: totals.linkDowns.Load(), LinkUps: totals.linkUps.Load(),
 		RetransmittedWRs: totals.retransWRs.Load(), RetransmittedBytes: totals.retransBytes.Load(),
-		TimeOnBackup: time.Duration(totals.backupNs.Load()),
-		SendsAcked:   totals.sendsAcked.Load(), RecvsDelivered: totals.recvsDelivered.Load(),
+		TimeOnBackup:   time.Duration(totals.backupNs.Load()),
+		SendsCompleted: totals.sendsCompleted.Load(),
+		SendsAcked:     totals.sendsAcked.Load(), RecvsDelivered: totals.recvsDelivered.Load(),
 		Duplicates: totals.duplicates.Load(),
 	}
 }
