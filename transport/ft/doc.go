@@ -10,8 +10,10 @@
 // direction; a message longer than Params.Segment goes out in segments, so a
 // heartbeat never waits behind more than one. The receiver lands each
 // segment straight in the receive posted for it (no copy) and acknowledges
-// delivered messages cumulatively; a send completes when it is acknowledged,
-// so its buffer can be replayed until then (the sender keeps no copy).
+// delivered messages cumulatively. A send must stay replayable until it is
+// acknowledged: one of up to 64 KiB is copied when posted and completes once
+// written, as with transport/tcp; a larger one completes when acknowledged
+// (its own buffer is replayed) and asks for the acknowledgement at once.
 // Credits (one per posted receive, as in transport/tcp) are numbered too.
 //
 // Data, credits and acknowledgements of one end leave on one path, its tx
@@ -30,13 +32,16 @@
 //   - Every path carries a heartbeat every Params.Heartbeat (10 ms), sent by
 //     one monitor goroutine per link. A path that delivers nothing (not a
 //     byte, by our reader's or the kernel's count) for Params.DeadAfter
-//     (60 ms) while the peer's heartbeats still arrive on another path, and
-//     whose packets the peer's kernel no longer acknowledges, is down.
-//     Silence on every path at once is a stalled process (ours or the
-//     peer's), not a failed path: it must last Params.LinkTimeout (1 s).
-//   - Heartbeats report the bytes read from the path: a peer that reads
-//     nothing we write for Params.Progress (1 s) takes the path down too (a
-//     path that fails in one direction only).
+//     (60 ms) while the peer's heartbeats still arrive on another path is
+//     down once our interface is down or the peer's kernel no longer
+//     acknowledges its packets; after Params.LinkTimeout (1 s) in any case.
+//   - Silence on every path at once is the peer's process (or ours) not
+//     running, or the network gone: it takes paths down only with no TCP
+//     acknowledgement for LinkTimeout. A stopped or starved peer whose
+//     kernel still answers is left to the calls' own deadline.
+//   - Heartbeats report the bytes read from the path: a peer whose
+//     heartbeats keep saying it reads nothing we write, for Params.Progress
+//     (1 s), takes the path down too (a path that fails one way only).
 //   - A path declared down is closed and the peer is told on the others.
 //
 // When the last path goes down by an error the link waits up to
@@ -52,6 +57,10 @@
 // The side that dialled the link reconnects down paths every Params.Probe
 // (50 ms) through the peer's listener, which stays open for that while the
 // links it accepted live; when the primary is back, traffic returns to it.
+//
+// Close acknowledges what it delivered and says goodbye on every path with
+// the count of messages it sent; the peer ends the link, quietly, once it has
+// them all.
 //
 // # Telemetry
 //
