@@ -478,8 +478,14 @@ func (c *Comm) Clock() *flowtel.Clock { return c.clock }
 // Exporters attach to it as sinks.
 func (c *Comm) Collector() *flowtel.Collector { return c.collector }
 
-// Transport returns the transport this rank uses to reach peer.
-func (c *Comm) Transport(peer int) string { return c.backends[peer] }
+// Transport returns the transport this rank uses to reach peer ("ft" for
+// TCP with fault tolerance on).
+func (c *Comm) Transport(peer int) string {
+	if b := c.backends[peer]; b != "tcp" || !c.opts.ft {
+		return b
+	}
+	return "ft"
+}
 
 // Store returns the rendezvous store client (nil for local or single-rank
 // communicators), for publishing job-wide information.

@@ -194,7 +194,7 @@ type LinkStats struct {
 	Key LinkKey
 
 	Completions int    // completions in the window
-	Failed      int    // of which with a Status other than StatusOK
+	Failed      int    // of which failed (error or flushed; a retransmitted WR was delivered)
 	Bytes       uint64 // bytes of those completions
 
 	// BandwidthBps is the rate the link completed bytes at, in bytes per
@@ -430,7 +430,8 @@ func (w *Window) add(rec *Record) {
 			l.pending--
 			l.orphaned++
 		}
-		s := sample{ts: rec.TsNs, lat: -1, bytes: rec.Bytes, failed: rec.Status != StatusOK}
+		// A retransmitted WR was delivered (on another path): not a failure.
+		s := sample{ts: rec.TsNs, lat: -1, bytes: rec.Bytes, failed: rec.Status != StatusOK && rec.Status != StatusRetransmitted}
 		if qd.fifo.n > 0 && qd.fifo.front().wrID == rec.WrID {
 			p := qd.fifo.popFront()
 			s.lat = rec.TsNs - p.ts

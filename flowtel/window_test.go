@@ -495,3 +495,21 @@ func TestWindowConfigFromEnv(t *testing.T) {
 		t.Fatalf("zero config gives %v, want the defaults", got)
 	}
 }
+
+func TestWindowRetransmittedIsNotFailed(t *testing.T) {
+	w := flowtel.NewWindow(flowtel.WindowConfig{N: 8, T: time.Hour})
+	post := flowtel.Record{TsNs: 10, Kind: flowtel.KindWRPost, Rank: 0, Peer: 1, QP: 1, WrID: flowtel.WRID(0, false), Bytes: 100}
+	wc := post
+	wc.TsNs, wc.Kind, wc.Status, wc.Path = 20, flowtel.KindWC, flowtel.StatusRetransmitted, 1
+	w.Update([]flowtel.Record{post, wc})
+	completions := 0
+	for _, l := range w.SnapshotAt(20) {
+		completions += l.Completions
+		if l.Failed != 0 {
+			t.Fatalf("link %v: %d failed; a retransmitted WR is a delivered one", l.Key, l.Failed)
+		}
+	}
+	if completions != 1 {
+		t.Fatalf("%d completions, want the retransmitted one", completions)
+	}
+}
