@@ -92,3 +92,29 @@ func (l *lockedWriter) Write(p []byte) (int, error) {
 	defer l.mu.Unlock()
 	return l.w.Write(p)
 }
+
+func TestFaultToleranceMustAgree(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	addr := freeAddr(t)
+	errs := make([]error, 2)
+	var wg sync.WaitGroup
+	for r := range 2 {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := New(ctx, WithRank(r, 2), WithMaster(addr), WithTransport("tcp"), WithFaultTolerance(r == 0))
+			if err == nil {
+				c.Abort()
+			}
+			errs[r] = err
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		t.Logf("rank %d: %v", r, err)
+		if err == nil || !strings.Contains(err.Error(), "fault tolerance") {
+			t.Errorf("rank %d: %v, want an error naming the fault-tolerance mismatch", r, err)
+		}
+	}
+}

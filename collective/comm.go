@@ -61,6 +61,7 @@ type peerInfo struct {
 	HostID string            `json:"host_id"` // same value ⇔ shared memory works
 	ProcID string            `json:"proc_id"` // same value ⇔ same process
 	Addrs  map[string]string `json:"addrs"`   // backend name → listen address
+	FT     bool              `json:"ft"`      // fault-tolerant TCP links
 }
 
 // nextQPID numbers queue pairs: unique within the process, so within the
@@ -292,6 +293,13 @@ func newUID() string {
 	return hex.EncodeToString(b[:])
 }
 
+func onOff(b bool) string {
+	if b {
+		return "on"
+	}
+	return "off"
+}
+
 func hash32(s string) uint32 {
 	h := fnv.New32a()
 	h.Write([]byte(s))
@@ -332,7 +340,7 @@ func (c *Comm) chooseBackend(me, peer peerInfo) string {
 // channel and starts the progress engines.
 func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInfo) ([]peerInfo, error)) error {
 	c.id = hash32(c.uid)
-	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}}
+	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}, FT: c.opts.ft}
 	me.Host, _ = os.Hostname()
 	if me.HostID == "" {
 		me.HostID = hostID()
@@ -362,6 +370,12 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		return fmt.Errorf("collective: rank %d bootstrap: %w", c.rank, err)
 	}
 	c.peers = peers
+	for p := range peers {
+		if peers[p].FT != me.FT && p != c.rank {
+			return fmt.Errorf("collective: rank %d has fault tolerance %s but rank %d has it %s (set VCCL_FAULT_TOLERANCE the same on every rank)",
+				c.rank, onOff(me.FT), p, onOff(peers[p].FT))
+		}
+	}
 	c.backends = make([]string, c.size)
 	for p := range c.size {
 		c.backends[p] = "self"
