@@ -102,17 +102,19 @@ func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *f
 // to make the progress it waits for, so engines then go straight to sleep.
 var liveEngines atomic.Int32
 
-// spinBudget is how many idle polls the driver spins before it sleeps on the
+// spinFor is how long the driver keeps polling after the last progress
+// before it yields, and then how long it yields before it sleeps on the
 // notifier. Spinning pays only where completions appear without the kernel:
-// shared memory. A TCP completion needs the runtime's network poller, which
-// a spinning goroutine keeps from running (it is consulted when a processor
-// has nothing else to run), so over TCP the driver sleeps at once and the
-// poller wakes it.
-func (e *engine) spinBudget() int {
-	if !e.spin || int(liveEngines.Load()) > runtime.NumCPU() {
-		return 0
-	}
-	return 256
+// shared memory (a sleeping peer's wake-up costs tens of microseconds on an
+// idle VM, more than a whole small collective). A TCP completion needs Go's
+// network poller, which a spinning goroutine keeps from running (it is
+// consulted when a processor has nothing else to run), so over TCP the
+// driver sleeps at once and the poller wakes it. With more engines than
+// cores nothing spins: a spinning engine would take its peer's core.
+const spinFor = 200 * time.Microsecond
+
+func (e *engine) spins() bool {
+	return e.spin && int(liveEngines.Load()) <= runtime.NumCPU()
 }
 
 // errEngineStopped is what tasks submitted after Close get.
@@ -257,6 +259,7 @@ func isDone(t *task) bool {
 // left), ctx ends, or the engine stops. The caller holds the token.
 func (e *engine) drive(ctx context.Context, until *task) {
 	idle := 0
+	var idleSince int64
 	for iter := 0; ; iter++ {
 		e.admitQueued()
 		if until != nil && isDone(until) || until == nil && len(e.active) == 0 {
@@ -278,35 +281,45 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			continue
 		}
 		idle++
-		spin := e.spinBudget()
-		switch {
-		case idle < spin:
-			// spin: completions usually follow within microseconds
-		case idle < 2*spin:
-			runtime.Gosched()
-		default:
-			if e.checkDeadlines() {
+		if idle == 1 {
+			idleSince = flowtel.Monotonic()
+		}
+		if e.spins() {
+			// Poll, reading the clock every 64 polls: spin for spinFor,
+			// then yield between polls for as long again, then sleep.
+			if idle&63 != 0 {
 				continue
 			}
-			if e.timer == nil {
-				e.timer = time.NewTimer(time.Millisecond)
-			} else {
-				e.timer.Reset(time.Millisecond)
+			waited := time.Duration(flowtel.Monotonic() - idleSince)
+			if waited < spinFor {
+				continue
 			}
-			select {
-			case <-e.notify.C():
-			case <-e.timer.C:
-			case <-e.stop:
-			case <-ctx.Done():
+			if waited < 2*spinFor {
+				runtime.Gosched()
+				continue
 			}
-			if !e.timer.Stop() {
-				select {
-				case <-e.timer.C:
-				default:
-				}
-			}
-			idle = spin
 		}
+		if e.checkDeadlines() {
+			continue
+		}
+		if e.timer == nil {
+			e.timer = time.NewTimer(time.Millisecond)
+		} else {
+			e.timer.Reset(time.Millisecond)
+		}
+		select {
+		case <-e.notify.C():
+		case <-e.timer.C:
+		case <-e.stop:
+		case <-ctx.Done():
+		}
+		if !e.timer.Stop() {
+			select {
+			case <-e.timer.C:
+			default:
+			}
+		}
+		idle = 0
 	}
 }
 
