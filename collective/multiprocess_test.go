@@ -65,9 +65,13 @@ func TestMatrixRank(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer c.Close()
+	want := os.Getenv(EnvTransport)
+	if want == "tcp" && c.opts.ft {
+		want = "ft"
+	}
 	for p := range c.Size() {
-		if p != c.Rank() && c.Transport(p) != os.Getenv(EnvTransport) {
-			t.Fatalf("rank %d reaches rank %d over %s, want %s", c.Rank(), p, c.Transport(p), os.Getenv(EnvTransport))
+		if p != c.Rank() && c.Transport(p) != want {
+			t.Fatalf("rank %d reaches rank %d over %s, want %s", c.Rank(), p, c.Transport(p), want)
 		}
 	}
 	large, sample := 4099, 25

@@ -49,7 +49,7 @@ func TestLoopback(t *testing.T) {
 	}()
 	for r, c := range comms {
 		for p := range n {
-			if p != r && c.Transport(p) != "tcp" {
+			if p != r && c.Transport(p) != "ft" {
 				t.Fatalf("rank %d reaches %d over %s", r, p, c.Transport(p))
 			}
 		}
