@@ -13,9 +13,13 @@ import (
 
 // Buffer is memory with its element type: the byte-buffer form of the API,
 // for memory that is not a typed Go slice (foreign memory, mmap'd regions).
+//
+// A Buffer holds either host memory (Data) or device memory (Dev, see
+// DeviceBuf): operations on device buffers run on the Comm's DeviceEngine.
 type Buffer struct {
 	Data []byte
 	Type Datatype
+	Dev  DeviceMemory
 }
 
 // Buf wraps a typed slice as a Buffer without copying.
@@ -27,7 +31,7 @@ func Bytes(b []byte, dt Datatype) Buffer { return Buffer{Data: b, Type: dt} }
 // Len returns the number of elements.
 func (b Buffer) Len() int {
 	if s := b.Type.Size(); s > 0 {
-		return len(b.Data) / s
+		return b.Size() / s
 	}
 	return 0
 }
@@ -43,12 +47,16 @@ type Handle struct {
 	comm   *Comm
 	err    error
 	waited bool
+	dev    *deviceWait // a device operation: the engine waits
 }
 
 // Wait blocks until the operation finished or ctx ended, and returns its
 // error. If ctx ends first the operation goes on, bounded by the context it
 // was started with; Wait may be called again.
 func (h *Handle) Wait(ctx context.Context) error {
+	if h.dev != nil {
+		return h.dev.Wait(ctx)
+	}
 	if h.waited {
 		return h.err
 	}
@@ -79,7 +87,12 @@ func (h *Handle) Wait(ctx context.Context) error {
 }
 
 // Done is closed when the operation finished.
-func (h *Handle) Done() <-chan struct{} { return h.tasks[len(h.tasks)-1].done }
+func (h *Handle) Done() <-chan struct{} {
+	if h.dev != nil {
+		return h.dev.Done()
+	}
+	return h.tasks[len(h.tasks)-1].done
+}
 
 // request is a call before it is split across channels.
 type request struct {
@@ -325,6 +338,9 @@ func sameType(a, b Buffer, op Op) error {
 // AllReduceAsync starts an all-reduce of send into recv (the same buffer for
 // in place).
 func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	if anyDevice(send, recv) {
+		return c.startDevice(ctx, DeviceOp{Op: OpAllReduce, Send: send, Recv: recv, Reduce: op})
+	}
 	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllReduce)); err != nil {
 		return nil, err
 	}
@@ -338,6 +354,9 @@ func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceO
 // AllGatherAsync starts an all-gather: recv holds Size() blocks of len(send).
 // In place when send is recv's block for this rank.
 func (c *Comm) AllGatherAsync(ctx context.Context, send, recv Buffer) (*Handle, error) {
+	if anyDevice(send, recv) {
+		return c.startDevice(ctx, DeviceOp{Op: OpAllGather, Send: send, Recv: recv})
+	}
 	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllGather)); err != nil {
 		return nil, err
 	}
@@ -352,6 +371,9 @@ func (c *Comm) AllGatherAsync(ctx context.Context, send, recv Buffer) (*Handle, 
 // len(recv); rank r receives the reduction of block r. In place when recv is
 // send's block for this rank.
 func (c *Comm) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	if anyDevice(send, recv) {
+		return c.startDevice(ctx, DeviceOp{Op: OpReduceScatter, Send: send, Recv: recv, Reduce: op})
+	}
 	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpReduceScatter)); err != nil {
 		return nil, err
 	}
@@ -365,6 +387,12 @@ func (c *Comm) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op Red
 // BroadcastAsync starts a broadcast of root's send into every rank's recv.
 // Pass the same buffer for in place; send is ignored on other ranks.
 func (c *Comm) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	if anyDevice(send, recv) {
+		if c.rank != root {
+			send = Buffer{}
+		}
+		return c.startDevice(ctx, DeviceOp{Op: OpBroadcast, Send: send, Recv: recv, Root: root})
+	}
 	if c.rank != root || send.Data == nil {
 		send = Buffer{Data: recv.Data, Type: recv.Type}
 	}
@@ -381,6 +409,12 @@ func (c *Comm) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) 
 // ReduceAsync starts a reduction of every rank's send into root's recv
 // (recv is ignored elsewhere; the same buffer on root for in place).
 func (c *Comm) ReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp, root int) (*Handle, error) {
+	if anyDevice(send, recv) {
+		if c.rank != root {
+			recv = Buffer{}
+		}
+		return c.startDevice(ctx, DeviceOp{Op: OpReduce, Send: send, Recv: recv, Reduce: op, Root: root})
+	}
 	if c.rank != root {
 		recv = Buffer{Type: send.Type}
 	}
@@ -397,6 +431,9 @@ func (c *Comm) ReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp, 
 // AllToAllAsync starts an all-to-all: block p of send goes to rank p, and
 // block p of recv comes from rank p. The same buffer for in place.
 func (c *Comm) AllToAllAsync(ctx context.Context, send, recv Buffer) (*Handle, error) {
+	if anyDevice(send, recv) {
+		return c.startDevice(ctx, DeviceOp{Op: OpAllToAll, Send: send, Recv: recv})
+	}
 	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllToAll)); err != nil {
 		return nil, err
 	}
@@ -410,6 +447,9 @@ func (c *Comm) AllToAllAsync(ctx context.Context, send, recv Buffer) (*Handle, e
 // AllToAllvAsync starts an all-to-all with per-peer counts and offsets, in
 // elements.
 func (c *Comm) AllToAllvAsync(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) (*Handle, error) {
+	if anyDevice(send, recv) {
+		return nil, fmt.Errorf("collective: alltoallv on device buffers is not supported")
+	}
 	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllToAllv)); err != nil {
 		return nil, err
 	}
@@ -440,6 +480,9 @@ func (c *Comm) AllToAllvAsync(ctx context.Context, send Buffer, sendCounts, send
 // GatherAsync starts a gather of every rank's send into root's recv (Size()
 // blocks; ignored elsewhere).
 func (c *Comm) GatherAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	if anyDevice(send, recv) {
+		return c.startDevice(ctx, DeviceOp{Op: OpGather, Send: send, Recv: recv, Root: root})
+	}
 	if c.rank != root {
 		recv = Buffer{Type: send.Type}
 	}
@@ -456,6 +499,9 @@ func (c *Comm) GatherAsync(ctx context.Context, send, recv Buffer, root int) (*H
 // ScatterAsync starts a scatter of root's send (Size() blocks; ignored
 // elsewhere) into every rank's recv.
 func (c *Comm) ScatterAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	if anyDevice(send, recv) {
+		return c.startDevice(ctx, DeviceOp{Op: OpScatter, Send: send, Recv: recv, Root: root})
+	}
 	if c.rank != root {
 		send = Buffer{Type: recv.Type}
 	}
@@ -489,6 +535,11 @@ func RecvFrom(peer int, buf Buffer) P2P { return P2P{Peer: peer, Buf: buf, Recv:
 func (c *Comm) SendRecvAsync(ctx context.Context, ops ...P2P) (*Handle, error) {
 	if len(ops) == 0 {
 		return nil, errors.New("collective: SendRecv with no operations")
+	}
+	for _, o := range ops {
+		if o.Buf.Dev != nil {
+			return c.startDevice(ctx, DeviceOp{Op: groupOp(ops), P2P: ops})
+		}
 	}
 	// Each buffer of the group is a buffer of its own to the schedule.
 	bufs := make([][]byte, numBufs, int(numBufs)+len(ops))

@@ -51,6 +51,7 @@ type Comm struct {
 	p2pSeq     uint64
 	splits     int
 	closed     bool
+	devEngine  DeviceEngine // runs operations on device buffers (SetDeviceEngine)
 	pending    sync.WaitGroup
 }
 
