@@ -209,9 +209,7 @@ func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint
 	t.bufs[bufIn], t.bufs[bufOut] = rq.in, rq.out
 	// Scratch comes from the engine's pool when the task is admitted.
 	if check {
-		t.bufs[bufSig] = make([]byte, c.size*sigSize)
-		sig := cl.signature(rq.dt, algo, seq)
-		copy(t.bufs[bufSig][c.rank*sigSize:], sig[:])
+		t.sig = cl.signature(rq.dt, algo, seq)
 	}
 	if fresh { // a cached schedule was validated against this shape already
 		if err := s.validate(t.bufs); err != nil {
@@ -244,27 +242,13 @@ func (c *Comm) schedule(cl *call, algo Algorithm, check bool) (s *schedule, fres
 			return s, false, nil
 		}
 	}
-	s = &schedule{algo: algo}
-	first := 0
-	var gate int32 = -1
-	if check {
-		gate = addSignatureExchange(s, c.rank, c.size)
-		first = len(s.prims)
-	}
-	body, err := build(cl, algo)
-	if err != nil {
+	if s, err = build(cl, algo); err != nil {
 		return nil, false, err
 	}
-	// Append the algorithm's primitives after the signature exchange.
-	for _, p := range body.prims {
-		for k := range p.deps {
-			p.deps[k] += int32(first)
-		}
-		s.prims = append(s.prims, p)
-	}
-	s.scratch = body.scratch
 	if check {
-		gateOn(s, first, gate)
+		if s, err = withSignature(s, cl, algo); err != nil {
+			return nil, false, err
+		}
 	}
 	s.compile(c.size)
 	if cacheable {

@@ -68,6 +68,7 @@ type task struct {
 	m        *machine
 	bufs     [][]byte // indexed by bufID
 	tag      transport.Tag
+	sig      [sigSize]byte // the call's signature, when checked
 	seq      uint64
 	ctx      context.Context
 	deadline int64 // monotonic ns; 0: the context's deadline governs
@@ -335,6 +336,10 @@ func (e *engine) admit(t *task) {
 	if need := t.sched.scratch; need > 0 {
 		t.bufs[bufScratch] = e.takeScratch(need)
 	}
+	if h := t.sched.hdr; h != nil {
+		t.bufs[bufHdr] = e.takeScratch(h.bytes)
+		h.fill(t.bufs[bufHdr], &t.sig)
+	}
 	t.m = newMachine(t.sched, e.ranks)
 	t.ready = t.m.initial(t.ready[:0])
 	t.begin = e.rec.Now()
@@ -348,23 +353,33 @@ func (e *engine) admit(t *task) {
 	e.lastProgress = flowtel.Monotonic()
 }
 
-// takeScratch returns a scratch buffer of n bytes, reusing a free one.
+// takeScratch returns a scratch buffer of n bytes, reusing the smallest
+// free one that fits.
 func (e *engine) takeScratch(n int) []byte {
+	best := -1
 	for i, b := range e.scratch {
-		if cap(b) >= n {
-			e.scratch = append(e.scratch[:i], e.scratch[i+1:]...)
-			return b[:n]
+		if cap(b) >= n && (best < 0 || cap(b) < cap(e.scratch[best])) {
+			best = i
 		}
 	}
-	return make([]byte, n)
+	if best < 0 {
+		return make([]byte, n)
+	}
+	b := e.scratch[best]
+	e.scratch = append(e.scratch[:best], e.scratch[best+1:]...)
+	return b[:n]
 }
+
+// maxFreeScratch is how many buffers the engine keeps: a call takes up to
+// two (scratch and headers), and a few calls may be in flight.
+const maxFreeScratch = 8
 
 // putScratch keeps a few scratch buffers for the next calls.
 func (e *engine) putScratch(b []byte) {
 	if b == nil {
 		return
 	}
-	if len(e.scratch) == 4 {
+	if len(e.scratch) == maxFreeScratch {
 		e.scratch = e.scratch[1:]
 	}
 	e.scratch = append(e.scratch, b)
@@ -467,10 +482,12 @@ func (e *engine) startPrim(t *task, i int32) {
 		}
 		t.posted++
 	case primVerify:
-		if err := t.verify(e.ranks); err != nil {
-			e.fail(t, err, false)
+		if err, poisons := t.sched.hdr.verify(t.bufs[bufHdr], &t.call); err != nil {
+			e.fail(t, err, poisons)
 			return
 		}
+		t.ready = t.m.complete(i, t.ready)
+	case primNop:
 		t.ready = t.m.complete(i, t.ready)
 	default:
 		runLocal(p, t.bufs, t.dt, t.call.redop, e.ranks)
@@ -496,7 +513,7 @@ func (e *engine) completion(peer int, wc transport.WC) {
 		e.fail(t, fmt.Errorf("%v seq %d: %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, e.peerError(peer, wc.Err)), true)
 		return
 	}
-	if p.kind == primRecv && wc.Bytes != p.n {
+	if p.kind == primRecv && (wc.Bytes != p.n && !p.upTo || p.upTo && wc.Bytes < hdrSize) {
 		e.fail(t, fmt.Errorf("collective: %v seq %d: rank %d sent %d bytes at step %d where rank %d expected %d (do the ranks agree on counts and datatypes?)",
 			t.call.op, t.seq, peer, wc.Bytes, p.step, e.rank, p.n), true)
 		return
@@ -569,6 +586,7 @@ func (e *engine) end(t *task, st flowtel.Status) {
 	// written by a peer: only a clean one gives its buffer back.
 	if st == flowtel.StatusOK || t.posted == 0 {
 		e.putScratch(t.bufs[bufScratch])
+		e.putScratch(t.bufs[bufHdr])
 	}
 	close(t.done)
 }

@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"errors"
+	"fmt"
 	"strings"
 	"testing"
 	"time"
@@ -61,8 +62,48 @@ func TestMismatchNamedOnEveryRank(t *testing.T) {
 			}
 			return AllReduce(ctx, c, buf, buf, op)
 		}, []string{"sum", "max"}},
+		// The headers carry small payloads: a rank whose payload is past
+		// the eager limit sends a bare header, the others theirs with data.
+		{"count past the eager limit", func(ctx context.Context, c *Comm) error {
+			n := 10
+			if c.Rank() == 1 {
+				n = 100000
+			}
+			send, recv := make([]float32, n), make([]float32, n)
+			for i := range recv {
+				recv[i] = 7
+			}
+			err := AllReduce(ctx, c, send, recv, Sum)
+			for i, v := range recv {
+				if v != 7 {
+					return fmt.Errorf("failed call wrote %v at index %d of the receive buffer (and returned %w)", v, i, err)
+				}
+			}
+			return err
+		}, []string{"count=10,", "count=100000,"}},
+		// Different operations exchange different numbers of messages.
+		{"message pattern", func(ctx context.Context, c *Comm) error {
+			send := make([]float32, 8)
+			switch c.Rank() {
+			case 0:
+				return AllGather(ctx, c, send, make([]float32, 8*c.Size()))
+			case 1:
+				return c.Barrier(ctx)
+			}
+			return AllReduce(ctx, c, send, make([]float32, 8), Sum)
+		}, []string{"rank 0: allgather", "rank 1: barrier", "rank 2: allreduce"}},
 	}
-	comms := newLocal(t, 3)
+	for _, tr := range []string{"loop", "shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) { testMismatches(t, tr, cases) })
+	}
+}
+
+func testMismatches(t *testing.T, transport string, cases []struct {
+	name string
+	call func(ctx context.Context, c *Comm) error
+	want []string
+}) {
+	comms := newLocal(t, 3, WithTransport(transport))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

@@ -18,7 +18,7 @@ const (
 	bufIn      bufID = iota // the caller's send buffer
 	bufOut                  // the caller's receive buffer
 	bufScratch              // engine-owned scratch (schedule.scratch bytes)
-	bufSig                  // the ranks' call signatures (sigSize bytes each)
+	bufHdr                  // engine-owned: the signature headers sent and received (schedule.hdr bytes)
 	numBufs
 )
 
@@ -37,10 +37,11 @@ const (
 	primCopy   // dst = a
 	primScale  // dst /= divisor (the avg reduction's final step)
 	primVerify // compare the ranks' call signatures
+	primNop    // a transfer the signature header carried: completes once its dependencies have
 )
 
 func (k primKind) String() string {
-	return [...]string{"send", "recv", "reduce", "copy", "scale", "verify"}[k]
+	return [...]string{"send", "recv", "reduce", "copy", "scale", "verify", "nop"}[k]
 }
 
 // prim is one primitive of a schedule.
@@ -51,6 +52,7 @@ type prim struct {
 	dst  ref // recv, reduce, copy, scale
 	a, b ref // send: a; reduce: a, b; copy: a
 	step uint32
+	upTo bool    // recv: n is the most it accepts (a signature header)
 	deps []int32 // primitives that must complete first
 }
 
@@ -59,6 +61,7 @@ type schedule struct {
 	prims   []prim
 	scratch int // bytes of scratch the schedule uses
 	algo    Algorithm
+	hdr     *hdrPlan // the signature headers; nil without the check
 
 	// The compiled graph (compile).
 	depCount   []int32
@@ -109,6 +112,8 @@ func (s *schedule) validate(bufs [][]byte) error {
 		switch {
 		case b == bufScratch:
 			return s.scratch
+		case b == bufHdr:
+			return s.hdrBytes()
 		case int(b) >= len(bufs):
 			return -1
 		}

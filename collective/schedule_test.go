@@ -2,6 +2,7 @@ package collective
 
 import (
 	"bytes"
+	"errors"
 	"fmt"
 	"math/rand/v2"
 	"testing"
@@ -15,6 +16,8 @@ type simRank struct {
 	bufs [][]byte
 	// snapshot of each posted send's bytes, to catch a buffer changed in flight
 	sent map[int32][]byte
+	// verifyErr is what the verify primitive returned; the rank stops there
+	verifyErr error
 }
 
 type simXfer struct {
@@ -70,6 +73,12 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 				}
 				key := qkey{p.peer, cd.rank}
 				recvs[key] = append(recvs[key], cd.prim)
+			case primVerify:
+				if err, _ := sr.s.hdr.verify(sr.bufs[bufHdr], sr.c); err != nil {
+					sr.verifyErr = err
+					continue // the rank stops: nothing behind the verify starts
+				}
+				more = sr.m.complete(cd.prim, more)
 			default:
 				runLocal(p, sr.bufs, dt, op, n)
 				more = sr.m.complete(cd.prim, more)
@@ -93,14 +102,14 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 		inflight = append(inflight[:k], inflight[k+1:]...)
 		sr, rr := ranks[x.from], ranks[x.to]
 		sp, rp := &sr.s.prims[x.send], &rr.s.prims[x.recv]
-		if sp.n != rp.n {
+		if sp.n != rp.n && !(rp.upTo && sp.n <= rp.n) {
 			return fmt.Errorf("rank %d sends %d bytes (prim %d step %d) to rank %d, which receives %d (prim %d step %d)",
 				x.from, sp.n, x.send, sp.step, x.to, rp.n, x.recv, rp.step)
 		}
 		if now := sp.a.slice(sr.bufs, sp.n); !bytes.Equal(now, sr.sent[x.send]) {
 			return fmt.Errorf("rank %d: send prim %d buffer changed while in flight", x.from, x.send)
 		}
-		copy(rp.dst.slice(rr.bufs, rp.n), sr.sent[x.send])
+		copy(rp.dst.slice(rr.bufs, sp.n), sr.sent[x.send])
 		for _, i := range sr.m.complete(x.send, nil) {
 			ready = append(ready, cand{x.from, i})
 		}
@@ -108,8 +117,18 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 			ready = append(ready, cand{x.to, i})
 		}
 	}
+	for key, q := range sends {
+		if len(q) > 0 {
+			return fmt.Errorf("rank %d's sends %v to rank %d were never received", key.from, q, key.to)
+		}
+	}
+	for key, q := range recvs {
+		if len(q) > 0 {
+			return fmt.Errorf("rank %d's receives %v from rank %d never got a message", key.to, q, key.from)
+		}
+	}
 	for r, sr := range ranks {
-		if !sr.m.done() {
+		if sr.verifyErr == nil && !sr.m.done() {
 			var stuck []string
 			for i, p := range sr.s.prims {
 				if !sr.m.started[i] || sr.m.unmet[i] >= 0 {
@@ -154,8 +173,13 @@ func TestSchedulesSimulated(t *testing.T) {
 							}
 							name := fmt.Sprintf("%v/%v/n=%d/count=%d/inplace=%v/%v", op, algo, n, count, inPlace, redop)
 							for _, chunk := range []int{8, 1 << 20} {
-								if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, rng); err != nil {
-									t.Fatalf("%s/chunk=%d: %v", name, chunk, err)
+								for _, check := range []bool{false, true} {
+									if check && chunk == 8 && count > 13 {
+										continue // thousands of chunks: the unchecked run covers them
+									}
+									if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, check, rng); err != nil {
+										t.Fatalf("%s/chunk=%d/check=%v: %v", name, chunk, check, err)
+									}
 								}
 							}
 						}
@@ -168,7 +192,7 @@ func TestSchedulesSimulated(t *testing.T) {
 
 // checkSimulated runs one simulated collective with int64 data and checks it
 // against a reference computed directly.
-func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop ReduceOp, chunk int, rng *rand.Rand) error {
+func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop ReduceOp, chunk int, check bool, rng *rand.Rand) error {
 	const es = 8
 	root := n / 2
 	ranks := make([]*simRank, n)
@@ -192,6 +216,14 @@ func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop Red
 		if err != nil {
 			return err
 		}
+		if check && n > 1 {
+			if s, err = withSignature(s, c, algo); err != nil {
+				return err
+			}
+			sr.bufs[bufHdr] = make([]byte, s.hdrBytes())
+			sig := c.signature(Int64, algo, 1)
+			s.hdr.fill(sr.bufs[bufHdr], &sig)
+		}
 		sr.s = s
 		sr.bufs[bufScratch] = make([]byte, s.scratch)
 		if err := s.validate(sr.bufs); err != nil {
@@ -201,6 +233,11 @@ func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop Red
 	}
 	if err := simulate(ranks, Int64, redop, rng); err != nil {
 		return err
+	}
+	for r, sr := range ranks {
+		if sr.verifyErr != nil {
+			return fmt.Errorf("rank %d: %v", r, sr.verifyErr)
+		}
 	}
 	for r, sr := range ranks {
 		want := referenceResult(op, redop, r, n, root, count, inputs)
@@ -327,4 +364,144 @@ func referenceResult(op Op, redop ReduceOp, r, n, root, count int, in [][]int64)
 		return out
 	}
 	return nil
+}
+
+func countXfers(s *schedule) (sends, recvs int) {
+	for _, p := range s.prims {
+		switch p.kind {
+		case primSend:
+			sends++
+		case primRecv:
+			recvs++
+		}
+	}
+	return sends, recvs
+}
+
+// The check rides in the first message: a small two-rank all-reduce moves
+// one message each way, checked or not; a payload past the eager limit gets
+// a header of its own.
+func TestSignatureFoldsFirstExchange(t *testing.T) {
+	for _, tc := range []struct {
+		op           Op
+		algo         Algorithm
+		n, count     int
+		extra        int // messages each way the check adds per rank
+		inPlace      bool
+		wantNoScratc bool
+	}{
+		{OpAllReduce, AlgoRecursiveDoubling, 2, 256, 0, false, true},
+		{OpAllReduce, AlgoRecursiveDoubling, 2, 256, 0, true, true},
+		{OpAllReduce, AlgoRecursiveDoubling, 2, 16 << 10, 0, false, true}, // 64 KiB of float32: the limit
+		{OpAllReduce, AlgoRecursiveDoubling, 2, 16<<10 + 1, 1, false, false},
+		{OpAllReduce, AlgoRing, 2, 256, 0, false, false},
+		{OpAllReduce, AlgoRecursiveDoubling, 4, 256, 2, false, false}, // the second round's peers get headers only
+		{OpAllGather, AlgoRing, 2, 256, 0, false, false},
+		{OpAllToAll, AlgoDirect, 4, 16, 0, true, false},
+		{OpBarrier, AlgoAuto, 2, 0, 0, false, false},
+	} {
+		for r := range tc.n {
+			c := &call{op: tc.op, rank: r, n: tc.n, count: tc.count, esize: 4, redop: Sum, inPlace: tc.inPlace, chunk: 1 << 20}
+			body, err := build(c, tc.algo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			bs, br := countXfers(body)
+			s, err := withSignature(body, c, tc.algo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			ss, sr := countXfers(s)
+			if ss != bs+tc.extra || sr != br+tc.extra {
+				t.Errorf("%v/%v n=%d count=%d rank %d: %d sends and %d receives checked, %d and %d unchecked; want %d more each",
+					tc.op, tc.algo, tc.n, tc.count, r, ss, sr, bs, br, tc.extra)
+			}
+			if tc.wantNoScratc {
+				for i, p := range s.prims {
+					for _, rf := range []ref{p.dst, p.a, p.b} {
+						if rf.buf == bufScratch && p.n > 0 && p.kind != primNop {
+							t.Errorf("%v n=%d count=%d rank %d: prim %d (%s) still uses scratch: the header's payload should be read in place", tc.op, tc.n, tc.count, r, i, p.kind)
+						}
+					}
+				}
+			}
+		}
+	}
+}
+
+// Ranks that make different calls all fail the verify, and every message
+// any of them sent was received: nothing is left in flight to be matched
+// with the next call's.
+func TestMismatchSimulated(t *testing.T) {
+	type variant struct {
+		op          Op
+		algo        Algorithm
+		count, root int
+		redop       ReduceOp
+	}
+	variants := []variant{
+		{OpAllReduce, AlgoRecursiveDoubling, 7, 0, Sum},
+		{OpAllReduce, AlgoRecursiveDoubling, 9, 0, Sum},
+		{OpAllReduce, AlgoRecursiveDoubling, 7, 0, Max},
+		{OpAllReduce, AlgoRecursiveDoubling, 20000, 0, Sum}, // past the eager limit
+		{OpAllReduce, AlgoRing, 7, 0, Sum},
+		{OpAllReduce, AlgoRing, 20000, 0, Sum},
+		{OpAllReduce, AlgoTree, 7, 0, Sum},
+		{OpBroadcast, AlgoTree, 7, 0, Sum},
+		{OpBroadcast, AlgoTree, 7, 1, Sum},
+		{OpBroadcast, AlgoRing, 20000, 1, Sum},
+		{OpReduce, AlgoTree, 7, 1, Sum},
+		{OpAllGather, AlgoRing, 7, 0, Sum},
+		{OpAllToAll, AlgoDirect, 3, 0, Sum},
+		{OpGather, AlgoDirect, 7, 0, Sum},
+		{OpBarrier, AlgoAuto, 0, 0, Sum},
+	}
+	rng := rand.New(rand.NewPCG(3, 4))
+	for iter := range 300 {
+		n := 2 + iter%4
+		vs := make([]variant, n)
+		same := true
+		for r := range vs {
+			vs[r] = variants[rng.IntN(len(variants))]
+			same = same && vs[r] == vs[0]
+		}
+		if same {
+			continue
+		}
+		ranks := make([]*simRank, n)
+		for r, v := range vs {
+			c := &call{op: v.op, rank: r, n: n, root: v.root, count: v.count, esize: 8, redop: v.redop, chunk: 1 << 20}
+			s, err := build(c, v.algo)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s, err = withSignature(s, c, v.algo); err != nil {
+				t.Fatal(err)
+			}
+			inLen, outLen := bufferLens(v.op, n, v.count)
+			sr := &simRank{c: c, s: s, bufs: make([][]byte, numBufs)}
+			sr.bufs[bufIn], sr.bufs[bufOut] = make([]byte, inLen*8), make([]byte, outLen*8)
+			sr.bufs[bufScratch], sr.bufs[bufHdr] = make([]byte, s.scratch), make([]byte, s.hdrBytes())
+			sig := c.signature(Int64, v.algo, 1)
+			s.hdr.fill(sr.bufs[bufHdr], &sig)
+			ranks[r] = sr
+		}
+		if err := simulate(ranks, Int64, Sum, rng); err != nil {
+			t.Fatalf("calls %v: %v", vs, err)
+		}
+		for r, sr := range ranks {
+			var mm *MismatchError
+			if !errors.As(sr.verifyErr, &mm) {
+				t.Fatalf("calls %v: rank %d: %v, want a MismatchError", vs, r, sr.verifyErr)
+			}
+			if sr.verifyErr.Error() != ranks[0].verifyErr.Error() {
+				t.Fatalf("calls %v: rank %d says %q, rank 0 %q", vs, r, sr.verifyErr, ranks[0].verifyErr)
+			}
+			for i, p := range sr.s.prims {
+				if sr.m.started[i] && p.kind != primSend && p.kind != primRecv && p.kind != primVerify && p.kind != primNop && p.dst.buf != bufHdr {
+					t.Fatalf("calls %v: rank %d ran prim %d (%s) into buffer %d before the verify passed", vs, r, i, p.kind, p.dst.buf)
+				}
+			}
+		}
+	}
 }

@@ -6,14 +6,40 @@ import (
 	"strings"
 )
 
-// The signature check: before a collective moves data, every rank sends every
-// other rank a 32-byte description of the call it made (operation, datatype,
-// reduction, algorithm, root, count, sequence number) and compares. Ranks
-// that disagree all fail with the same error naming each rank's call, before
-// any payload moves, so the communicator stays usable. It costs one small
-// all-to-all per call; WithSignatureCheck(false) or VCCL_CHECK=0 turns it off.
+// The signature check. A rank's first message to every other rank in a
+// collective is a header: a 32-byte description of its call (operation,
+// datatype, reduction, algorithm, root, count, sequence number, pipeline
+// chunk) and the length of the payload that follows it. Every rank posts one
+// receive per peer for it, big enough for any header (hdrSize + eagerLimit,
+// which depends on the world size only), so a peer that made another call
+// can neither overflow a receive nor leave a message in flight: exactly one
+// message each way per peer has moved when the verify primitive compares the
+// signatures, whatever the calls. Ranks that disagree all fail with the same
+// error naming each rank's call; nothing behind the verify ran, so the
+// caller's buffers are untouched and the communicator stays usable.
+//
+// The check costs no round trip of its own where the algorithm's first
+// message to a peer is a send of the caller's input that waits on nothing
+// (recursive doubling's first exchange, the ring's first block, a tree
+// leaf's contribution, all-to-all, a barrier's first round): up to
+// eagerLimit bytes of it ride in the header. The receiver knows which peers
+// fold because it builds their schedules (the same code, the same call, the
+// peer's rank) and checks the length each header declares. The receive the
+// header replaced becomes a no-op whose readers read the payload where the
+// header landed when it would have landed in scratch, or a copy into the
+// caller's buffer behind the verify when it would have landed there.
+// WithSignatureCheck(false) or VCCL_CHECK=0 turns the check off.
 
-const sigSize = 32
+const (
+	sigSize = 32
+	hdrSize = 64 // signature, declared payload length, padding (keeps the payload aligned)
+)
+
+// eagerLimit is the most payload a header carries. Every rank posts a
+// receive this large for every peer of every checked call, so it shrinks as
+// the world grows; it depends on the world size alone because ranks must
+// agree on it whatever calls they make.
+func eagerLimit(ranks int) int { return min(64<<10, max(1<<10, (256<<10)/ranks)) }
 
 // signature encodes the call's description.
 func (c *call) signature(dt Datatype, algo Algorithm, seq uint64) [sigSize]byte {
@@ -31,6 +57,9 @@ func (c *call) signature(dt Datatype, algo Algorithm, seq uint64) [sigSize]byte 
 	binary.LittleEndian.PutUint32(b[4:], uint32(root))
 	binary.LittleEndian.PutUint64(b[8:], uint64(c.count))
 	binary.LittleEndian.PutUint64(b[16:], seq)
+	if algo == AlgoRing { // the only algorithm whose messages the chunk shapes
+		binary.LittleEndian.PutUint64(b[24:], uint64(c.chunk))
+	}
 	return b
 }
 
@@ -39,6 +68,7 @@ func describeSig(b []byte) string {
 	root := int32(binary.LittleEndian.Uint32(b[4:]))
 	count := binary.LittleEndian.Uint64(b[8:])
 	seq := binary.LittleEndian.Uint64(b[16:])
+	chunk := binary.LittleEndian.Uint64(b[24:])
 	var sb strings.Builder
 	fmt.Fprintf(&sb, "%v(count=%d, %v", op, count, dt)
 	if red.Valid() {
@@ -47,7 +77,11 @@ func describeSig(b []byte) string {
 	if root >= 0 {
 		fmt.Fprintf(&sb, ", root=%d", root)
 	}
-	fmt.Fprintf(&sb, ", algo=%v) at seq %d", algo, seq)
+	fmt.Fprintf(&sb, ", algo=%v", algo)
+	if chunk > 0 {
+		fmt.Fprintf(&sb, ", chunk=%d", chunk)
+	}
+	fmt.Fprintf(&sb, ") at seq %d", seq)
 	return sb.String()
 }
 
@@ -59,51 +93,229 @@ func (o Op) rooted() bool {
 	return o == OpBroadcast || o == OpReduce || o == OpGather || o == OpScatter
 }
 
-// addSignatureExchange puts the exchange and the verify primitive at the head
-// of s, which must still be empty, and returns the verify primitive's index.
-func addSignatureExchange(s *schedule, rank, n int) int32 {
-	var xfers []int32
-	for k := 1; k < n; k++ {
-		p := mod(rank-k, n)
-		xfers = append(xfers, s.recv(p, ref{bufSig, p * sigSize}, sigSize, 0))
-	}
-	for k := 1; k < n; k++ {
-		p := mod(rank+k, n)
-		xfers = append(xfers, s.send(p, ref{bufSig, rank * sigSize}, sigSize, 0))
-	}
-	return s.add(prim{kind: primVerify, deps: xfers})
+// hdrPlan lays out a checked call's header buffer: one receive slot per
+// rank (this rank's holds its own signature, for the comparison), then one
+// send slot per peer.
+type hdrPlan struct {
+	ranks, rank int
+	slot        int   // receive slot: hdrSize + eagerLimit
+	sendOff     []int // per peer: offset of the header sent to it
+	sendLen     []int // per peer: payload the header to it carries; -1: none folded
+	recvLen     []int // per peer: payload the header from it carries; -1: none folded
+	bytes       int
 }
 
-// gateOn makes every primitive after first that has no dependency wait for
-// gate.
-func gateOn(s *schedule, first int, gate int32) {
-	for i := first; i < len(s.prims); i++ {
+func (h *hdrPlan) recvOff(p int) int { return p * h.slot }
+
+func (s *schedule) hdrBytes() int {
+	if s.hdr == nil {
+		return 0
+	}
+	return s.hdr.bytes
+}
+
+// fill writes the headers this rank sends, and its own signature where
+// verify compares it. The folded payloads are copied by the schedule.
+func (h *hdrPlan) fill(buf []byte, sig *[sigSize]byte) {
+	copy(buf[h.recvOff(h.rank):], sig[:])
+	for p := range h.ranks {
+		if p == h.rank {
+			continue
+		}
+		o := h.sendOff[p]
+		copy(buf[o:], sig[:])
+		binary.LittleEndian.PutUint64(buf[o+sigSize:], uint64(int64(h.sendLen[p])))
+	}
+}
+
+// firstXfer returns the index of s's first primitive of kind with peer, or -1.
+func firstXfer(s *schedule, kind primKind, peer int) int32 {
+	for i, p := range s.prims {
+		if p.kind == kind && p.peer == peer {
+			return int32(i)
+		}
+	}
+	return -1
+}
+
+// foldable reports whether send p can ride in the header: it reads the
+// caller's input, which nothing writes, and waits on nothing, so its bytes
+// are final when the call starts.
+func foldable(p *prim, eager int) bool {
+	return p.kind == primSend && len(p.deps) == 0 && p.a.buf == bufIn && p.n <= eager
+}
+
+// withSignature returns body behind the header exchange and the verify:
+// body's primitives that have no dependency wait for the verify, except the
+// sends the headers carry.
+func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) {
+	r, n := cl.rank, cl.n
+	eager := eagerLimit(n)
+	h := &hdrPlan{ranks: n, rank: r, slot: hdrSize + eager,
+		sendOff: make([]int, n), sendLen: make([]int, n), recvLen: make([]int, n)}
+	fs, fr := make([]int32, n), make([]int32, n)
+	// All-to-all-v's counts differ by rank, so a rank cannot rebuild its
+	// peers' schedules: nothing folds there.
+	fold := cl.op != OpAllToAllv && cl.p2p == nil
+	for p := range n {
+		h.sendLen[p], h.recvLen[p] = -1, -1
+		fs[p], fr[p] = -1, -1
+		if p == r || !fold {
+			continue
+		}
+		if fs[p] = firstXfer(body, primSend, p); fs[p] >= 0 && foldable(&body.prims[fs[p]], eager) {
+			h.sendLen[p] = body.prims[fs[p]].n
+		}
+		if fr[p] = firstXfer(body, primRecv, p); fr[p] >= 0 && body.prims[fr[p]].n <= eager {
+			peer := *cl
+			peer.rank = p
+			pb, err := build(&peer, algo)
+			if err != nil {
+				return nil, err
+			}
+			if j := firstXfer(pb, primSend, r); j >= 0 && foldable(&pb.prims[j], eager) && pb.prims[j].n == body.prims[fr[p]].n {
+				h.recvLen[p] = pb.prims[j].n
+			}
+		}
+	}
+	off := n * h.slot
+	for p := range n {
+		if p != r {
+			h.sendOff[p] = off
+			off += (hdrSize + max(h.sendLen[p], 0) + 63) &^ 63
+		}
+	}
+	h.bytes = off
+
+	s := &schedule{algo: algo, scratch: body.scratch, hdr: h}
+	var xfers []int32
+	for k := 1; k < n; k++ {
+		p := mod(r-k, n)
+		xfers = append(xfers, s.add(prim{kind: primRecv, peer: p, dst: ref{bufHdr, h.recvOff(p)}, n: h.slot, upTo: true}))
+	}
+	staged := make([]int32, n) // per peer: the copy of the folded payload into its header
+	for k := 1; k < n; k++ {
+		p := mod(r+k, n)
+		staged[p] = -1
+		if l := h.sendLen[p]; l > 0 {
+			staged[p] = s.copyTo(ref{bufHdr, h.sendOff[p] + hdrSize}, body.prims[fs[p]].a, l, 0)
+		}
+		xfers = append(xfers, s.send(p, ref{bufHdr, h.sendOff[p]}, hdrSize+max(h.sendLen[p], 0), 0, deps(staged[p])...))
+	}
+	gate := s.add(prim{kind: primVerify, deps: xfers})
+	first := int32(len(s.prims))
+	type move struct{ off, n, to int } // scratch [off, off+n) is read from the header at to
+	var moves []move
+	for i, p := range body.prims {
+		p.deps = append([]int32(nil), p.deps...)
+		for k := range p.deps {
+			p.deps[k] += first
+		}
+		switch {
+		case p.kind == primSend && int32(i) == fs[p.peer] && h.sendLen[p.peer] >= 0:
+			// Its bytes left in the header. What waited for it to be read
+			// waits for the copy into the header, and like everything of
+			// the body for the verify.
+			p = prim{kind: primNop, step: p.step, deps: deps(staged[p.peer], gate)}
+		case p.kind == primRecv && int32(i) == fr[p.peer] && h.recvLen[p.peer] >= 0:
+			from := h.recvOff(p.peer) + hdrSize
+			d := append(p.deps, gate)
+			switch {
+			case p.n == 0:
+				p = prim{kind: primNop, step: p.step, deps: d}
+			case exclusiveScratch(body, i):
+				moves = append(moves, move{p.dst.off, p.n, from})
+				p = prim{kind: primNop, step: p.step, deps: d}
+			default:
+				p = prim{kind: primCopy, dst: p.dst, a: ref{bufHdr, from}, n: p.n, step: p.step, deps: d}
+			}
+		}
+		s.prims = append(s.prims, p)
+	}
+	for i := first; i < int32(len(s.prims)); i++ {
+		p := &s.prims[i]
+		for _, rf := range []*ref{&p.dst, &p.a, &p.b} {
+			for _, m := range moves {
+				if rf.buf == bufScratch && rf.off >= m.off && rf.off < m.off+m.n {
+					*rf = ref{bufHdr, m.to + rf.off - m.off}
+					break
+				}
+			}
+		}
+	}
+	for i := first; i < int32(len(s.prims)); i++ {
 		if len(s.prims[i].deps) == 0 {
 			s.prims[i].deps = []int32{gate}
 		}
 	}
+	return s, nil
 }
 
-// verify compares the signatures every rank sent.
-func (t *task) verify(ranks int) error {
-	sigs := t.bufs[bufSig]
-	own := sigs[t.call.rank*sigSize : (t.call.rank+1)*sigSize]
-	same := true
-	for r := range ranks {
-		if string(sigs[r*sigSize:(r+1)*sigSize]) != string(own) {
-			same = false
-			break
+// exclusiveScratch reports whether receive i of s lands in scratch that no
+// other primitive writes and that every reader reads within its bounds: then
+// its readers can read the bytes wherever else they landed instead.
+func exclusiveScratch(s *schedule, i int) bool {
+	d := s.prims[i].dst
+	if d.buf != bufScratch {
+		return false
+	}
+	lo, hi := d.off, d.off+s.prims[i].n
+	for j, p := range s.prims {
+		if j == i {
+			continue
+		}
+		var reads, writes []ref
+		switch p.kind {
+		case primSend:
+			reads = []ref{p.a}
+		case primRecv, primScale:
+			writes = []ref{p.dst}
+		case primCopy:
+			writes, reads = []ref{p.dst}, []ref{p.a}
+		case primReduce:
+			writes, reads = []ref{p.dst}, []ref{p.a, p.b}
+		}
+		for _, w := range writes {
+			if w.buf == bufScratch && w.off < hi && w.off+p.n > lo {
+				return false
+			}
+		}
+		for _, rd := range reads {
+			if rd.buf == bufScratch && rd.off < hi && rd.off+p.n > lo && (rd.off < lo || rd.off+p.n > hi) {
+				return false
+			}
 		}
 	}
-	if same {
-		return nil
+	return true
+}
+
+// verify compares the signatures every rank sent. A mismatch is the
+// caller's; a header that declares another payload than this rank's
+// rebuild of the sender's schedule expects is an internal error, and the
+// schedules that follow would not match: it fails the channel.
+func (h *hdrPlan) verify(buf []byte, c *call) (err error, poisons bool) {
+	own := buf[h.recvOff(h.rank):][:sigSize]
+	for p := range h.ranks {
+		if string(buf[h.recvOff(p):][:sigSize]) == string(own) {
+			continue
+		}
+		var sb strings.Builder
+		fmt.Fprintf(&sb, "collective: ranks called different collectives:")
+		for r := range h.ranks {
+			fmt.Fprintf(&sb, "\n  rank %d: %s", r, describeSig(buf[h.recvOff(r):][:sigSize]))
+		}
+		return &MismatchError{msg: sb.String()}, false
 	}
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "collective: ranks called different collectives:")
-	for r := range ranks {
-		fmt.Fprintf(&sb, "\n  rank %d: %s", r, describeSig(sigs[r*sigSize:(r+1)*sigSize]))
+	for p := range h.ranks {
+		if p == h.rank {
+			continue
+		}
+		if got := int64(binary.LittleEndian.Uint64(buf[h.recvOff(p)+sigSize:])); got != int64(h.recvLen[p]) {
+			return fmt.Errorf("collective: %v: rank %d's header carries %d payload bytes where rank %d expected %d (internal error: please report)",
+				c.op, p, got, h.rank, h.recvLen[p]), true
+		}
 	}
-	return &MismatchError{msg: sb.String()}
+	return nil, false
 }
 
 // MismatchError reports ranks that made different calls at the same point.
