@@ -33,7 +33,7 @@ type engine struct {
 	qps     []transport.QP // by peer rank; nil for this rank
 	rec     *flowtel.Recorder
 	notify  *transport.Notifier
-	spin    bool // every peer is reached without the kernel (shm, loop)
+	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
 
 	qmu     sync.Mutex
 	queue   []*task // submitted, not yet admitted
@@ -57,6 +57,7 @@ type engine struct {
 	wcs          []transport.WC
 	timer        *time.Timer
 	scratch      [][]byte // free scratch buffers
+	spinning     bool     // the spinners were told the driver spins
 }
 
 // task is one collective call's work on one channel.
@@ -88,7 +89,7 @@ func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *f
 		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: true}
 	for _, qp := range qps {
-		if qp != nil && qp.Info().Backend != "shm" && qp.Info().Backend != "loop" {
+		if qp != nil && qp.Info().Backend != "shm" && qp.Info().Backend != "loop" && !isSpinner(qp) {
 			e.spin = false
 		}
 	}
@@ -105,14 +106,36 @@ var liveEngines atomic.Int32
 
 // spinFor is how long the driver keeps polling after the last progress
 // before it yields, and then how long it yields before it sleeps on the
-// notifier. Spinning pays only where completions appear without the kernel:
-// shared memory (a sleeping peer's wake-up costs tens of microseconds on an
-// idle VM, more than a whole small collective). A TCP completion needs Go's
-// network poller, which a spinning goroutine keeps from running (it is
-// consulted when a processor has nothing else to run), so over TCP the
-// driver sleeps at once and the poller wakes it. With more engines than
-// cores nothing spins: a spinning engine would take its peer's core.
+// notifier. Spinning pays where a poll itself makes progress: shared memory,
+// and TCP, whose Poll reads the socket (a sleeping peer's wake-up costs tens
+// of microseconds on an idle VM, more than a whole small collective). While
+// the driver spins, TCP's reader goroutines stay off Go's network poller
+// (spinner), so an arriving message wakes no thread; before it sleeps they
+// go back on it and wake the driver through the notifier. With more engines
+// than cores nothing spins: a spinning engine would take its peer's core.
 const spinFor = 200 * time.Microsecond
+
+// spinner is a QP whose Poll reads the network itself and which must know
+// whether its owner polls without pause (transport/tcp).
+type spinner interface{ SetSpinning(on bool) }
+
+func isSpinner(qp transport.QP) bool {
+	_, ok := qp.(spinner)
+	return ok
+}
+
+// setSpinning tells the channel's spinners whether the driver spins.
+func (e *engine) setSpinning(on bool) {
+	if e.spinning == on {
+		return
+	}
+	e.spinning = on
+	for _, qp := range e.qps {
+		if s, ok := qp.(spinner); ok {
+			s.SetSpinning(on)
+		}
+	}
+}
 
 func (e *engine) spins() bool {
 	return e.spin && int(liveEngines.Load()) <= runtime.NumCPU()
@@ -286,6 +309,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			idleSince = flowtel.Monotonic()
 		}
 		if e.spins() {
+			e.setSpinning(true)
 			// Poll, reading the clock every 64 polls: spin for spinFor,
 			// then yield between polls for as long again, then sleep.
 			if idle&63 != 0 {
@@ -303,6 +327,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 		if e.checkDeadlines() {
 			continue
 		}
+		e.setSpinning(false)
 		if e.timer == nil {
 			e.timer = time.NewTimer(time.Millisecond)
 		} else {
