@@ -110,7 +110,12 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 		conn.Close()
 		return nil, err
 	}
-	return newQP(conn, cfg), nil
+	q, err := newQP(conn, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return q, nil
 }
 
 func (b Backend) setup(conn *net.TCPConn) error {
@@ -238,7 +243,12 @@ func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config)
 		conn.Close()
 		return nil, err
 	}
-	return newQP(conn, cfg), nil
+	q, err := newQP(conn, cfg)
+	if err != nil {
+		conn.Close()
+		return nil, err
+	}
+	return q, nil
 }
 
 func (l *listener) Close() error { return l.acc.Close() }

@@ -2,21 +2,32 @@
 // IPv4 or IPv6), set up with the job-token handshake of transport.Acceptor
 // and transport.DialHandshake.
 //
-// Each QP runs two goroutines. The writer sends frames, batching whatever is
-// ready (credits, and sends that have credit) into one writev, header and
-// payload side by side; the reader reads frames and lands each payload
-// straight in the receive buffer posted for it (only the bytes that came in
-// with the header's read, at most 4 KiB, are copied from the reader's small
-// header buffer, which lets a burst of small frames cost one read). PostSend
-// and PostRecv only queue work and wake the writer, so they never block.
+// The bytes move on the goroutines that use the QP, where they can: PostSend
+// and PostRecv write their frames at once, header and payload in one
+// non-blocking writev, and Poll reads what the socket holds, landing each
+// payload straight in the receive buffer posted for it (only bytes that came
+// in with a header's read, at most 4 KiB, are copied from a small read-ahead
+// buffer). So a message costs no hand-off between goroutines. Each QP also
+// runs two goroutines for what its users cannot do without blocking: the
+// writer takes over a batch the socket did not take whole and waits for
+// room; the reader reads, and wakes the owner through its Notifier, while
+// nobody polls. An owner that polls without pause says so with SetSpinning
+// (the collective engine does, while it spins): the reader goroutine then
+// stays off Go's network poller, so an arriving message wakes no thread, and
+// goes back on it when spinning stops.
 //
 // Flow control is credit based. Posting a receive sends the peer a credit
 // frame carrying the receive buffer's size; the k-th send is matched with the
-// k-th credit. A send posted before its credit waits (credit_wait) and is
-// released when the credit arrives (credit_grant). A send larger than the
-// receive its credit announced is not transmitted: the sender completes it
-// with transport.TooLargeError and sends a header flagged too-large, so the
-// receive completes with the same error; the QP stays usable.
+// k-th credit. A send posted before its credit records credit_wait and
+// credit_grant when the credit arrives. Small sends (up to 64 KiB, at most
+// 16 ahead of their credits) do not wait for it: they go at once, flagged
+// eager, and the receiver keeps such a message until its receive is posted
+// (a bounded buffer: at most 16 of them); the send completes once written
+// and credited. Larger sends wait for their credit, so the receive they
+// land in is already posted. A send larger than the receive its credit
+// announced fails with transport.TooLargeError at both ends: a credited one
+// is not transmitted (a header flagged too-large stands for it), an eager one
+// is dropped by the receiver; the QP stays usable.
 //
 // A lost connection (EOF, reset, read or write error, malformed frame)
 // completes every outstanding WR, and every later one, with an error wrapping

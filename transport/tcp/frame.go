@@ -11,17 +11,20 @@ import (
 //
 //	offset size field
 //	0      1    magic 'V'
-//	1      1    version (1)
+//	1      1    version (2)
 //	2      1    type: 1 data, 2 credit
-//	3      1    flags: bit 0 too-large (data frames only); other bits zero
+//	3      1    flags (data frames only): bit 0 too-large, bit 1 eager;
+//	            other bits zero
 //	4      4    seq: low 32 bits of the frame's index in its stream (data
 //	            frames and credit frames are numbered separately from 0)
 //	8      8    length
 //
 // A data frame's length is the message length and its payload follows the
 // header, except when it is flagged too-large: then no payload follows and
-// the length says how big the refused message was. A credit frame carries no
-// payload; its length is the size of the receive buffer it grants.
+// the length says how big the refused message was. An eager data frame was
+// sent before its credit arrived (see the package doc); the receiver keeps
+// it until the receive for it is posted. A credit frame carries no payload;
+// its length is the size of the receive buffer it grants.
 const (
 	HeaderSize = 16
 	// MaxFrameLen bounds a frame's length field: a larger value is a corrupt
@@ -29,7 +32,7 @@ const (
 	MaxFrameLen = 1 << 38 // 256 GiB
 
 	frameMagic   = 'V'
-	frameVersion = 1
+	frameVersion = 2 // 2: eager data frames
 )
 
 // FrameType says what a frame carries.
@@ -54,7 +57,11 @@ func (t FrameType) String() string {
 // credit announced; the frame has no payload.
 const FlagTooLarge uint8 = 1 << 0
 
-const knownFlags = FlagTooLarge
+// FlagEager marks a data frame sent ahead of its credit: the receiver may
+// have no receive posted for it yet.
+const FlagEager uint8 = 1 << 1
+
+const knownFlags = FlagTooLarge | FlagEager
 
 // Header is a decoded frame header.
 type Header struct {

@@ -34,7 +34,7 @@ func TestHeaderRoundTrip(t *testing.T) {
 
 func TestHeaderLayout(t *testing.T) {
 	b := AppendHeader(nil, Header{Type: FrameCredit, Seq: 0x04030201, Len: 0x0c0b0a0908070605})
-	want := []byte{'V', 1, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
+	want := []byte{'V', 2, 2, 0, 1, 2, 3, 4, 5, 6, 7, 8, 9, 10, 11, 12}
 	if !bytes.Equal(b, want) {
 		t.Fatalf("header bytes %v, want %v", b, want)
 	}
@@ -52,7 +52,7 @@ func TestDecodeHeaderRejects(t *testing.T) {
 		{"empty", nil, "0 bytes, want 16"},
 		{"short", good()[:15], "15 bytes, want 16"},
 		{"magic", with(0, 'X'), "magic"},
-		{"version", with(1, 2), "version 2"},
+		{"version", with(1, 1), "version 1"},
 		{"type zero", with(2, 0), "bad frame type 0"},
 		{"type unknown", with(2, 9), "bad frame type 9"},
 		{"unknown flag", with(3, 0x80), "unknown flags 0x80"},

@@ -7,6 +7,7 @@ import (
 	"net"
 	"sync"
 	"sync/atomic"
+	"syscall"
 
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
@@ -19,12 +20,22 @@ const (
 	// this size, so small sends are coalesced but a batch does not delay the
 	// completion of its first send behind megabytes of later ones.
 	maxBatchBytes = 256 << 10
-	// readAhead is the reader's header buffer. A read that fetches a header
-	// may also fetch up to this many bytes after it: the next small frames,
-	// or the first bytes of a payload, which are copied from here into the
-	// receive buffer. The rest of a payload is read from the socket straight
-	// into the receive buffer.
+	// readAhead is the read side's header buffer. A read that fetches a
+	// header may also fetch up to this many bytes after it: the next small
+	// frames, or the first bytes of a payload, which are copied from here
+	// into the receive buffer. The rest of a payload is read from the socket
+	// straight into the receive buffer.
 	readAhead = 4 << 10
+	// eagerMax is the largest send that may go before its credit, and
+	// eagerWindow how many may be ahead of their credits at once: the
+	// receiver keeps at most eagerWindow such messages (each at most
+	// eagerMax) for receives not yet posted.
+	eagerMax    = 64 << 10
+	eagerWindow = 16
+	// pollBudget bounds the bytes one Poll reads from the socket, so a poll
+	// during a large transfer returns to its caller (who may have reductions
+	// to run) instead of copying megabytes first.
+	pollBudget = 256 << 10
 )
 
 type sendWR struct {
@@ -37,21 +48,40 @@ type recvWR struct {
 	telID uint64
 }
 
-// QP is one end of a TCP queue pair: one connection, a writer goroutine that
-// sends frames and a reader goroutine that receives them.
+// eagerSend is a send taken for writing before its credit came; it
+// completes once written and credited (with an error if the credit's
+// receive is too small).
+type eagerSend struct {
+	s      sendWR
+	credit uint64
+}
+
+// QP is one end of a TCP queue pair: one connection, written by whoever
+// posts (or by the writer goroutine when the socket is full) and read by
+// whoever polls (or by the reader goroutine while nobody does).
 type QP struct {
 	core          *transport.Core
 	conn          *net.TCPConn
+	rc            syscall.RawConn
 	local, remote string
-	closed        atomic.Bool // Close was called: posts are refused
+	closed        atomic.Bool   // Close was called: posts are refused
+	spinning      atomic.Bool   // the owner polls without pause (SetSpinning)
+	arm           chan struct{} // wakes the reader goroutine when spinning stops
 
-	mu      sync.Mutex
-	sends   queue[sendWR] // posted sends not yet taken by the writer; the i-th matches credits' i-th
-	credits queue[uint64] // credits from the peer (receive sizes) not yet used
-	recvs   queue[recvWR] // posted receives whose data frame has not arrived
-	grants  queue[uint64] // credits to send the peer (sizes of receives posted)
-	err     error         // why the QP stopped; nil while it runs
-	errSt   flowtel.Status
+	mu        sync.Mutex
+	sends     queue[sendWR]    // posted sends not yet taken for writing
+	credits   queue[uint64]    // credits from the peer (receive sizes) no send has used yet
+	eager     queue[eagerSend] // sends taken ahead of their credits, not yet completed
+	ncredited int              // eager[:ncredited] have their credit
+	nwritten  int              // eager[:nwritten] are written
+	recvs     queue[recvWR]    // posted receives whose data frame has not arrived
+	early     queue[[]byte]    // eager messages that came before their receive
+	spare     [][]byte         // buffers of delivered early messages, for reuse
+	grants    queue[uint64]    // credits to send the peer (sizes of receives posted)
+	wbusy     bool             // a goroutine owns the write side (w)
+	handoff   bool             // that owner left w's batch to the writer goroutine
+	err       error            // why the QP stopped; nil while it runs
+	errSt     flowtel.Status
 	// Set once the reader (writer) goroutine has flushed its WRs and
 	// exited; from then on a post completes at once with err.
 	readerDone, writerDone bool
@@ -61,19 +91,27 @@ type QP struct {
 	deadOnce sync.Once
 	wg       sync.WaitGroup
 
-	w writerState // writer goroutine only
-	r readerState // reader goroutine only
+	w       writerState // owned by whoever set wbusy
+	rmu     sync.Mutex  // owns the read side: the reader goroutine or a Poll
+	r       readerState // under rmu
+	writeFn func(fd uintptr)
+	pollFn  func(fd uintptr)
 }
 
 var _ transport.QP = (*QP)(nil)
 
 type writerState struct {
 	hdrs     [maxBatchFrames * HeaderSize]byte
-	iov      [][]byte
+	iovBuf   [][]byte // backing array of iov
+	iov      [][]byte // the batch's bytes not yet written
+	vec      []syscall.Iovec
 	bufs     net.Buffers
-	batch    []sendJob
+	jobs     []sendJob // the batch's credited sends
+	neager   int       // the batch's eager sends (the unwritten head of QP.eager)
 	dataSeq  uint32
 	grantSeq uint32
+	n        int // writeFn's result
+	err      error
 }
 
 type sendJob struct {
@@ -81,37 +119,80 @@ type sendJob struct {
 	err error // non-nil: too large for its receive
 }
 
+// Where the payload being read goes.
+const (
+	toRecv    = iota // a posted receive (or nowhere: too large for it)
+	toEarly          // a buffer kept until its receive is posted
+	toNowhere        // nowhere: an eager message too large for its receive
+)
+
 type readerState struct {
 	buf       [readAhead]byte
 	r, w      int
 	dataSeq   uint32
 	creditSeq uint32
-	hasFlight bool
-	inflight  recvWR
+	// The data frame whose payload is being read.
+	inPayload bool
+	dst       []byte // where the payload goes; nil: dropped
+	need      int    // payload bytes still to come
+	off       int
+	dest      int    // toRecv, toEarly or toNowhere
+	hasCur    bool   // cur is the receive it completes
+	cur       recvWR //
+	curErr    error  // the error cur completes with (a too-large eager message)
+	done      bool   // the read side failed: nothing more is read
+	err       error  // pollFn's result
 }
 
-func newQP(conn *net.TCPConn, cfg transport.Config) *QP {
+func newQP(conn *net.TCPConn, cfg transport.Config) (*QP, error) {
+	rc, err := conn.SyscallConn()
+	if err != nil {
+		return nil, fmt.Errorf("tcp: raw connection of %s: %w", conn.LocalAddr(), err)
+	}
 	q := &QP{
 		core:   transport.NewCore(Name, cfg),
 		conn:   conn,
+		rc:     rc,
 		local:  conn.LocalAddr().String(),
 		remote: conn.RemoteAddr().String(),
 		wake:   make(chan struct{}, 1),
+		arm:    make(chan struct{}, 1),
 		dead:   make(chan struct{}),
 	}
-	q.w.iov = make([][]byte, 0, 2*maxBatchFrames)
-	q.w.batch = make([]sendJob, 0, maxBatchFrames)
+	q.w.iovBuf = make([][]byte, 0, 2*maxBatchFrames)
+	q.w.vec = make([]syscall.Iovec, 0, 2*maxBatchFrames)
+	q.w.jobs = make([]sendJob, 0, maxBatchFrames)
+	q.writeFn = func(fd uintptr) { q.w.n, q.w.err = writevNB(int(fd), q.w.iov, q.w.vec) }
+	q.pollFn = func(fd uintptr) { q.r.err = q.readAvail(int(fd), pollBudget) }
 	q.wg.Add(2)
 	go q.writeLoop()
 	go q.readLoop()
-	return q
+	return q, nil
 }
 
 func (q *QP) Info() transport.Info { return q.core.Info(q.local, q.remote) }
 
 func (q *QP) Outstanding() int { return q.core.Outstanding() }
 
-func (q *QP) Poll(dst []transport.WC) int { return q.core.Poll(dst) }
+// Poll first reads what the socket holds, on the caller's goroutine, unless
+// the reader goroutine is reading; then it returns completions.
+func (q *QP) Poll(dst []transport.WC) int {
+	if q.rmu.TryLock() {
+		var err error
+		if !q.r.done {
+			q.r.err = nil
+			if q.rc.Control(q.pollFn) == nil && q.r.err != nil {
+				err = q.r.err
+				q.r.done = true
+			}
+		}
+		q.rmu.Unlock()
+		if err != nil {
+			q.stop(err, flowtel.StatusError)
+		}
+	}
+	return q.core.Poll(dst)
+}
 
 // Err returns why the connection to the peer is gone, or nil while it is up
 // (and after this end's own Close). It is set, and the Notifier signalled,
@@ -128,8 +209,10 @@ func (q *QP) check(wr *transport.WR) error {
 	return transport.CheckWR(wr)
 }
 
-// PostSend queues a send for the writer. It needs the peer's next credit: if
-// none has arrived yet the send waits, recorded as credit_wait.
+// PostSend queues a send and writes it at once if the socket takes it. A
+// send with no credit yet from the peer records credit_wait; up to
+// eagerWindow sends of at most eagerMax bytes go anyway, and complete when
+// their credit comes.
 func (q *QP) PostSend(wr transport.WR) error {
 	if err := q.check(&wr); err != nil {
 		return err
@@ -143,34 +226,64 @@ func (q *QP) PostSend(wr transport.WR) error {
 	}
 	idx := q.sends.len()
 	q.sends.push(sendWR{wr: wr, telID: id})
-	hasCredit := q.credits.len() > idx
-	if !hasCredit {
+	if q.credits.len() <= idx {
 		q.core.CreditWait(id, &wr)
 	}
 	q.mu.Unlock()
-	if hasCredit {
-		q.signal()
-	}
+	q.pump()
 	return nil
 }
 
-// PostRecv queues a receive and a credit announcing its size to the peer.
+// PostRecv queues a receive, or fills it at once from a message that came
+// ahead of it, and sends the peer a credit announcing its size.
 func (q *QP) PostRecv(wr transport.WR) error {
 	if err := q.check(&wr); err != nil {
 		return err
 	}
 	id := q.core.Posted(transport.OpRecv, &wr)
 	q.mu.Lock()
-	if q.readerDone {
+	switch {
+	case q.early.len() > 0:
+		q.deliverEarly(recvWR{wr: wr, telID: id}, q.early.pop())
+	case q.readerDone:
 		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, id, wr.Tag)
 		q.mu.Unlock()
 		return nil
+	default:
+		q.recvs.push(recvWR{wr: wr, telID: id})
 	}
-	q.recvs.push(recvWR{wr: wr, telID: id})
 	q.grants.push(uint64(len(wr.Buf)))
 	q.mu.Unlock()
-	q.signal()
+	q.pump()
 	return nil
+}
+
+// deliverEarly completes receive v with an early message. q.mu held.
+func (q *QP) deliverEarly(v recvWR, data []byte) {
+	wc := transport.WC{ID: v.wr.ID, Op: transport.OpRecv}
+	if len(data) > len(v.wr.Buf) {
+		wc.Status, wc.Err = flowtel.StatusError, transport.TooLargeError(len(data), len(v.wr.Buf))
+	} else {
+		wc.Bytes = copy(v.wr.Buf, data)
+	}
+	q.core.Complete(wc, v.telID, v.wr.Tag)
+	if len(q.spare) < eagerWindow {
+		q.spare = append(q.spare, data)
+	}
+}
+
+// takeSpare returns a buffer of n bytes for an early message. q.mu held.
+func (q *QP) takeSpare(n int) []byte {
+	for i, b := range q.spare {
+		if cap(b) >= n {
+			last := len(q.spare) - 1
+			q.spare[i] = q.spare[last]
+			q.spare[last] = nil
+			q.spare = q.spare[:last]
+			return b[:n]
+		}
+	}
+	return make([]byte, n, max(n, 4<<10))
 }
 
 func (q *QP) signal() {
@@ -220,200 +333,466 @@ func (q *QP) peerDead(cause error) error {
 	return fmt.Errorf("%w: tcp peer %s (rank %d): %w", transport.ErrPeerDead, q.remote, q.core.Config().Peer, cause)
 }
 
-// writeLoop sends credits and matched sends, batching what is ready into one
-// writev, until the QP stops; it then completes every send it holds.
+// takeBatch fills w with what may be written now: credits, sends that have
+// credit, and sends that may go ahead of theirs. It reports whether there is
+// anything. q.mu held, by the owner of the write side to be.
+func (q *QP) takeBatch() bool {
+	w := &q.w
+	nhdr, payload := 0, 0
+	w.iov = w.iovBuf[:0]
+	for q.grants.len() > 0 && nhdr < maxBatchFrames {
+		h := w.hdrs[nhdr*HeaderSize : (nhdr+1)*HeaderSize : (nhdr+1)*HeaderSize]
+		PutHeader(h, Header{Type: FrameCredit, Seq: w.grantSeq, Len: q.grants.pop()})
+		w.grantSeq++
+		w.iov = append(w.iov, h)
+		nhdr++
+	}
+	for q.sends.len() > 0 && nhdr < maxBatchFrames && payload < maxBatchBytes {
+		n := len(q.sends.at(0).wr.Buf)
+		h := w.hdrs[nhdr*HeaderSize : (nhdr+1)*HeaderSize : (nhdr+1)*HeaderSize]
+		switch {
+		case q.credits.len() > 0:
+			s, credit := q.sends.pop(), q.credits.pop()
+			job := sendJob{s: s}
+			if uint64(n) > credit {
+				job.err = transport.TooLargeError(n, int(credit))
+				PutHeader(h, Header{Type: FrameData, Flags: FlagTooLarge, Seq: w.dataSeq, Len: uint64(n)})
+				w.iov = append(w.iov, h)
+			} else {
+				PutHeader(h, Header{Type: FrameData, Seq: w.dataSeq, Len: uint64(n)})
+				w.iov = append(w.iov, h, s.wr.Buf)
+				payload += n
+			}
+			w.jobs = append(w.jobs, job)
+		case n <= eagerMax && q.eager.len()-q.ncredited < eagerWindow:
+			q.eager.push(eagerSend{s: q.sends.pop()})
+			PutHeader(h, Header{Type: FrameData, Flags: FlagEager, Seq: w.dataSeq, Len: uint64(n)})
+			w.iov = append(w.iov, h, q.eager.at(q.eager.len()-1).s.wr.Buf)
+			payload += n
+			w.neager++
+		default:
+			return nhdr > 0
+		}
+		w.dataSeq++
+		nhdr++
+	}
+	return nhdr > 0
+}
+
+// finishBatch completes the sends of a batch just written.
+func (q *QP) finishBatch() {
+	w := &q.w
+	for i := range w.jobs {
+		j := &w.jobs[i]
+		wc := transport.WC{ID: j.s.wr.ID, Op: transport.OpSend, Bytes: len(j.s.wr.Buf)}
+		if j.err != nil {
+			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, j.err, 0
+		}
+		q.core.Complete(wc, j.s.telID, j.s.wr.Tag)
+	}
+	clear(w.jobs)
+	w.jobs = w.jobs[:0]
+	if w.neager > 0 {
+		q.mu.Lock()
+		q.nwritten += w.neager
+		w.neager = 0
+		q.completeEager()
+		q.mu.Unlock()
+	}
+}
+
+// completeEager completes the eager sends, oldest first, that are both
+// written and credited. q.mu held.
+func (q *QP) completeEager() {
+	for q.nwritten > 0 && q.ncredited > 0 {
+		e := q.eager.pop()
+		q.nwritten--
+		q.ncredited--
+		n := len(e.s.wr.Buf)
+		wc := transport.WC{ID: e.s.wr.ID, Op: transport.OpSend, Bytes: n}
+		if uint64(n) > e.credit {
+			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, transport.TooLargeError(n, int(e.credit)), 0
+		}
+		q.core.Complete(wc, e.s.telID, e.s.wr.Tag)
+	}
+}
+
+// credit takes the peer's next credit: it goes to the oldest eager send
+// still without one, else waits for a send. It reports whether a send may
+// now be written. q.mu held.
+func (q *QP) credit(size uint64) bool {
+	if q.ncredited < q.eager.len() {
+		e := q.eager.at(q.ncredited)
+		e.credit = size
+		q.ncredited++
+		q.core.Granted(e.s.telID, e.s.wr.Tag, len(e.s.wr.Buf))
+		q.completeEager()
+		return q.sends.len() > 0
+	}
+	q.credits.push(size)
+	i := q.credits.len() - 1
+	if i < q.sends.len() {
+		// The i-th send was posted before its credit: it waited.
+		s := q.sends.at(i)
+		q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
+		return true
+	}
+	return false
+}
+
+// pump writes what is ready on the caller's goroutine, without blocking,
+// unless another goroutine is writing. What the socket does not take goes to
+// the writer goroutine, which waits for room; so does a write that fails,
+// and the writer meets the failure again and handles it.
+func (q *QP) pump() {
+	q.mu.Lock()
+	if q.wbusy || q.err != nil || !q.takeBatch() {
+		q.mu.Unlock()
+		return
+	}
+	q.wbusy = true
+	q.mu.Unlock()
+	for {
+		if !q.writeNow() {
+			q.mu.Lock()
+			q.handoff = true
+			q.mu.Unlock()
+			q.signal()
+			return
+		}
+		q.finishBatch()
+		q.mu.Lock()
+		if q.err != nil || !q.takeBatch() {
+			q.wbusy = false
+			stopped := q.err != nil
+			q.mu.Unlock()
+			if stopped {
+				q.signal() // the writer goroutine waits for the write side to flush it
+			}
+			return
+		}
+		q.mu.Unlock()
+	}
+}
+
+// writeNow writes the batch without blocking and reports whether all of it
+// went.
+func (q *QP) writeNow() bool {
+	w := &q.w
+	for len(w.iov) > 0 {
+		w.n, w.err = 0, nil
+		if err := q.rc.Control(q.writeFn); err != nil || w.err != nil {
+			return false
+		}
+		w.advance(w.n)
+	}
+	return true
+}
+
+// advance drops the first n written bytes of the batch.
+func (w *writerState) advance(n int) {
+	for len(w.iov) > 0 && n >= len(w.iov[0]) {
+		n -= len(w.iov[0])
+		w.iov[0] = nil
+		w.iov = w.iov[1:]
+	}
+	if n > 0 {
+		w.iov[0] = w.iov[0][n:]
+	}
+}
+
+// writeLoop writes the batches that pump handed off or that nobody else
+// took, waiting for room in the socket, until the QP stops; it then
+// completes every send it holds.
 func (q *QP) writeLoop() {
 	defer q.wg.Done()
 	w := &q.w
+	dead := q.dead
+	q.mu.Lock()
 	for {
-		q.mu.Lock()
-		if q.err != nil {
-			q.mu.Unlock()
-			break
+		own := false
+		switch {
+		case q.handoff:
+			q.handoff, own = false, true
+		case q.err == nil && !q.wbusy && q.takeBatch():
+			q.wbusy, own = true, true
 		}
-		nhdr, payload := 0, 0
-		w.iov = w.iov[:0]
-		w.batch = w.batch[:0]
-		for q.grants.len() > 0 && nhdr < maxBatchFrames {
-			h := w.hdrs[nhdr*HeaderSize : (nhdr+1)*HeaderSize : (nhdr+1)*HeaderSize]
-			PutHeader(h, Header{Type: FrameCredit, Seq: w.grantSeq, Len: q.grants.pop()})
-			w.grantSeq++
-			w.iov = append(w.iov, h)
-			nhdr++
-		}
-		for q.sends.len() > 0 && q.credits.len() > 0 && nhdr < maxBatchFrames && payload < maxBatchBytes {
-			s := q.sends.pop()
-			credit := q.credits.pop()
-			h := w.hdrs[nhdr*HeaderSize : (nhdr+1)*HeaderSize : (nhdr+1)*HeaderSize]
-			nhdr++
-			n := uint64(len(s.wr.Buf))
-			job := sendJob{s: s}
-			if n > credit {
-				job.err = transport.TooLargeError(len(s.wr.Buf), int(credit))
-				PutHeader(h, Header{Type: FrameData, Flags: FlagTooLarge, Seq: w.dataSeq, Len: n})
-				w.iov = append(w.iov, h)
-			} else {
-				PutHeader(h, Header{Type: FrameData, Seq: w.dataSeq, Len: n})
-				w.iov = append(w.iov, h)
-				if n > 0 {
-					w.iov = append(w.iov, s.wr.Buf)
-				}
-				payload += int(n)
+		if !own {
+			if q.err != nil && !q.wbusy {
+				break
 			}
-			w.dataSeq++
-			w.batch = append(w.batch, job)
-		}
-		q.mu.Unlock()
-
-		if nhdr == 0 {
+			q.mu.Unlock()
 			select {
 			case <-q.wake:
-			case <-q.dead:
+			case <-dead:
+				dead = nil // from now on the write side's owner signals wake
 			}
+			q.mu.Lock()
 			continue
 		}
+		q.mu.Unlock()
 		w.bufs = w.iov
 		_, err := w.bufs.WriteTo(q.conn)
-		clear(w.iov) // drop references to user buffers
+		w.iov = w.iov[:0]
 		if err != nil {
 			q.stop(q.peerDead(err), flowtel.StatusError)
+			q.mu.Lock()
 			break
 		}
-		for i := range w.batch {
-			j := &w.batch[i]
-			wc := transport.WC{ID: j.s.wr.ID, Op: transport.OpSend, Bytes: len(j.s.wr.Buf)}
-			if j.err != nil {
-				wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, j.err, 0
-			}
-			q.core.Complete(wc, j.s.telID, j.s.wr.Tag)
-		}
-		clear(w.batch)
-		w.batch = w.batch[:0]
+		q.finishBatch()
+		q.mu.Lock()
+		q.wbusy = false
 	}
-	// Flush: the batch that failed first, then the queue, in posting order.
-	q.mu.Lock()
+	// Flush, q.mu held: the batch that failed, then the sends waiting for
+	// their credit, then the queue, in posting order.
 	err, st := q.err, q.errSt
-	for i := range w.batch {
-		j := &w.batch[i]
+	for i := range w.jobs {
+		j := &w.jobs[i]
 		q.core.Complete(transport.WC{ID: j.s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, j.s.telID, j.s.wr.Tag)
 	}
-	clear(w.batch)
-	w.batch = w.batch[:0]
+	clear(w.jobs)
+	w.jobs = w.jobs[:0]
+	w.neager = 0
+	clear(w.iovBuf[:cap(w.iovBuf)])
+	w.bufs = nil
+	for q.eager.len() > 0 {
+		e := q.eager.pop()
+		q.core.Complete(transport.WC{ID: e.s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, e.s.telID, e.s.wr.Tag)
+	}
+	q.ncredited, q.nwritten = 0, 0
 	for q.sends.len() > 0 {
 		s := q.sends.pop()
 		q.core.Complete(transport.WC{ID: s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, s.telID, s.wr.Tag)
 	}
+	q.wbusy = true // nobody writes any more
 	q.writerDone = true
 	q.mu.Unlock()
 }
 
-// readLoop reads frames until the connection fails, then completes every
-// receive it holds.
+// SetSpinning tells the QP whether its owner polls without pause (true) or
+// may wait on the notifier between polls (false, the default). While the
+// owner spins, the reader goroutine stays off Go's network poller, so a
+// message that arrives wakes no thread: the owner's next Poll reads it. The
+// owner must turn spinning off before it waits on the notifier.
+func (q *QP) SetSpinning(on bool) {
+	if q.spinning.Swap(on) == on || on {
+		return
+	}
+	select {
+	case q.arm <- struct{}{}:
+	default:
+	}
+}
+
+// readLoop reads whenever the socket has data and no Poll is reading, and
+// the owner is not spinning, until the connection fails; it then completes
+// every receive it holds.
 func (q *QP) readLoop() {
 	defer q.wg.Done()
-	err := q.readFrames()
-	q.stop(err, flowtel.StatusError)
+	var rerr error
+	read := func(fd uintptr) bool {
+		q.rmu.Lock()
+		defer q.rmu.Unlock()
+		if q.r.done {
+			return true
+		}
+		if rerr = q.readAvail(int(fd), 0); rerr != nil {
+			q.r.done = true
+			return true
+		}
+		// Wait until the socket is readable, unless the owner now spins.
+		return q.spinning.Load()
+	}
+	var err error
+	for rerr == nil && err == nil {
+		if q.spinning.Load() {
+			select {
+			case <-q.arm:
+			case <-q.dead:
+				err = net.ErrClosed
+			}
+			continue
+		}
+		err = q.rc.Read(read)
+		q.rmu.Lock()
+		if q.r.done && rerr == nil {
+			err = io.ErrUnexpectedEOF // a Poll found the failure and stopped the QP
+		}
+		q.rmu.Unlock()
+	}
+	if rerr == nil {
+		rerr = q.peerDead(err)
+	}
+	q.stop(rerr, flowtel.StatusError)
+	q.rmu.Lock()
 	r := &q.r
+	r.done = true
 	q.mu.Lock()
 	err, st := q.err, q.errSt
-	if r.hasFlight {
-		f := &r.inflight
-		q.core.Complete(transport.WC{ID: f.wr.ID, Op: transport.OpRecv, Status: st, Err: err}, f.telID, f.wr.Tag)
-		r.hasFlight, r.inflight = false, recvWR{}
+	if r.hasCur {
+		q.core.Complete(transport.WC{ID: r.cur.wr.ID, Op: transport.OpRecv, Status: st, Err: err}, r.cur.telID, r.cur.wr.Tag)
 	}
+	r.hasCur, r.cur, r.dst, r.curErr = false, recvWR{}, nil, nil
 	for q.recvs.len() > 0 {
 		v := q.recvs.pop()
 		q.core.Complete(transport.WC{ID: v.wr.ID, Op: transport.OpRecv, Status: st, Err: err}, v.telID, v.wr.Tag)
 	}
 	q.readerDone = true
 	q.mu.Unlock()
+	q.rmu.Unlock()
 }
 
-// readFrames runs the read side; it returns the error that ended it.
-func (q *QP) readFrames() error {
+// readAvail reads and handles frames until the socket has no more bytes
+// (it then returns nil) or, with budget > 0, once it has read budget bytes.
+// It returns the error, wrapping transport.ErrPeerDead, that ends the read
+// side. q.rmu held.
+func (q *QP) readAvail(fd int, budget int) error {
 	r := &q.r
+	got := 0
 	for {
-		if err := q.fill(HeaderSize); err != nil {
+		if r.inPayload && r.need == 0 {
+			q.endPayload()
+			continue
+		}
+		if r.inPayload && r.w > r.r {
+			n := min(r.w-r.r, r.need)
+			if r.dst != nil {
+				copy(r.dst[r.off:], r.buf[r.r:r.r+n])
+			}
+			r.r += n
+			r.off += n
+			r.need -= n
+			continue
+		}
+		if !r.inPayload && r.w-r.r >= HeaderSize {
+			h, err := DecodeHeader(r.buf[r.r:r.w])
+			if err != nil {
+				return q.peerDead(fmt.Errorf("protocol error: %w", err))
+			}
+			r.r += HeaderSize
+			if err := q.frame(h); err != nil {
+				return err
+			}
+			continue
+		}
+		// Nothing left in the buffer to handle: read.
+		if budget > 0 && got >= budget {
+			return nil
+		}
+		var n int
+		var err error
+		if r.inPayload && r.dst != nil && r.need >= readAhead {
+			n, err = readNB(fd, r.dst[r.off:r.off+r.need])
+			if n > 0 {
+				r.off += n
+				r.need -= n
+			}
+		} else {
+			if r.r > 0 {
+				r.w = copy(r.buf[:], r.buf[r.r:r.w])
+				r.r = 0
+			}
+			n, err = readNB(fd, r.buf[r.w:])
+			if n > 0 {
+				r.w += n
+			}
+		}
+		got += n
+		switch {
+		case err == syscall.EAGAIN:
+			return nil
+		case err != nil:
 			return q.peerDead(err)
-		}
-		h, err := DecodeHeader(r.buf[r.r:r.w])
-		if err != nil {
-			return q.peerDead(fmt.Errorf("protocol error: %w", err))
-		}
-		r.r += HeaderSize
-		switch h.Type {
-		case FrameCredit:
-			if h.Seq != r.creditSeq {
-				return q.peerDead(fmt.Errorf("protocol error: credit frame %d, want %d", h.Seq, r.creditSeq))
-			}
-			r.creditSeq++
-			q.mu.Lock()
-			q.credits.push(h.Len)
-			i := q.credits.len() - 1
-			waiting := i < q.sends.len()
-			if waiting {
-				// The i-th send was posted before its credit: it waited.
-				s := q.sends.at(i)
-				q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
-			}
-			q.mu.Unlock()
-			if waiting {
-				q.signal()
-			}
-		case FrameData:
-			if h.Seq != r.dataSeq {
-				return q.peerDead(fmt.Errorf("protocol error: data frame %d, want %d", h.Seq, r.dataSeq))
-			}
-			r.dataSeq++
-			q.mu.Lock()
-			if q.recvs.len() == 0 {
-				q.mu.Unlock()
-				return q.peerDead(fmt.Errorf("protocol error: data frame %d of %d bytes with no receive posted", h.Seq, h.Len))
-			}
-			r.inflight, r.hasFlight = q.recvs.pop(), true
-			q.mu.Unlock()
-			f := &r.inflight
-			wc := transport.WC{ID: f.wr.ID, Op: transport.OpRecv}
-			switch {
-			case h.Flags&FlagTooLarge != 0:
-				wc.Status, wc.Err = flowtel.StatusError, transport.TooLargeError(int(h.Len), len(f.wr.Buf))
-			case h.Len > uint64(len(f.wr.Buf)):
-				return q.peerDead(fmt.Errorf("protocol error: data frame %d of %d bytes for a receive of %d bytes", h.Seq, h.Len, len(f.wr.Buf)))
-			default:
-				dst := f.wr.Buf[:h.Len]
-				n := copy(dst, r.buf[r.r:r.w])
-				r.r += n
-				if n < len(dst) {
-					if _, err := io.ReadFull(q.conn, dst[n:]); err != nil {
-						return q.peerDead(err)
-					}
-				}
-				wc.Bytes = len(dst)
-			}
-			q.core.Complete(wc, f.telID, f.wr.Tag)
-			r.hasFlight, r.inflight = false, recvWR{}
+		case n == 0:
+			return q.peerDead(io.EOF)
 		}
 	}
 }
 
-// fill makes at least n bytes available in the read-ahead buffer.
-func (q *QP) fill(n int) error {
+// frame handles a decoded header. q.rmu held.
+func (q *QP) frame(h Header) error {
 	r := &q.r
-	if r.w-r.r >= n {
+	switch h.Type {
+	case FrameCredit:
+		if h.Seq != r.creditSeq {
+			return q.peerDead(fmt.Errorf("protocol error: credit frame %d, want %d", h.Seq, r.creditSeq))
+		}
+		r.creditSeq++
+		q.mu.Lock()
+		more := q.credit(h.Len)
+		q.mu.Unlock()
+		if more {
+			q.pump()
+		}
+		return nil
+	case FrameData:
+	default:
+		return q.peerDead(fmt.Errorf("protocol error: frame type %s", h.Type))
+	}
+	if h.Seq != r.dataSeq {
+		return q.peerDead(fmt.Errorf("protocol error: data frame %d, want %d", h.Seq, r.dataSeq))
+	}
+	r.dataSeq++
+	eager := h.Flags&FlagEager != 0
+	q.mu.Lock()
+	if q.recvs.len() == 0 {
+		switch {
+		case !eager:
+			q.mu.Unlock()
+			return q.peerDead(fmt.Errorf("protocol error: data frame %d of %d bytes with no receive posted", h.Seq, h.Len))
+		case h.Len > eagerMax:
+			q.mu.Unlock()
+			return q.peerDead(fmt.Errorf("protocol error: eager data frame %d of %d bytes, over the %d-byte limit", h.Seq, h.Len, eagerMax))
+		case q.early.len() >= eagerWindow:
+			q.mu.Unlock()
+			return q.peerDead(fmt.Errorf("protocol error: eager data frame %d is over %d messages ahead of the receives", h.Seq, eagerWindow))
+		}
+		r.dst = q.takeSpare(int(h.Len))
+		q.mu.Unlock()
+		r.inPayload, r.dest, r.need, r.off = true, toEarly, int(h.Len), 0
 		return nil
 	}
-	if r.r > 0 {
-		r.w = copy(r.buf[:], r.buf[r.r:r.w])
-		r.r = 0
-	}
-	for r.w < n {
-		k, err := q.conn.Read(r.buf[r.w:])
-		r.w += k
-		if err != nil && r.w < n {
-			return err
+	r.cur, r.hasCur = q.recvs.pop(), true
+	q.mu.Unlock()
+	size := len(r.cur.wr.Buf)
+	switch {
+	case h.Flags&FlagTooLarge != 0:
+		r.curErr = transport.TooLargeError(int(h.Len), size)
+		r.inPayload, r.dest, r.dst, r.need, r.off = true, toNowhere, nil, 0, 0
+	case h.Len > uint64(size) && !eager:
+		return q.peerDead(fmt.Errorf("protocol error: data frame %d of %d bytes for a receive of %d bytes", h.Seq, h.Len, size))
+	case h.Len > uint64(size):
+		if h.Len > eagerMax {
+			return q.peerDead(fmt.Errorf("protocol error: eager data frame %d of %d bytes, over the %d-byte limit", h.Seq, h.Len, eagerMax))
 		}
+		r.curErr = transport.TooLargeError(int(h.Len), size)
+		r.inPayload, r.dest, r.dst, r.need, r.off = true, toNowhere, nil, int(h.Len), 0
+	default:
+		r.inPayload, r.dest, r.dst, r.need, r.off = true, toRecv, r.cur.wr.Buf[:h.Len], int(h.Len), 0
 	}
 	return nil
+}
+
+// endPayload completes what a fully read payload was for. q.rmu held.
+func (q *QP) endPayload() {
+	r := &q.r
+	switch r.dest {
+	case toEarly:
+		q.mu.Lock()
+		if q.recvs.len() > 0 {
+			q.deliverEarly(q.recvs.pop(), r.dst) // its receive came meanwhile
+		} else {
+			q.early.push(r.dst)
+		}
+		q.mu.Unlock()
+	default:
+		wc := transport.WC{ID: r.cur.wr.ID, Op: transport.OpRecv, Bytes: r.off}
+		if r.curErr != nil {
+			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, r.curErr, 0
+		}
+		q.core.Complete(wc, r.cur.telID, r.cur.wr.Tag)
+	}
+	r.inPayload, r.hasCur, r.cur, r.dst, r.curErr, r.need, r.off = false, false, recvWR{}, nil, nil, 0, 0
 }
 
 // queue is a FIFO ring that reuses its storage, so steady traffic does not

@@ -248,14 +248,25 @@ func patternOf(n int, seed byte) []byte {
 
 // A peer that breaks the framing kills the QP with a clear error.
 func TestProtocolError(t *testing.T) {
+	eager := func(seq uint32, n uint64) []byte {
+		return AppendHeader(nil, Header{Type: FrameData, Flags: FlagEager, Seq: seq, Len: n})
+	}
+	var tooMany []byte // eager frames, one over the window, before any receive
+	for i := range eagerWindow + 1 {
+		tooMany = append(tooMany, eager(uint32(i), 0)...)
+	}
 	for _, tc := range []struct {
-		name  string
-		frame []byte
-		want  string
+		name   string
+		noRecv bool // post no receive: the frames arrive ahead of it
+		frame  []byte
+		want   string
 	}{
-		{"garbage", []byte("GET / HTTP/1.1\r\n"), "magic"},
-		{"data without receive", AppendHeader(nil, Header{Type: FrameData, Len: 1}), "no receive posted"},
-		{"credit out of sequence", AppendHeader(nil, Header{Type: FrameCredit, Seq: 5}), "credit frame 5, want 0"},
+		{"garbage", false, []byte("GET / HTTP/1.1\r\n"), "magic"},
+		{"data without receive", true, AppendHeader(nil, Header{Type: FrameData, Len: 1}), "no receive posted"},
+		{"credit out of sequence", false, AppendHeader(nil, Header{Type: FrameCredit, Seq: 5}), "credit frame 5, want 0"},
+		{"data longer than its credited receive", false, AppendHeader(nil, Header{Type: FrameData, Len: 9}), "for a receive of 8 bytes"},
+		{"eager over the limit", true, eager(0, eagerMax+1), "over the 65536-byte limit"},
+		{"too many eager", true, tooMany, "over 16 messages ahead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), transporttest.Deadline)
@@ -279,12 +290,14 @@ func TestProtocolError(t *testing.T) {
 				t.Fatal(err)
 			}
 			defer q.Close()
-			if tc.name != "data without receive" {
+			if !tc.noRecv {
 				q.PostRecv(transport.WR{ID: 1, Buf: make([]byte, 8)})
 			}
 			raw.Write(tc.frame)
-			if tc.name == "data without receive" {
-				q.PostSend(transport.WR{ID: 2, Buf: []byte("x")})
+			if tc.noRecv {
+				// Something must be outstanding to fail; a send without
+				// credit waits (1 MiB: too large to go ahead of it).
+				q.PostSend(transport.WR{ID: 2, Buf: make([]byte, 1<<20)})
 			}
 			wc := transporttest.WaitN(t, q, no, 1)[0]
 			if !errors.Is(wc.Err, transport.ErrPeerDead) || !strings.Contains(wc.Err.Error(), "protocol error") ||
@@ -292,6 +305,99 @@ func TestProtocolError(t *testing.T) {
 				t.Fatalf("completion error %v, want a peer-dead protocol error mentioning %q", wc.Err, tc.want)
 			}
 		})
+	}
+}
+
+// Small sends posted before their receives go ahead of their credits; the
+// receiver keeps them until the receives come, including one too large for
+// its receive, which fails at both ends while the others land.
+func TestEagerAheadOfReceives(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	sizes := []int{0, 1, 100, readAhead + 5, eagerMax, 3000, 77}
+	const tooBig = 3
+	for i, n := range sizes {
+		if err := p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(n, byte(i))}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	// All of them are written before any credit exists: their bytes are
+	// at the receiver, which holds them as early messages.
+	deadline := time.Now().Add(transporttest.Deadline)
+	qb := p.B.(*QP)
+	for {
+		qb.Poll(nil)
+		qb.mu.Lock()
+		early := qb.early.len()
+		qb.mu.Unlock()
+		if early == len(sizes) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d eager messages arrived ahead of their receives", early, len(sizes))
+		}
+		time.Sleep(time.Millisecond)
+	}
+	dsts := make([][]byte, len(sizes))
+	for i, n := range sizes {
+		dsts[i] = make([]byte, n)
+		if i == tooBig {
+			dsts[i] = dsts[i][:n-1]
+		}
+		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
+	}
+	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
+	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
+	for i, n := range sizes {
+		if sc[i].ID != uint64(i) || rc[i].ID != uint64(i) {
+			t.Fatalf("completion %d: send %d recv %d", i, sc[i].ID, rc[i].ID)
+		}
+		if i == tooBig {
+			if !errors.Is(sc[i].Err, transport.ErrTooLarge) || sc[i].Err.Error() != rc[i].Err.Error() {
+				t.Fatalf("too-large message: send %v, recv %v", sc[i].Err, rc[i].Err)
+			}
+			continue
+		}
+		if sc[i].Err != nil || rc[i].Err != nil || rc[i].Bytes != n || !bytes.Equal(dsts[i], patternOf(n, byte(i))) {
+			t.Fatalf("message %d of %d bytes: send %v recv %v (%d bytes)", i, n, sc[i].Err, rc[i].Err, rc[i].Bytes)
+		}
+	}
+}
+
+// While its owner spins, a QP's messages arrive through Poll alone; once
+// spinning stops, the reader goroutine reads again and signals the notifier.
+func TestSpinning(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	qb := p.B.(*QP)
+	qb.SetSpinning(true)
+	msg := []byte("spun")
+	dst := make([]byte, 8)
+	p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
+	p.A.PostSend(transport.WR{ID: 2, Buf: msg})
+	wcs := make([]transport.WC, 2)
+	deadline := time.Now().Add(transporttest.Deadline)
+	for qb.Poll(wcs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no completion while spinning")
+		}
+	}
+	if wcs[0].Err != nil || string(dst[:wcs[0].Bytes]) != "spun" {
+		t.Fatalf("spinning receive: %v %q", wcs[0].Err, dst[:wcs[0].Bytes])
+	}
+	select { // a completion's stale signal
+	case <-p.NotB.C():
+	default:
+	}
+	qb.SetSpinning(false)
+	// Nobody polls B now: only its reader goroutine can see the message.
+	p.B.PostRecv(transport.WR{ID: 3, Buf: dst})
+	p.A.PostSend(transport.WR{ID: 4, Buf: []byte("woken")})
+	select {
+	case <-p.NotB.C():
+	case <-time.After(transporttest.Deadline):
+		t.Fatal("the reader goroutine did not signal a message after spinning stopped")
+	}
+	if n := qb.Poll(wcs); n != 1 || wcs[0].Err != nil || string(dst[:wcs[0].Bytes]) != "woken" {
+		t.Fatalf("after spinning: %d completions, %v %q", n, wcs[0].Err, dst[:wcs[0].Bytes])
 	}
 }
 

@@ -1,0 +1,55 @@
+package tcp
+
+import (
+	"syscall"
+	"unsafe"
+)
+
+// Non-blocking socket I/O on a descriptor the caller holds through
+// syscall.RawConn.Control (so it cannot be closed underneath). These let the
+// goroutine that posts a WR, or polls for completions, move the bytes itself
+// instead of waking the QP's writer or reader goroutine.
+
+// readNB reads what the socket has, up to len(p). It returns
+// syscall.EAGAIN when nothing is there and io.EOF-like (0, nil) at the
+// peer's orderly close.
+func readNB(fd int, p []byte) (int, error) {
+	for {
+		n, err := syscall.Read(fd, p)
+		if err == syscall.EINTR {
+			continue
+		}
+		if n < 0 {
+			n = 0
+		}
+		return n, err
+	}
+}
+
+// writevNB writes as much of iov as the socket takes without blocking, using
+// vec as the iovec array (it must hold len(iov) entries). It returns the
+// bytes written, and syscall.EAGAIN when the socket took nothing.
+func writevNB(fd int, iov [][]byte, vec []syscall.Iovec) (int, error) {
+	vec = vec[:0]
+	for _, b := range iov {
+		if len(b) == 0 {
+			continue
+		}
+		v := syscall.Iovec{Base: &b[0]}
+		v.SetLen(len(b))
+		vec = append(vec, v)
+	}
+	if len(vec) == 0 {
+		return 0, nil
+	}
+	for {
+		n, _, e := syscall.Syscall(syscall.SYS_WRITEV, uintptr(fd), uintptr(unsafe.Pointer(&vec[0])), uintptr(len(vec)))
+		if e == syscall.EINTR {
+			continue
+		}
+		if e != 0 {
+			return 0, e
+		}
+		return int(n), nil
+	}
+}
