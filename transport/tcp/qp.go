@@ -96,6 +96,9 @@ type QP struct {
 	r       readerState // under rmu
 	writeFn func(fd uintptr)
 	pollFn  func(fd uintptr)
+	// Owner only: credits were queued and not written, for the next
+	// PostSend or Poll to carry.
+	grantsHeld bool
 }
 
 var _ transport.QP = (*QP)(nil)
@@ -163,7 +166,11 @@ func newQP(conn *net.TCPConn, cfg transport.Config) (*QP, error) {
 	q.w.vec = make([]syscall.Iovec, 0, 2*maxBatchFrames)
 	q.w.jobs = make([]sendJob, 0, maxBatchFrames)
 	q.writeFn = func(fd uintptr) { q.w.n, q.w.err = writevNB(int(fd), q.w.iov, q.w.vec) }
-	q.pollFn = func(fd uintptr) { q.r.err = q.readAvail(int(fd), pollBudget) }
+	q.pollFn = func(fd uintptr) {
+		if readable(int(fd)) {
+			q.r.err = q.readAvail(int(fd), pollBudget)
+		}
+	}
 	q.wg.Add(2)
 	go q.writeLoop()
 	go q.readLoop()
@@ -174,9 +181,14 @@ func (q *QP) Info() transport.Info { return q.core.Info(q.local, q.remote) }
 
 func (q *QP) Outstanding() int { return q.core.Outstanding() }
 
-// Poll first reads what the socket holds, on the caller's goroutine, unless
-// the reader goroutine is reading; then it returns completions.
+// Poll first writes the credits PostRecv held back, and reads what the
+// socket holds, on the caller's goroutine, unless the reader goroutine is
+// reading; then it returns completions.
 func (q *QP) Poll(dst []transport.WC) int {
+	if q.grantsHeld {
+		q.grantsHeld = false
+		q.pump()
+	}
 	if q.rmu.TryLock() {
 		var err error
 		if !q.r.done {
@@ -230,6 +242,7 @@ func (q *QP) PostSend(wr transport.WR) error {
 		q.core.CreditWait(id, &wr)
 	}
 	q.mu.Unlock()
+	q.grantsHeld = false // pump writes them
 	q.pump()
 	return nil
 }
@@ -254,6 +267,12 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	}
 	q.grants.push(uint64(len(wr.Buf)))
 	q.mu.Unlock()
+	if q.spinning.Load() {
+		// The owner polls at once: the credit goes with the next send
+		// posted (one writev for both) or from that Poll.
+		q.grantsHeld = true
+		return nil
+	}
 	q.pump()
 	return nil
 }
@@ -572,8 +591,10 @@ func (q *QP) writeLoop() {
 // SetSpinning tells the QP whether its owner polls without pause (true) or
 // may wait on the notifier between polls (false, the default). While the
 // owner spins, the reader goroutine stays off Go's network poller, so a
-// message that arrives wakes no thread: the owner's next Poll reads it. The
-// owner must turn spinning off before it waits on the notifier.
+// message that arrives wakes no thread: the owner's next Poll reads it; and
+// PostRecv leaves its credit for the next PostSend or Poll to write, so a
+// receive and a send posted together cost one writev. The owner must turn
+// spinning off, and poll once, before it waits on the notifier.
 func (q *QP) SetSpinning(on bool) {
 	if q.spinning.Swap(on) == on || on {
 		return
@@ -643,12 +664,15 @@ func (q *QP) readLoop() {
 }
 
 // readAvail reads and handles frames until the socket has no more bytes
-// (it then returns nil) or, with budget > 0, once it has read budget bytes.
-// It returns the error, wrapping transport.ErrPeerDead, that ends the read
-// side. q.rmu held.
+// (it then returns nil). With budget > 0 (a Poll, which comes back soon) it
+// also stops once it has read budget bytes, or after a read that did not
+// fill its buffer, which probably emptied the socket: the read that would
+// prove it takes the socket's lock for nothing. It returns the error,
+// wrapping transport.ErrPeerDead, that ends the read side. q.rmu held.
 func (q *QP) readAvail(fd int, budget int) error {
 	r := &q.r
 	got := 0
+	short := false
 	for {
 		if r.inPayload && r.need == 0 {
 			q.endPayload()
@@ -676,12 +700,13 @@ func (q *QP) readAvail(fd int, budget int) error {
 			continue
 		}
 		// Nothing left in the buffer to handle: read.
-		if budget > 0 && got >= budget {
+		if budget > 0 && (got >= budget || short) {
 			return nil
 		}
-		var n int
+		var n, want int
 		var err error
 		if r.inPayload && r.dst != nil && r.need >= readAhead {
+			want = r.need
 			n, err = readNB(fd, r.dst[r.off:r.off+r.need])
 			if n > 0 {
 				r.off += n
@@ -692,12 +717,14 @@ func (q *QP) readAvail(fd int, budget int) error {
 				r.w = copy(r.buf[:], r.buf[r.r:r.w])
 				r.r = 0
 			}
+			want = len(r.buf) - r.w
 			n, err = readNB(fd, r.buf[r.w:])
 			if n > 0 {
 				r.w += n
 			}
 		}
 		got += n
+		short = n < want
 		switch {
 		case err == syscall.EAGAIN:
 			return nil

@@ -363,14 +363,18 @@ func TestEagerAheadOfReceives(t *testing.T) {
 	}
 }
 
-// While its owner spins, a QP's messages arrive through Poll alone; once
-// spinning stops, the reader goroutine reads again and signals the notifier.
+// While its owner spins, a QP's messages arrive through Poll alone, and a
+// receive's credit goes out with the next Poll; once spinning stops, the
+// reader goroutine reads again and signals the notifier, and a receive's
+// credit goes out at once. The messages are too large to go ahead of their
+// credits.
 func TestSpinning(t *testing.T) {
 	p := connect(t, Backend{}, "")
 	qb := p.B.(*QP)
 	qb.SetSpinning(true)
-	msg := []byte("spun")
-	dst := make([]byte, 8)
+	const size = 1 << 20
+	msg := patternOf(size, 1)
+	dst := make([]byte, size)
 	p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
 	p.A.PostSend(transport.WR{ID: 2, Buf: msg})
 	wcs := make([]transport.WC, 2)
@@ -380,24 +384,26 @@ func TestSpinning(t *testing.T) {
 			t.Fatal("no completion while spinning")
 		}
 	}
-	if wcs[0].Err != nil || string(dst[:wcs[0].Bytes]) != "spun" {
-		t.Fatalf("spinning receive: %v %q", wcs[0].Err, dst[:wcs[0].Bytes])
+	if wcs[0].Err != nil || wcs[0].Bytes != size || !bytes.Equal(dst, msg) {
+		t.Fatalf("spinning receive: %v, %d bytes", wcs[0].Err, wcs[0].Bytes)
 	}
+	transporttest.WaitN(t, p.A, p.NotA, 1)
 	select { // a completion's stale signal
 	case <-p.NotB.C():
 	default:
 	}
 	qb.SetSpinning(false)
 	// Nobody polls B now: only its reader goroutine can see the message.
+	msg = patternOf(size, 2)
 	p.B.PostRecv(transport.WR{ID: 3, Buf: dst})
-	p.A.PostSend(transport.WR{ID: 4, Buf: []byte("woken")})
+	p.A.PostSend(transport.WR{ID: 4, Buf: msg})
 	select {
 	case <-p.NotB.C():
 	case <-time.After(transporttest.Deadline):
 		t.Fatal("the reader goroutine did not signal a message after spinning stopped")
 	}
-	if n := qb.Poll(wcs); n != 1 || wcs[0].Err != nil || string(dst[:wcs[0].Bytes]) != "woken" {
-		t.Fatalf("after spinning: %d completions, %v %q", n, wcs[0].Err, dst[:wcs[0].Bytes])
+	if n := qb.Poll(wcs); n != 1 || wcs[0].Err != nil || !bytes.Equal(dst, msg) {
+		t.Fatalf("after spinning: %d completions, %v", n, wcs[0].Err)
 	}
 }
 
