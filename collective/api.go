@@ -7,7 +7,6 @@ import (
 	"time"
 	"unsafe"
 
-	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 )
 
@@ -36,11 +35,6 @@ func (b Buffer) Len() int {
 	return 0
 }
 
-type inlineKey struct{}
-
-// inlineCtx marks ctx as the context of a blocking call.
-func inlineCtx(ctx context.Context) context.Context { return context.WithValue(ctx, inlineKey{}, true) }
-
 // Handle is an operation in flight.
 type Handle struct {
 	tasks  []*task
@@ -48,6 +42,7 @@ type Handle struct {
 	err    error
 	waited bool
 	dev    *deviceWait // a device operation: the engine waits
+	inline bool        // a blocking call's, never seen by the caller: reused once waited
 }
 
 // Wait blocks until the operation finished or ctx ended, and returns its
@@ -67,7 +62,7 @@ func (h *Handle) Wait(ctx context.Context) error {
 			// naming what it waited for: prefer that one.
 			grace := time.NewTimer(100 * time.Millisecond)
 			select {
-			case <-t.done:
+			case <-t.doneChan():
 				grace.Stop()
 				continue
 			case <-grace.C:
@@ -91,7 +86,17 @@ func (h *Handle) Done() <-chan struct{} {
 	if h.dev != nil {
 		return h.dev.Done()
 	}
-	return h.tasks[len(h.tasks)-1].done
+	return h.tasks[len(h.tasks)-1].doneChan()
+}
+
+// recycle keeps a blocking call's handle and tasks, all finished, for the
+// next blocking call: a call then allocates nothing.
+func (c *Comm) recycle(h *Handle) {
+	for _, t := range h.tasks {
+		t.release()
+	}
+	h.err, h.waited = nil, false
+	c.spare.Store(h)
 }
 
 // request is a call before it is split across channels.
@@ -114,11 +119,10 @@ func (c *Comm) check(b Buffer, what string) error {
 
 // start submits a request and returns its handle.
 //
-// A blocking call marks its context with inline: its caller waits at once and
-// drives a single-channel call itself, so the background driver is not woken
-// to race it for the engine.
-func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
-	inline := ctx.Value(inlineKey{}) != nil
+// A blocking call passes inline: its caller waits at once and drives a
+// single-channel call itself, so the background driver is not woken to race
+// it for the engine, and its handle is reused (the caller never sees it).
+func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, error) {
 	if !rq.call.redop.Valid() && rq.call.op.reduces() {
 		return nil, fmt.Errorf("collective: %v with invalid reduction %v", rq.call.op, rq.call.redop)
 	}
@@ -127,10 +131,10 @@ func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
 	}
 	// A call whose context has no deadline gets the communicator's timeout,
 	// kept in the task rather than in a derived context (one allocation and
-	// timer fewer per call).
-	var deadline int64
+	// timer fewer per call); the engine starts it when it admits the task.
+	var timeout time.Duration
 	if _, ok := ctx.Deadline(); !ok {
-		deadline = flowtel.Monotonic() + int64(c.opts.timeout)
+		timeout = c.opts.timeout
 	}
 	c.mu.Lock()
 	if c.closed {
@@ -154,11 +158,23 @@ func (c *Comm) start(ctx context.Context, rq request) (*Handle, error) {
 	rq.call.esize = rq.dt.Size()
 	algo := c.pickAlgo(rq.call.op, rq.call.count*rq.call.esize)
 	parts := c.splitChannels(&rq)
-	h := &Handle{comm: c}
+	var h *Handle
+	if inline {
+		h = c.spare.Swap(nil)
+	}
+	if h == nil {
+		h = &Handle{comm: c, inline: inline}
+	}
+	old := h.tasks[:cap(h.tasks)]
+	h.tasks = h.tasks[:0]
 	for ch, part := range parts {
-		t, err := c.newTask(ctx, part, algo, seq, !p2p)
+		var reuse *task
+		if ch < len(old) {
+			reuse = old[ch]
+		}
+		t, err := c.newTask(ctx, part, algo, seq, !p2p, reuse)
 		if t != nil {
-			t.deadline, t.parts = deadline, len(parts)
+			t.timeout, t.parts = timeout, len(parts)
 		}
 		if err != nil {
 			c.mu.Unlock()
@@ -194,7 +210,9 @@ func (c *Comm) failed() error {
 // returns an error and the communicator should be aborted and recreated.
 func (c *Comm) Err() error { return c.failed() }
 
-func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint64, check bool) (*task, error) {
+// newTask returns the task of rq on one channel, in t (a finished task to
+// reuse) when t is not nil.
+func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint64, check bool, t *task) (*task, error) {
 	cl := rq.call
 	cl.chunk = c.chunkFor(&cl)
 	check = check && c.opts.check && c.size > 1
@@ -202,9 +220,16 @@ func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint
 	if err != nil {
 		return nil, err
 	}
-	t := &task{call: cl, dt: rq.dt, sched: s, ctx: ctx, seq: seq, done: make(chan struct{}),
-		tag: transport.Tag{CollSeq: seq, Op: uint8(cl.op), Algo: uint8(algo), Dtype: uint8(rq.dt)}}
-	t.bufs = make([][]byte, numBufs, int(numBufs)+len(rq.extra))
+	if t == nil {
+		t = &task{}
+	}
+	t.call, t.dt, t.sched, t.ctx, t.seq = cl, rq.dt, s, ctx, seq
+	t.tag = transport.Tag{CollSeq: seq, Op: uint8(cl.op), Algo: uint8(algo), Dtype: uint8(rq.dt)}
+	if need := int(numBufs) + len(rq.extra); cap(t.bufs) < need {
+		t.bufs = make([][]byte, numBufs, need)
+	} else {
+		t.bufs = t.bufs[:numBufs]
+	}
 	t.bufs = append(t.bufs, rq.extra...)
 	t.bufs[bufIn], t.bufs[bufOut] = rq.in, rq.out
 	// Scratch comes from the engine's pool when the task is admitted.
@@ -238,7 +263,12 @@ func (c *Comm) schedule(cl *call, algo Algorithm, check bool) (s *schedule, fres
 	cacheable := cl.op != OpAllToAllv && cl.p2p == nil
 	key := schedKey{cl.op, algo, cl.redop, cl.count, cl.esize, cl.chunk, cl.root, cl.inPlace, check}
 	if cacheable {
+		// A loop repeats one call: compare with the last before hashing.
+		if c.lastSched != nil && key == c.lastKey {
+			return c.lastSched, false, nil
+		}
 		if s, ok := c.schedCache[key]; ok {
+			c.lastKey, c.lastSched = key, s
 			return s, false, nil
 		}
 	}
@@ -256,6 +286,7 @@ func (c *Comm) schedule(cl *call, algo Algorithm, check bool) (s *schedule, fres
 			c.schedCache = map[schedKey]*schedule{}
 		}
 		c.schedCache[key] = s
+		c.lastKey, c.lastSched = key, s
 	}
 	return s, true, nil
 }
@@ -322,6 +353,10 @@ func sameType(a, b Buffer, op Op) error {
 // AllReduceAsync starts an all-reduce of send into recv (the same buffer for
 // in place).
 func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	return c.allReduce(ctx, false, send, recv, op)
+}
+
+func (c *Comm) allReduce(ctx context.Context, inline bool, send, recv Buffer, op ReduceOp) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllReduce, Send: send, Recv: recv, Reduce: op})
 	}
@@ -331,13 +366,17 @@ func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceO
 	if len(send.Data) != len(recv.Data) {
 		return nil, fmt.Errorf("collective: allreduce send has %d elements but receive has %d", send.Len(), recv.Len())
 	}
-	return c.start(ctx, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
+	return c.start(ctx, inline, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
 		dt: send.Type, in: send.Data, out: recv.Data})
 }
 
 // AllGatherAsync starts an all-gather: recv holds Size() blocks of len(send).
 // In place when send is recv's block for this rank.
 func (c *Comm) AllGatherAsync(ctx context.Context, send, recv Buffer) (*Handle, error) {
+	return c.allGather(ctx, false, send, recv)
+}
+
+func (c *Comm) allGather(ctx context.Context, inline bool, send, recv Buffer) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllGather, Send: send, Recv: recv})
 	}
@@ -347,7 +386,7 @@ func (c *Comm) AllGatherAsync(ctx context.Context, send, recv Buffer) (*Handle, 
 	if len(recv.Data) != c.size*len(send.Data) {
 		return nil, fmt.Errorf("collective: allgather receive has %d elements, want %d ranks × %d", recv.Len(), c.size, send.Len())
 	}
-	return c.start(ctx, request{call: call{op: OpAllGather, count: send.Len(), inPlace: window(recv.Data, send.Data, c.rank*len(send.Data))},
+	return c.start(ctx, inline, request{call: call{op: OpAllGather, count: send.Len(), inPlace: window(recv.Data, send.Data, c.rank*len(send.Data))},
 		dt: send.Type, in: send.Data, out: recv.Data})
 }
 
@@ -355,6 +394,10 @@ func (c *Comm) AllGatherAsync(ctx context.Context, send, recv Buffer) (*Handle, 
 // len(recv); rank r receives the reduction of block r. In place when recv is
 // send's block for this rank.
 func (c *Comm) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	return c.reduceScatter(ctx, false, send, recv, op)
+}
+
+func (c *Comm) reduceScatter(ctx context.Context, inline bool, send, recv Buffer, op ReduceOp) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpReduceScatter, Send: send, Recv: recv, Reduce: op})
 	}
@@ -364,13 +407,17 @@ func (c *Comm) ReduceScatterAsync(ctx context.Context, send, recv Buffer, op Red
 	if len(send.Data) != c.size*len(recv.Data) {
 		return nil, fmt.Errorf("collective: reducescatter send has %d elements, want %d ranks × %d", send.Len(), c.size, recv.Len())
 	}
-	return c.start(ctx, request{call: call{op: OpReduceScatter, count: recv.Len(), redop: op, inPlace: window(send.Data, recv.Data, c.rank*len(recv.Data))},
+	return c.start(ctx, inline, request{call: call{op: OpReduceScatter, count: recv.Len(), redop: op, inPlace: window(send.Data, recv.Data, c.rank*len(recv.Data))},
 		dt: send.Type, in: send.Data, out: recv.Data})
 }
 
 // BroadcastAsync starts a broadcast of root's send into every rank's recv.
 // Pass the same buffer for in place; send is ignored on other ranks.
 func (c *Comm) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	return c.broadcast(ctx, false, send, recv, root)
+}
+
+func (c *Comm) broadcast(ctx context.Context, inline bool, send, recv Buffer, root int) (*Handle, error) {
 	if anyDevice(send, recv) {
 		if c.rank != root {
 			send = Buffer{}
@@ -386,13 +433,17 @@ func (c *Comm) BroadcastAsync(ctx context.Context, send, recv Buffer, root int) 
 	if len(send.Data) != len(recv.Data) {
 		return nil, fmt.Errorf("collective: broadcast send has %d elements but receive has %d", send.Len(), recv.Len())
 	}
-	return c.start(ctx, request{call: call{op: OpBroadcast, count: recv.Len(), root: root, inPlace: sameData(send.Data, recv.Data)},
+	return c.start(ctx, inline, request{call: call{op: OpBroadcast, count: recv.Len(), root: root, inPlace: sameData(send.Data, recv.Data)},
 		dt: recv.Type, in: send.Data, out: recv.Data})
 }
 
 // ReduceAsync starts a reduction of every rank's send into root's recv
 // (recv is ignored elsewhere; the same buffer on root for in place).
 func (c *Comm) ReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp, root int) (*Handle, error) {
+	return c.reduce(ctx, false, send, recv, op, root)
+}
+
+func (c *Comm) reduce(ctx context.Context, inline bool, send, recv Buffer, op ReduceOp, root int) (*Handle, error) {
 	if anyDevice(send, recv) {
 		if c.rank != root {
 			recv = Buffer{}
@@ -408,13 +459,17 @@ func (c *Comm) ReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp, 
 	if c.rank == root && len(send.Data) != len(recv.Data) {
 		return nil, fmt.Errorf("collective: reduce send has %d elements but receive has %d", send.Len(), recv.Len())
 	}
-	return c.start(ctx, request{call: call{op: OpReduce, count: send.Len(), redop: op, root: root, inPlace: sameData(send.Data, recv.Data)},
+	return c.start(ctx, inline, request{call: call{op: OpReduce, count: send.Len(), redop: op, root: root, inPlace: sameData(send.Data, recv.Data)},
 		dt: send.Type, in: send.Data, out: recv.Data})
 }
 
 // AllToAllAsync starts an all-to-all: block p of send goes to rank p, and
 // block p of recv comes from rank p. The same buffer for in place.
 func (c *Comm) AllToAllAsync(ctx context.Context, send, recv Buffer) (*Handle, error) {
+	return c.allToAll(ctx, false, send, recv)
+}
+
+func (c *Comm) allToAll(ctx context.Context, inline bool, send, recv Buffer) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllToAll, Send: send, Recv: recv})
 	}
@@ -424,13 +479,17 @@ func (c *Comm) AllToAllAsync(ctx context.Context, send, recv Buffer) (*Handle, e
 	if len(send.Data) != len(recv.Data) || send.Len()%c.size != 0 {
 		return nil, fmt.Errorf("collective: alltoall buffers of %d and %d elements must be equal and divisible by %d ranks", send.Len(), recv.Len(), c.size)
 	}
-	return c.start(ctx, request{call: call{op: OpAllToAll, count: send.Len() / c.size, inPlace: sameData(send.Data, recv.Data)},
+	return c.start(ctx, inline, request{call: call{op: OpAllToAll, count: send.Len() / c.size, inPlace: sameData(send.Data, recv.Data)},
 		dt: send.Type, in: send.Data, out: recv.Data})
 }
 
 // AllToAllvAsync starts an all-to-all with per-peer counts and offsets, in
 // elements.
 func (c *Comm) AllToAllvAsync(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) (*Handle, error) {
+	return c.allToAllv(ctx, false, send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
+}
+
+func (c *Comm) allToAllv(ctx context.Context, inline bool, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return nil, fmt.Errorf("collective: alltoallv on device buffers is not supported")
 	}
@@ -457,13 +516,17 @@ func (c *Comm) AllToAllvAsync(ctx context.Context, send Buffer, sendCounts, send
 	if sendCounts[c.rank] != recvCounts[c.rank] {
 		return nil, fmt.Errorf("collective: alltoallv sends %d elements to itself but receives %d", sendCounts[c.rank], recvCounts[c.rank])
 	}
-	return c.start(ctx, request{call: call{op: OpAllToAllv, sendCounts: sendCounts, sendDispls: sendDispls, recvCounts: recvCounts, recvDispls: recvDispls},
+	return c.start(ctx, inline, request{call: call{op: OpAllToAllv, sendCounts: sendCounts, sendDispls: sendDispls, recvCounts: recvCounts, recvDispls: recvDispls},
 		dt: send.Type, in: send.Data, out: recv.Data})
 }
 
 // GatherAsync starts a gather of every rank's send into root's recv (Size()
 // blocks; ignored elsewhere).
 func (c *Comm) GatherAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	return c.gather(ctx, false, send, recv, root)
+}
+
+func (c *Comm) gather(ctx context.Context, inline bool, send, recv Buffer, root int) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpGather, Send: send, Recv: recv, Root: root})
 	}
@@ -476,13 +539,17 @@ func (c *Comm) GatherAsync(ctx context.Context, send, recv Buffer, root int) (*H
 	if c.rank == root && len(recv.Data) != c.size*len(send.Data) {
 		return nil, fmt.Errorf("collective: gather receive has %d elements, want %d ranks × %d", recv.Len(), c.size, send.Len())
 	}
-	return c.start(ctx, request{call: call{op: OpGather, count: send.Len(), root: root, inPlace: c.rank == root && window(recv.Data, send.Data, c.rank*len(send.Data))},
+	return c.start(ctx, inline, request{call: call{op: OpGather, count: send.Len(), root: root, inPlace: c.rank == root && window(recv.Data, send.Data, c.rank*len(send.Data))},
 		dt: send.Type, in: send.Data, out: recv.Data})
 }
 
 // ScatterAsync starts a scatter of root's send (Size() blocks; ignored
 // elsewhere) into every rank's recv.
 func (c *Comm) ScatterAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
+	return c.scatter(ctx, false, send, recv, root)
+}
+
+func (c *Comm) scatter(ctx context.Context, inline bool, send, recv Buffer, root int) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpScatter, Send: send, Recv: recv, Root: root})
 	}
@@ -495,7 +562,7 @@ func (c *Comm) ScatterAsync(ctx context.Context, send, recv Buffer, root int) (*
 	if c.rank == root && len(send.Data) != c.size*len(recv.Data) {
 		return nil, fmt.Errorf("collective: scatter send has %d elements, want %d ranks × %d", send.Len(), c.size, recv.Len())
 	}
-	return c.start(ctx, request{call: call{op: OpScatter, count: recv.Len(), root: root, inPlace: c.rank == root && window(send.Data, recv.Data, c.rank*len(recv.Data))},
+	return c.start(ctx, inline, request{call: call{op: OpScatter, count: recv.Len(), root: root, inPlace: c.rank == root && window(send.Data, recv.Data, c.rank*len(recv.Data))},
 		dt: recv.Type, in: send.Data, out: recv.Data})
 }
 
@@ -517,6 +584,10 @@ func RecvFrom(peer int, buf Buffer) P2P { return P2P{Peer: peer, Buf: buf, Recv:
 // sending first) make progress: what pipeline parallelism needs. Sends and
 // receives to one peer match in the order given.
 func (c *Comm) SendRecvAsync(ctx context.Context, ops ...P2P) (*Handle, error) {
+	return c.sendRecv(ctx, false, ops...)
+}
+
+func (c *Comm) sendRecv(ctx context.Context, inline bool, ops ...P2P) (*Handle, error) {
 	if len(ops) == 0 {
 		return nil, errors.New("collective: SendRecv with no operations")
 	}
@@ -559,5 +630,5 @@ func (c *Comm) SendRecvAsync(ctx context.Context, ops ...P2P) (*Handle, error) {
 			op = OpRecv
 		}
 	}
-	return c.start(ctx, request{call: call{op: op, p2p: p2p}, dt: dt, extra: bufs[numBufs:]})
+	return c.start(ctx, inline, request{call: call{op: op, p2p: p2p}, dt: dt, extra: bufs[numBufs:]})
 }

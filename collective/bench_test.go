@@ -170,3 +170,26 @@ func BenchmarkAllReduceLocal(b *testing.B) {
 		})
 	}
 }
+
+// BenchmarkAllReduceSelf is the per-call cost of the library alone: one rank,
+// so no transfer and no peer to wait for, only the call's own path (task,
+// schedule lookup, engine, telemetry).
+func BenchmarkAllReduceSelf(b *testing.B) {
+	for _, tel := range []bool{false, true} {
+		b.Run(fmt.Sprintf("8B/telemetry=%v", tel), func(b *testing.B) {
+			ctx := context.Background()
+			comms, err := NewLocal(ctx, 1, WithTelemetry(tel))
+			if err != nil {
+				b.Fatal(err)
+			}
+			defer comms[0].Close()
+			send, recv := []float64{1}, []float64{0}
+			b.ReportAllocs()
+			for range b.N {
+				if err := AllReduce(ctx, comms[0], send, recv, Sum); err != nil {
+					b.Fatal(err)
+				}
+			}
+		})
+	}
+}

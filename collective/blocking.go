@@ -8,71 +8,77 @@ import (
 	"slices"
 )
 
-func wait(ctx context.Context, h *Handle, err error) error {
+// wait finishes a blocking call. A handle whose tasks all finished is
+// reused; one whose caller gave up waiting stays with the engine.
+func (c *Comm) wait(ctx context.Context, h *Handle, err error) error {
 	if err != nil {
 		return err
 	}
-	return h.Wait(ctx)
+	err = h.Wait(ctx)
+	if h.waited && h.inline {
+		c.recycle(h)
+	}
+	return err
 }
 
 // AllReduce reduces send across ranks into recv (the same buffer for in place).
 func (c *Comm) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	h, err := c.AllReduceAsync(inlineCtx(ctx), send, recv, op)
-	return wait(ctx, h, err)
+	h, err := c.allReduce(ctx, true, send, recv, op)
+	return c.wait(ctx, h, err)
 }
 
 // AllGather gathers every rank's send into recv on every rank.
 func (c *Comm) AllGather(ctx context.Context, send, recv Buffer) error {
-	h, err := c.AllGatherAsync(inlineCtx(ctx), send, recv)
-	return wait(ctx, h, err)
+	h, err := c.allGather(ctx, true, send, recv)
+	return c.wait(ctx, h, err)
 }
 
 // ReduceScatter reduces send across ranks and leaves block r in rank r's recv.
 func (c *Comm) ReduceScatter(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	h, err := c.ReduceScatterAsync(inlineCtx(ctx), send, recv, op)
-	return wait(ctx, h, err)
+	h, err := c.reduceScatter(ctx, true, send, recv, op)
+	return c.wait(ctx, h, err)
 }
 
 // Broadcast copies root's send into every rank's recv.
 func (c *Comm) Broadcast(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.BroadcastAsync(inlineCtx(ctx), send, recv, root)
-	return wait(ctx, h, err)
+	h, err := c.broadcast(ctx, true, send, recv, root)
+	return c.wait(ctx, h, err)
 }
 
 // Reduce reduces send across ranks into root's recv.
 func (c *Comm) Reduce(ctx context.Context, send, recv Buffer, op ReduceOp, root int) error {
-	h, err := c.ReduceAsync(inlineCtx(ctx), send, recv, op, root)
-	return wait(ctx, h, err)
+	h, err := c.reduce(ctx, true, send, recv, op, root)
+	return c.wait(ctx, h, err)
 }
 
 // AllToAll exchanges block p of send with rank p.
 func (c *Comm) AllToAll(ctx context.Context, send, recv Buffer) error {
-	h, err := c.AllToAllAsync(inlineCtx(ctx), send, recv)
-	return wait(ctx, h, err)
+	h, err := c.allToAll(ctx, true, send, recv)
+	return c.wait(ctx, h, err)
 }
 
 // AllToAllv exchanges variable blocks with every rank.
 func (c *Comm) AllToAllv(ctx context.Context, send Buffer, sendCounts, sendDispls []int, recv Buffer, recvCounts, recvDispls []int) error {
-	h, err := c.AllToAllvAsync(inlineCtx(ctx), send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
-	return wait(ctx, h, err)
+	h, err := c.allToAllv(ctx, true, send, sendCounts, sendDispls, recv, recvCounts, recvDispls)
+	return c.wait(ctx, h, err)
 }
 
 // Gather collects every rank's send into root's recv.
 func (c *Comm) Gather(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.GatherAsync(inlineCtx(ctx), send, recv, root)
-	return wait(ctx, h, err)
+	h, err := c.gather(ctx, true, send, recv, root)
+	return c.wait(ctx, h, err)
 }
 
 // Scatter hands block r of root's send to rank r.
 func (c *Comm) Scatter(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.ScatterAsync(inlineCtx(ctx), send, recv, root)
-	return wait(ctx, h, err)
+	h, err := c.scatter(ctx, true, send, recv, root)
+	return c.wait(ctx, h, err)
 }
 
 // SendRecv runs sends and receives to many peers as one operation.
 func (c *Comm) SendRecv(ctx context.Context, ops ...P2P) error {
-	h, err := c.SendRecvAsync(inlineCtx(ctx), ops...)
-	return wait(ctx, h, err)
+	h, err := c.sendRecv(ctx, true, ops...)
+	return c.wait(ctx, h, err)
 }
 
 // Send sends buf to peer; it returns once peer received it.
@@ -87,13 +93,17 @@ func (c *Comm) Recv(ctx context.Context, buf Buffer, peer int) error {
 
 // BarrierAsync starts a barrier.
 func (c *Comm) BarrierAsync(ctx context.Context) (*Handle, error) {
-	return c.start(ctx, request{call: call{op: OpBarrier}, dt: Uint8})
+	return c.barrier(ctx, false)
+}
+
+func (c *Comm) barrier(ctx context.Context, inline bool) (*Handle, error) {
+	return c.start(ctx, inline, request{call: call{op: OpBarrier}, dt: Uint8})
 }
 
 // Barrier returns once every rank has entered it.
 func (c *Comm) Barrier(ctx context.Context) error {
-	h, err := c.BarrierAsync(inlineCtx(ctx))
-	return wait(ctx, h, err)
+	h, err := c.barrier(ctx, true)
+	return c.wait(ctx, h, err)
 }
 
 // The typed API: generic functions over Go slices.

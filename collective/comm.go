@@ -46,6 +46,8 @@ type Comm struct {
 
 	mu         sync.Mutex
 	schedCache map[schedKey]*schedule
+	lastKey    schedKey  // the last call's shape
+	lastSched  *schedule // and its schedule
 	parts      []request // splitChannels' result, reused under mu
 	seq        uint64
 	p2pSeq     uint64
@@ -53,6 +55,7 @@ type Comm struct {
 	closed     bool
 	devEngine  DeviceEngine // runs operations on device buffers (SetDeviceEngine)
 	pending    sync.WaitGroup
+	spare      atomic.Pointer[Handle] // a finished blocking call's, to reuse
 }
 
 // peerInfo is what ranks exchange at bootstrap to find and reach each other.

@@ -36,13 +36,17 @@ type engine struct {
 	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
 
 	qmu     sync.Mutex
-	queue   []*task // submitted, not yet admitted
-	closed  bool    // no task is accepted any more
-	token   chan struct{}
-	kick    chan struct{}
-	stop    chan struct{}
-	bgDone  chan struct{}
-	stopped chan struct{} // closed once shutdown finished every task
+	queue   []*task      // submitted, not yet admitted
+	nQueued atomic.Int32 // len(queue), readable without qmu
+	// sleeping is set while the driver sleeps on the notifier: only then
+	// does a submission need to signal it.
+	sleeping atomic.Bool
+	closed   bool // no task is accepted any more
+	token    chan struct{}
+	kick     chan struct{}
+	stop     chan struct{}
+	bgDone   chan struct{}
+	stopped  chan struct{} // closed once shutdown finished every task
 
 	mu     sync.Mutex
 	failed error // set once a transfer failed: the channel's QPs are no longer in step
@@ -53,6 +57,7 @@ type engine struct {
 	// Token holder only.
 	lastProgress int64 // monotonic ns of the last progress
 	active       []*task
+	admitting    []*task // the queue's other buffer
 	nextID       uint32
 	wcs          []transport.WC
 	timer        *time.Timer
@@ -66,14 +71,15 @@ type task struct {
 	call     call
 	dt       Datatype
 	sched    *schedule
-	m        *machine
+	m        machine
 	bufs     [][]byte // indexed by bufID
 	tag      transport.Tag
 	sig      [sigSize]byte // the call's signature, when checked
 	seq      uint64
 	ctx      context.Context
-	deadline int64 // monotonic ns; 0: the context's deadline governs
-	parts    int   // channels the call was split across (coll_begin/end Step)
+	timeout  time.Duration // the communicator's, when the context has no deadline
+	deadline int64         // monotonic ns, from timeout at admission; 0: the context's deadline governs
+	parts    int           // channels the call was split across (coll_begin/end Step)
 	eng      *engine
 
 	ready    []int32 // primitives that may start
@@ -81,7 +87,46 @@ type task struct {
 	posted   int
 	begin    int64
 	err      error
-	done     chan struct{}
+	// done is nil while the task runs, closedChan once it finished, or a
+	// channel someone waits on (made on demand: most callers drive their
+	// own task and never block on it), closed when it finishes.
+	done atomic.Pointer[chan struct{}]
+}
+
+var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
+
+// finished reports whether the task is over; its err is then final.
+func (t *task) finished() bool { return t.done.Load() == &closedChan }
+
+// doneChan returns a channel closed when the task finished.
+func (t *task) doneChan() <-chan struct{} {
+	for {
+		if p := t.done.Load(); p != nil {
+			return *p
+		}
+		ch := make(chan struct{})
+		if t.done.CompareAndSwap(nil, &ch) {
+			return ch
+		}
+	}
+}
+
+// markDone finishes the task. It is the engine's last touch of t: a
+// blocking caller may reuse t as soon as it sees it finished.
+func (t *task) markDone() {
+	if p := t.done.Swap(&closedChan); p != nil && p != &closedChan {
+		close(*p)
+	}
+}
+
+// release clears a finished task for reuse, holding on to no caller memory.
+func (t *task) release() {
+	clear(t.bufs)
+	t.bufs = t.bufs[:0]
+	t.call, t.ctx, t.sched, t.err, t.eng = call{}, nil, nil, nil, nil
+	t.posted, t.ready, t.deferred = 0, t.ready[:0], t.deferred[:0]
+	t.m.s = nil
+	t.done.Store(nil)
 }
 
 func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier) *engine {
@@ -144,7 +189,7 @@ func (e *engine) spins() bool {
 // errEngineStopped is what tasks submitted after Close get.
 var errEngineStopped = errors.New("collective: communicator closed")
 
-// enqueue hands t to the engine; t.done closes when it finished. With
+// enqueue hands t to the engine; t finishes (markDone) when done. With
 // inline, the caller will drive the task itself (await); otherwise the
 // background goroutine is woken to drive it.
 func (e *engine) enqueue(t *task, inline bool) {
@@ -152,12 +197,15 @@ func (e *engine) enqueue(t *task, inline bool) {
 	if e.closed {
 		e.qmu.Unlock()
 		t.err = errEngineStopped
-		close(t.done)
+		t.markDone()
 		return
 	}
 	e.queue = append(e.queue, t)
+	e.nQueued.Add(1)
 	e.qmu.Unlock()
-	e.notify.Signal() // a driver asleep on the notifier admits it at once
+	if e.sleeping.Load() {
+		e.notify.Signal() // a driver asleep on the notifier admits it at once
+	}
 	if !inline {
 		e.wake()
 	}
@@ -173,17 +221,29 @@ func (e *engine) wake() {
 // await drives the engine until t is done, or waits while another goroutine
 // drives, or gives up when ctx ends (the task goes on in the background).
 func (e *engine) await(ctx context.Context, t *task) error {
-	for {
-		select {
-		case <-t.done:
+	for first := true; ; first = false {
+		if t.finished() {
 			return nil
-		default:
+		}
+		if first && !e.stopping.Load() {
+			// The usual case: nobody else drives. Take the token without
+			// the full select below (and without making t's channel).
+			select {
+			case e.token <- struct{}{}:
+				e.drive(ctx, t)
+				<-e.token
+				if e.pending() {
+					e.wake()
+				}
+				continue
+			default:
+			}
 		}
 		select {
-		case <-t.done:
+		case <-t.doneChan():
 			return nil
 		case <-e.stop:
-			<-t.done // shutdown finishes every task
+			<-t.doneChan() // shutdown finishes every task
 			return nil
 		case e.token <- struct{}{}:
 			e.drive(ctx, t)
@@ -200,9 +260,7 @@ func (e *engine) await(ctx context.Context, t *task) error {
 
 // pending reports whether tasks are queued or running.
 func (e *engine) pending() bool {
-	e.qmu.Lock()
-	defer e.qmu.Unlock()
-	return len(e.queue) > 0 || e.nActive.Load() > 0
+	return e.nQueued.Load() > 0 || e.nActive.Load() > 0
 }
 
 // background drives what no caller drives: async calls, and tasks whose
@@ -260,23 +318,22 @@ func (e *engine) failure() error {
 	return e.failed
 }
 
+// admitQueued admits the submitted tasks. The queue's two buffers swap, so
+// submitting allocates nothing once they have grown.
 func (e *engine) admitQueued() {
+	if e.nQueued.Load() == 0 {
+		return
+	}
 	e.qmu.Lock()
 	q := e.queue
-	e.queue = nil
+	e.queue = e.admitting[:0]
+	e.nQueued.Store(0)
 	e.qmu.Unlock()
 	for _, t := range q {
 		e.admit(t)
 	}
-}
-
-func isDone(t *task) bool {
-	select {
-	case <-t.done:
-		return true
-	default:
-		return false
-	}
+	clear(q)
+	e.admitting = q[:0]
 }
 
 // drive progresses every task until `until` is done (nil: until no task is
@@ -286,13 +343,16 @@ func (e *engine) drive(ctx context.Context, until *task) {
 	var idleSince int64
 	for iter := 0; ; iter++ {
 		e.admitQueued()
-		if until != nil && isDone(until) || until == nil && len(e.active) == 0 {
+		if until != nil && until.finished() || until == nil && len(e.active) == 0 {
 			return
 		}
 		if e.stopping.Load() || iter&63 == 63 && ctx.Err() != nil {
 			return
 		}
 		if iter&1023 == 1023 {
+			if idle == 0 {
+				e.lastProgress = flowtel.Monotonic()
+			}
 			e.checkDeadlines()
 		}
 		progress := e.step()
@@ -301,12 +361,13 @@ func (e *engine) drive(ctx context.Context, until *task) {
 		}
 		if progress {
 			idle = 0
-			e.lastProgress = flowtel.Monotonic()
 			continue
 		}
 		idle++
 		if idle == 1 {
+			// The clock is read when progress stops, not at every step.
 			idleSince = flowtel.Monotonic()
+			e.lastProgress = idleSince
 		}
 		if e.spins() {
 			e.setSpinning(true)
@@ -328,6 +389,11 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			continue
 		}
 		e.setSpinning(false)
+		e.sleeping.Store(true)
+		if e.nQueued.Load() > 0 { // submitted before the flag went up
+			e.sleeping.Store(false)
+			continue
+		}
 		if e.timer == nil {
 			e.timer = time.NewTimer(time.Millisecond)
 		} else {
@@ -339,6 +405,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 		case <-e.stop:
 		case <-ctx.Done():
 		}
+		e.sleeping.Store(false)
 		if !e.timer.Stop() {
 			select {
 			case <-e.timer.C:
@@ -353,8 +420,14 @@ func (e *engine) drive(ctx context.Context, until *task) {
 func (e *engine) admit(t *task) {
 	if err := e.failure(); err != nil {
 		t.err = err
-		close(t.done)
+		t.markDone()
 		return
+	}
+	now := flowtel.Monotonic()
+	if t.timeout > 0 {
+		t.deadline = now + int64(t.timeout)
+	} else {
+		t.deadline = 0
 	}
 	e.nextID++
 	t.id = e.nextID
@@ -365,17 +438,17 @@ func (e *engine) admit(t *task) {
 		t.bufs[bufHdr] = e.takeScratch(h.bytes)
 		h.fill(t.bufs[bufHdr], &t.sig)
 	}
-	t.m = newMachine(t.sched, e.ranks)
+	t.m.reset(t.sched, e.ranks)
 	t.ready = t.m.initial(t.ready[:0])
-	t.begin = e.rec.Now()
 	if e.rec.Enabled() {
+		t.begin = e.rec.Now()
 		e.rec.Record(&flowtel.Record{TsNs: t.begin, Kind: flowtel.KindCollBegin, Rank: int32(e.rank), Peer: -1,
 			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
 			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload()), Step: uint32(t.parts)})
 	}
 	e.active = append(e.active, t)
 	e.nActive.Add(1)
-	e.lastProgress = flowtel.Monotonic()
+	e.lastProgress = now
 }
 
 // takeScratch returns a scratch buffer of n bytes, reusing the smallest
@@ -613,7 +686,7 @@ func (e *engine) end(t *task, st flowtel.Status) {
 		e.putScratch(t.bufs[bufScratch])
 		e.putScratch(t.bufs[bufHdr])
 	}
-	close(t.done)
+	t.markDone()
 }
 
 // deadPeerGrace is how long a channel may make no progress, with a peer's

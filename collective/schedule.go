@@ -192,6 +192,7 @@ type machine struct {
 	completed []bool
 	head      []int // next unstarted position in each of s.queue
 	left      int   // primitives not yet complete
+	flags     []bool
 }
 
 // queueOf returns the queue id of a send or receive to peer.
@@ -203,12 +204,28 @@ func queueOf(kind primKind, peer int) int32 {
 }
 
 func newMachine(s *schedule, ranks int) *machine {
+	m := &machine{}
+	m.reset(s, ranks)
+	return m
+}
+
+// reset starts m on s, reusing m's memory.
+func (m *machine) reset(s *schedule, ranks int) {
 	s.compile(ranks)
 	n := len(s.prims)
-	flags := make([]bool, 2*n)
-	m := &machine{s: s, unmet: append([]int32(nil), s.depCount...), started: flags[:n:n], completed: flags[n:],
-		head: make([]int, len(s.queue)), left: n}
-	return m
+	m.s, m.left = s, n
+	m.unmet = append(m.unmet[:0], s.depCount...)
+	if cap(m.flags) < 2*n {
+		m.flags = make([]bool, 2*n)
+	}
+	m.flags = m.flags[:2*n]
+	clear(m.flags)
+	m.started, m.completed = m.flags[:n:n], m.flags[n:]
+	if cap(m.head) < len(s.queue) {
+		m.head = make([]int, len(s.queue))
+	}
+	m.head = m.head[:len(s.queue)]
+	clear(m.head)
 }
 
 // ready reports whether primitive i may start now.
