@@ -37,6 +37,9 @@ type ProcConfig struct {
 	ShmDir string
 }
 
+// errStagedIPC is what the IPC operations return in a staged job.
+var errStagedIPC = errors.New("ce: this job stages through host memory (ranks on several hosts or VCCL_GPU_STAGE=1): no CUDA IPC; use device buffers through the collective API")
+
 // DefaultProcTimeout is how long a Proc operation waits for its peers.
 const DefaultProcTimeout = 2 * time.Minute
 
@@ -72,6 +75,11 @@ type Proc struct {
 	sendSeq, recvSeq             []uint64 // per peer: transfers matched so far
 	regs                         []*Mem
 	opened                       map[cuda.IpcMemHandle]*openMem
+	// Device buffers in the collective API (engine.go).
+	attached bool             // the Comm's device engine
+	staged   bool             // through host memory: ranks on several hosts, or VCCL_GPU_STAGE=1
+	pinned   *cuda.HostBuffer // staging memory
+	scratch  *DeviceMem       // where peers push reduction operands
 }
 
 type openMem struct {
@@ -140,12 +148,44 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 	}
 	p.r = p.g.ranks[0]
 	p.r.global = p.me
+	if p.staged, err = p.decideStaging(ctx); err != nil {
+		p.g.Close()
+		p.closeComm()
+		return nil, fmt.Errorf("ce: rank %d: %w", p.me, err)
+	}
+	if p.staged {
+		return p, nil
+	}
 	if err := p.setup(ctx); err != nil {
 		p.g.Close()
 		p.closeComm()
 		return nil, fmt.Errorf("ce: rank %d: %w", p.me, err)
 	}
 	return p, nil
+}
+
+// decideStaging all-gathers the host names and VCCL_GPU_STAGE: the job
+// stages through host memory when its ranks are not all on one host or any
+// rank asks for it.
+func (p *Proc) decideStaging(ctx context.Context) (bool, error) {
+	mine := make([]byte, 1+blobHost)
+	if stageFromEnv() {
+		mine[0] = 1
+	}
+	host, _ := os.Hostname()
+	if err := putString(mine[1:], host); err != nil {
+		return false, err
+	}
+	all, err := p.exchange(ctx, mine)
+	if err != nil {
+		return false, err
+	}
+	for _, b := range all {
+		if b[0] == 1 || getString(b[1:]) != host {
+			return true, nil
+		}
+	}
+	return false, nil
 }
 
 func (p *Proc) closeComm() {
@@ -355,7 +395,18 @@ func (p *Proc) SetTelemetry(on bool) { p.g.SetTelemetry(on) }
 func (p *Proc) Close() error {
 	ctx, cancel := context.WithTimeout(context.Background(), p.timeout)
 	defer cancel()
-	err := p.g.Synchronize(ctx)
+	if p.attached {
+		p.comm.SetDeviceEngine(nil)
+	}
+	var err error
+	if p.scratch != nil {
+		err = p.Free(ctx, p.scratch)
+		p.scratch = nil
+	}
+	if p.pinned != nil {
+		err = errors.Join(err, p.g.Do(0, p.pinned.Free))
+	}
+	err = errors.Join(err, p.g.Synchronize(ctx))
 	p.g.do(func() error {
 		if p.g.use(p.r) != nil {
 			return nil
@@ -405,6 +456,9 @@ func (p *Proc) Close() error {
 // together, each with its own buffer, and each maps the others' through
 // CUDA IPC. The registration lasts until Deregister.
 func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, error) {
+	if p.staged {
+		return nil, errStagedIPC
+	}
 	const blob = 8 + 64 + 16
 	mine := make([]byte, blob)
 	var h cuda.IpcMemHandle
@@ -538,6 +592,9 @@ func RecvInto(peer int, dst *Mem, off, bytes int) P2P {
 // several calls) with the matching halves; a receive's size must equal the
 // send's. At most 16 transfers per peer and direction in one call.
 func (p *Proc) SendRecv(ctx context.Context, ops ...P2P) error {
+	if p.staged {
+		return errStagedIPC
+	}
 	if err := p.checkOps(ops); err != nil {
 		return err
 	}
@@ -758,6 +815,9 @@ func (p *Proc) transfer(ctx context.Context, t tag, ops []P2P, loc *local) error
 // Each rank's copy engine pushes its piece into every peer's buffer; its own
 // piece is a local device-to-device copy. No SM is used.
 func (p *Proc) AllGather(ctx context.Context, send cuda.DevicePtr, recv *Mem, bytes int) error {
+	if p.staged {
+		return errStagedIPC
+	}
 	if recv == nil {
 		return errors.New("ce: all-gather needs a registered receive buffer")
 	}
