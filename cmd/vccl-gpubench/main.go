@@ -261,7 +261,12 @@ func runProc(check, bench bool, p2p int, stdout io.Writer) error {
 	col.Start()
 	defer col.Shutdown(ctx)
 	t0 := time.Now()
-	p, err := ce.NewProc(ctx, ce.ProcConfig{Collector: col})
+	comm, err := collective.NewFromEnv(ctx)
+	if err != nil {
+		return err
+	}
+	defer comm.Close()
+	p, err := ce.Attach(ctx, comm, ce.ProcConfig{Collector: col})
 	if err != nil {
 		return err
 	}
@@ -271,15 +276,30 @@ func runProc(check, bench bool, p2p int, stdout io.Writer) error {
 	bus, _ := d.PCIBusID()
 	fmt.Fprintf(stdout, "rank %d of %d: GPU %d (%s), set up in %s\n", p.Rank(), p.Size(), d, bus, time.Since(t0).Round(time.Millisecond))
 	if check {
-		failed, err := gpubench.ProcCheck(ctx, p, stdout)
+		if !p.Staged() {
+			failed, err := gpubench.ProcCheck(ctx, p, stdout)
+			if err != nil {
+				return err
+			}
+			if failed > 0 {
+				return fmt.Errorf("proc check: %d cases failed", failed)
+			}
+		}
+		t1 := time.Now()
+		failed, total, err := gpubench.CommCheck(ctx, comm, p, stdout)
 		if err != nil {
 			return err
 		}
+		mode := "IPC"
+		if p.Staged() {
+			mode = "staged through host memory"
+		}
+		fmt.Fprintf(stdout, "rank %d: collective API on device buffers (%s): %d cases, %d failed, %s\n", p.Rank(), mode, total, failed, time.Since(t1).Round(time.Millisecond))
 		if failed > 0 {
-			return fmt.Errorf("proc check: %d cases failed", failed)
+			return fmt.Errorf("collective API check: %d cases failed", failed)
 		}
 	}
-	if bench {
+	if bench && !p.Staged() {
 		return gpubench.ProcBench(ctx, p, stdout, p2p, win, col)
 	}
 	return nil

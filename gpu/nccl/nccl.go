@@ -1,6 +1,7 @@
 // Package nccl opens NVIDIA's libnccl.so.2 at run time through purego (no
 // cgo) and exposes the few calls VCCL measures itself against: one
-// communicator per GPU of this process (ncclCommInitAll), all-reduce,
+// communicator per GPU of this process (ncclCommInitAll) or one rank per
+// process (GetUniqueID, InitRank), all-reduce,
 // all-gather, send and receive, and groups. It exists for side-by-side
 // benchmarks on the same buffers and streams; VCCL does not use NCCL.
 package nccl
@@ -32,6 +33,7 @@ var (
 		getVersion, commInitAll, commDestroy, allReduce, allGather uintptr
 		send, recv, groupStart, groupEnd, getErrorString           uintptr
 		reduceScatter, reduce, broadcast                           uintptr
+		getUniqueID, commInitRankScalable                          uintptr // optional
 	}
 	path string
 )
@@ -96,6 +98,11 @@ func Open() (string, error) {
 			}
 			*s.dst = p
 		}
+		// ncclCommInitRank takes the 128-byte id by value, past what
+		// purego.SyscallN can lay out (15 arguments); ncclCommInitRankScalable
+		// (NCCL 2.23 and later) takes a pointer to it and does the same.
+		lib.getUniqueID, _ = purego.Dlsym(h, "ncclGetUniqueId")
+		lib.commInitRankScalable, _ = purego.Dlsym(h, "ncclCommInitRankScalable")
 	})
 	return path, err0
 }
@@ -154,6 +161,38 @@ func InitAll(devices []int) ([]Comm, error) {
 	}
 	err := call(lib.commInitAll, uintptr(unsafe.Pointer(&comms[0])), uintptr(len(devices)), uintptr(unsafe.Pointer(&devs[0])))
 	return comms, err
+}
+
+// UniqueID is an ncclUniqueId: rank 0 makes it, every rank of the job
+// gets a copy (through the host communicator) and passes it to InitRank.
+type UniqueID [128]byte
+
+// GetUniqueID makes the id of a new communicator.
+func GetUniqueID() (UniqueID, error) {
+	var id UniqueID
+	if _, err := Open(); err != nil {
+		return id, err
+	}
+	if lib.getUniqueID == 0 {
+		return id, fmt.Errorf("nccl: %s has no ncclGetUniqueId", path)
+	}
+	err := call(lib.getUniqueID, uintptr(unsafe.Pointer(&id)))
+	return id, err
+}
+
+// InitRank joins rank of an nranks communicator on the device current on
+// the calling thread (one process per GPU). Every rank calls it with the
+// same id; it returns once all have.
+func InitRank(nranks, rank int, id UniqueID) (Comm, error) {
+	if _, err := Open(); err != nil {
+		return 0, err
+	}
+	if lib.commInitRankScalable == 0 {
+		return 0, fmt.Errorf("nccl: %s has no ncclCommInitRankScalable (NCCL 2.23 or later)", path)
+	}
+	var c Comm
+	err := call(lib.commInitRankScalable, uintptr(unsafe.Pointer(&c)), uintptr(nranks), uintptr(rank), 1, uintptr(unsafe.Pointer(&id)), 0)
+	return c, err
 }
 
 // Destroy frees the communicator.

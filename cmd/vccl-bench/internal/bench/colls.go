@@ -136,6 +136,7 @@ type setup struct {
 	sendBuf    []byte
 	recvBuf    []byte
 	reduceRoot bool
+	dev        *deviceRun // --device gpu
 }
 
 func newSetup(cfg Config, rank, n int, maxBytes int64) *setup {

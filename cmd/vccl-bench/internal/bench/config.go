@@ -32,12 +32,15 @@ type Config struct {
 	Progress   string // "auto" (only when stderr is a terminal) or "off"
 	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
 	Exporters  string // with telemetry on, a directory: every exporter on, traces written there
+	Device     string // "host" or "gpu": where the buffers live
+	VsNCCL     bool   // with Device "gpu": NCCL on the same buffers, row by row
+	SMs        int    // with Device "gpu": the reduction kernel's grid (0: gpu/ce's default)
 }
 
 // DefaultConfig is nccl-tests' defaults where they carry over.
 func DefaultConfig() Config {
 	return Config{MinBytes: 32 << 20, MaxBytes: 32 << 20, Factor: 2, Op: collective.Sum,
-		Type: collective.Float32, Iters: 20, Warmup: 5, Check: true, Progress: "auto"}
+		Type: collective.Float32, Iters: 20, Warmup: 5, Check: true, Progress: "auto", Device: "host"}
 }
 
 const usageHead = `usage: vccl-bench COLLECTIVE [flags]
@@ -150,6 +153,9 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY)")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (only when stderr is a terminal, so never under a launcher that pipes it, such as vcclrun) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
+	fs.StringVar(&cfg.Device, "device", cfg.Device, "where the buffers live: host, or gpu (device memory through the collective API, one GPU per rank; needs a GPU)")
+	fs.BoolVar(&cfg.VsNCCL, "vs-nccl", false, "with --device gpu: run NCCL (libnccl.so.2 via $VCCL_NCCL_LIB or the torch pip package) on the same buffers and print its row and the ratio")
+	fs.IntVar(&cfg.SMs, "sms", 0, "with --device gpu: thread blocks (so at most SMs) of the reduction kernel (0: default)")
 	fs.StringVar(&cfg.Exporters, "exporters", "", "with --telemetry on, turn every exporter on (Arrow traces into `DIR`, Prometheus on the live endpoint, OpenTelemetry spans built and discarded), to measure what they cost")
 	return fs, v
 }
@@ -168,6 +174,12 @@ func (c *Config) validate() error {
 		return fmt.Errorf("-w %d: must not be negative", c.Warmup)
 	case c.Root < 0:
 		return fmt.Errorf("-r %d: must not be negative", c.Root)
+	case c.Device != "host" && c.Device != "gpu":
+		return fmt.Errorf("--device %q: want host or gpu", c.Device)
+	case c.VsNCCL && c.Device != "gpu":
+		return errors.New("--vs-nccl needs --device gpu")
+	case c.SMs < 0:
+		return fmt.Errorf("--sms %d: must not be negative", c.SMs)
 	}
 	return nil
 }

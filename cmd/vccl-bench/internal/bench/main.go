@@ -59,6 +59,24 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		defer stop()
 	}
 	opts := Options{Telemetry: telemetry}
+	if cfg.Device == "gpu" {
+		d, err := openDevice(ctx, comm, cfg)
+		if err != nil {
+			fmt.Fprintf(stderr, "vccl-bench: rank %d: %v\n", comm.Rank(), err)
+			return 1
+		}
+		defer func() {
+			cctx, cancel := context.WithTimeout(ctx, time.Minute)
+			defer cancel()
+			if err := d.close(cctx); err != nil {
+				fmt.Fprintf(stderr, "vccl-bench: rank %d: closing the GPU: %v\n", comm.Rank(), err)
+			}
+		}()
+		opts.device = d
+		if comm.Rank() == 0 && !cfg.JSON {
+			d.describe(stdout)
+		}
+	}
 	if comm.Rank() == 0 {
 		if !cfg.JSON {
 			opts.Table = stdout

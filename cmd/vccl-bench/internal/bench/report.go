@@ -43,6 +43,22 @@ func writeRow(w io.Writer, r Result) {
 		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(m.TimeUs), m.AlgBW, m.BusBW, wrong)
 	}
 	fmt.Fprintln(w)
+	if r.OutOfPlace.NCCL == nil {
+		return
+	}
+	fmt.Fprintf(w, "#%11s  %12s  %8s  %6s  %6s", "NCCL", "", "", "", "")
+	for _, m := range []*Measure{&r.OutOfPlace, r.InPlace} {
+		if m == nil || m.NCCL == nil {
+			fmt.Fprintf(w, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
+			continue
+		}
+		ratio := "N/A"
+		if m.NCCL.BusBW > 0 {
+			ratio = fmt.Sprintf("%.2fx", m.BusBW/m.NCCL.BusBW)
+		}
+		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(m.NCCL.TimeUs), m.NCCL.AlgBW, m.NCCL.BusBW, ratio)
+	}
+	fmt.Fprintln(w)
 }
 
 // timeStr keeps the column 7 wide, as nccl-tests does.

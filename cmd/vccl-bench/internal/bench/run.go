@@ -18,6 +18,8 @@ type Measure struct {
 	AlgBW  float64 `json:"algbw_gbps"`
 	BusBW  float64 `json:"busbw_gbps"`
 	Wrong  int64   `json:"wrong"` // -1: not checked (-c 0)
+	// NCCL is NCCL's measurement on the same buffers (--vs-nccl).
+	NCCL *Measure `json:"nccl,omitempty"`
 }
 
 // Result is one row of the table.
@@ -75,6 +77,8 @@ type Options struct {
 	Corrupt func(rank int, inPlace bool, out []byte)
 	// Telemetry is what the report says about telemetry.
 	Telemetry bool
+	// device runs the sweep on device buffers (--device gpu).
+	device *deviceRun
 }
 
 // Run measures cfg.Coll on comm over the sweep. Every rank calls it with the
@@ -102,6 +106,11 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 	}
 	sizes := Sizes(cfg.MinBytes, cfg.MaxBytes, cfg.Factor)
 	s := newSetup(cfg, rank, n, sizes[len(sizes)-1])
+	if s.dev = opts.device; s.dev != nil {
+		if err := s.dev.alloc(ctx, s); err != nil {
+			return nil, fmt.Errorf("device buffers: %w", err)
+		}
+	}
 	if opts.Table != nil {
 		writeHeader(opts.Table, rep)
 	}
@@ -196,19 +205,28 @@ func rootOf(cfg Config) int {
 func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, inPlace bool, opts Options) (Measure, error) {
 	cl := s.buffers(l, inPlace)
 	m := Measure{Wrong: -1}
-	for range s.cfg.Warmup {
-		if err := s.start(ctx, comm, cl); err != nil {
-			return m, err
+	run := func(k int) error {
+		for range k {
+			if err := s.start(ctx, comm, cl); err != nil {
+				return err
+			}
 		}
+		return nil
+	}
+	var dc devCall
+	if s.dev != nil {
+		dc = s.dev.call(s, cl)
+		run = func(k int) error { return s.dev.run(ctx, comm, s, dc, k) }
+	}
+	if err := run(s.cfg.Warmup); err != nil {
+		return m, err
 	}
 	if err := comm.Barrier(ctx); err != nil {
 		return m, err
 	}
 	t0 := time.Now()
-	for range s.cfg.Iters {
-		if err := s.start(ctx, comm, cl); err != nil {
-			return m, err
-		}
+	if err := run(s.cfg.Iters); err != nil {
+		return m, err
 	}
 	elapsed := time.Since(t0)
 	// Mean over iterations on this rank, then over ranks (nccl-tests' -a 1).
@@ -221,12 +239,29 @@ func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, in
 		m.AlgBW = float64(l.Bytes) / (m.TimeUs * 1e3)
 		m.BusBW = m.AlgBW * s.cfg.Coll.BusFactor(s.n)
 	}
+	if s.dev != nil && s.dev.nccl != 0 {
+		nm, err := s.dev.ncclMeasure(ctx, comm, s, l, dc)
+		if err != nil {
+			return m, fmt.Errorf("NCCL: %w", err)
+		}
+		m.NCCL = &nm
+	}
 	if !s.cfg.Check {
 		return m, nil
 	}
 	s.fill(l, cl)
-	if err := s.start(ctx, comm, cl); err != nil {
+	if s.dev != nil {
+		if err := s.dev.upload(s, l); err != nil {
+			return m, err
+		}
+	}
+	if err := run(1); err != nil {
 		return m, err
+	}
+	if s.dev != nil && cl.out != nil {
+		if err := s.dev.download(cl.out, dc.out); err != nil {
+			return m, err
+		}
 	}
 	if opts.Corrupt != nil && cl.out != nil {
 		opts.Corrupt(s.rank, inPlace, cl.out)
