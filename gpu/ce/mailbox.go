@@ -46,6 +46,12 @@ type pairBox struct {
 	_       [56]byte
 	ackDone uint64 // written by to: last transfer whose done event it has waited on
 	_       [56]byte
+	// The flag path's pipelined all-reduce writes into the peer's output:
+	// where that lies (registration and offset) is posted here by to for
+	// its seq-th such operation, and from acknowledges having read it.
+	outs   [mailSlots]post // written by to
+	ackOut uint64          // written by from
+	_      [56]byte
 }
 
 const (
@@ -144,6 +150,25 @@ func (b *pairBox) postRecv(seq uint64, reg, off, bytes int) {
 // posted returns the receive of transfer seq if the receiver has posted it.
 func (b *pairBox) posted(seq uint64) (reg, off, bytes int, ok bool) {
 	p := &b.posts[seq%mailSlots]
+	if atomic.LoadUint64(&p.seq) != seq {
+		return 0, 0, 0, false
+	}
+	return int(atomic.LoadUint64(&p.reg)), int(atomic.LoadUint64(&p.off)), int(atomic.LoadUint64(&p.bytes)), true
+}
+
+// postOut publishes where this rank's output of pipelined operation seq
+// lies.
+func (b *pairBox) postOut(seq uint64, reg, off, bytes int) {
+	p := &b.outs[seq%mailSlots]
+	atomic.StoreUint64(&p.reg, uint64(reg))
+	atomic.StoreUint64(&p.off, uint64(off))
+	atomic.StoreUint64(&p.bytes, uint64(bytes))
+	atomic.StoreUint64(&p.seq, seq)
+}
+
+// postedOut returns the output the receiver posted for operation seq.
+func (b *pairBox) postedOut(seq uint64) (reg, off, bytes int, ok bool) {
+	p := &b.outs[seq%mailSlots]
 	if atomic.LoadUint64(&p.seq) != seq {
 		return 0, 0, 0, false
 	}

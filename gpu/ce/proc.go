@@ -35,6 +35,18 @@ type ProcConfig struct {
 	Timeout time.Duration
 	// ShmDir is where the mailbox file is made (default /dev/shm).
 	ShmDir string
+	// OneKernelMax is the largest out-of-place all-reduce (bytes) on the
+	// peer-read path (flagops.go; 0: DefaultOneKernelMax, negative:
+	// never); DirectMax the largest of the others that sends whole inputs
+	// (the direct path; 0: DefaultDirectMax, negative: never); Chunk the
+	// chunk in bytes of the pipelined path (0: 16 MiB; the direct path's
+	// are half). VCCL_GPU_ONEKERNEL_MAX overrides OneKernelMax.
+	// VCCL_GPU_DIRECT_MAX and VCCL_GPU_CHUNK override them, and
+	// VCCL_GPU_FLAGS=0 turns the flag paths off (the mailbox path then
+	// runs every all-reduce).
+	OneKernelMax int
+	DirectMax    int
+	Chunk        int
 }
 
 // errStagedIPC is what the IPC operations return in a staged job.
@@ -80,6 +92,18 @@ type Proc struct {
 	staged   bool             // through host memory: ranks on several hosts, or VCCL_GPU_STAGE=1
 	pinned   *cuda.HostBuffer // staging memory
 	scratch  *DeviceMem       // where peers push reduction operands
+	// The flag path (flagops.go).
+	useFlags       bool
+	directMax      int
+	oneKernelMax   int
+	chunk          int
+	flags          *DeviceMem // flagKinds × n flags, zeroed
+	fdirect, fpipe *DeviceMem // scratch of the direct and pipelined all-reduce
+	evChunk        [maxChunks]cuda.Event
+	words          cuda.DevicePtr // the values signal copies into peers' flags
+	fseq           uint32         // flag values used so far (every rank alike)
+	dops           uint64         // direct all-reduces so far (their scratch slot alternates)
+	oseq           uint64         // pipelined operations so far (the mailbox outs)
 }
 
 type openMem struct {
@@ -115,7 +139,16 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 	if ndev == 0 {
 		return nil, fmt.Errorf("ce: no GPU: %w", cuda.ErrNoDriver)
 	}
-	p := &Proc{comm: cfg.Comm, timeout: cfg.Timeout, opened: map[cuda.IpcMemHandle]*openMem{}}
+	p := &Proc{comm: cfg.Comm, timeout: cfg.Timeout, opened: map[cuda.IpcMemHandle]*openMem{},
+		useFlags: os.Getenv("VCCL_GPU_FLAGS") != "0", directMax: cfg.DirectMax, chunk: envBytes("VCCL_GPU_CHUNK", cfg.Chunk)}
+	if p.directMax == 0 {
+		p.directMax = DefaultDirectMax
+	}
+	p.directMax = envBytes("VCCL_GPU_DIRECT_MAX", p.directMax)
+	if p.oneKernelMax = cfg.OneKernelMax; p.oneKernelMax == 0 {
+		p.oneKernelMax = DefaultOneKernelMax
+	}
+	p.oneKernelMax = envBytes("VCCL_GPU_ONEKERNEL_MAX", p.oneKernelMax)
 	if p.timeout <= 0 {
 		p.timeout = DefaultProcTimeout
 	}
@@ -399,10 +432,25 @@ func (p *Proc) Close() error {
 		p.comm.SetDeviceEngine(nil)
 	}
 	var err error
-	if p.scratch != nil {
-		err = p.Free(ctx, p.scratch)
-		p.scratch = nil
+	for _, m := range []**DeviceMem{&p.scratch, &p.flags, &p.fdirect, &p.fpipe} {
+		if *m != nil {
+			err = errors.Join(err, p.Free(ctx, *m))
+			*m = nil
+		}
 	}
+	p.g.do(func() error {
+		if p.g.use(p.r) == nil {
+			if p.words != 0 {
+				cuda.MemFree(p.words)
+			}
+			for _, e := range p.evChunk {
+				if e != 0 {
+					e.Destroy()
+				}
+			}
+		}
+		return nil
+	})
 	if p.pinned != nil {
 		err = errors.Join(err, p.g.Do(0, p.pinned.Free))
 	}

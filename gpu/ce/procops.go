@@ -29,6 +29,9 @@ func (p *Proc) runIPC(ctx context.Context, op collective.DeviceOp, dt collective
 	if err := ctx.Err(); err != nil {
 		return err
 	}
+	if op.Op == collective.OpAllReduce && p.flagsOK() {
+		return p.allReduceFlags(ctx, dt, op.Reduce, send, recv)
+	}
 	n, me, es := p.n, p.me, dt.Size()
 	into := func(m *DeviceMem, off, bytes, from int) P2P {
 		return RecvInto(from, m.alloc.reg, m.off+off, bytes)
@@ -46,8 +49,11 @@ func (p *Proc) runIPC(ctx context.Context, op collective.DeviceOp, dt collective
 	case collective.OpReduce:
 		scr, err = p.ipcScratch(ctx, n*send.n)
 	case collective.OpAllToAll:
-		if send.alloc == recv.alloc && send.off < recv.off+recv.n && recv.off < send.off+send.n {
-			scr, err = p.ipcScratch(ctx, send.n)
+		// Every rank grows the scratch alike (a registration is
+		// collective), in place or not; only in place uses it.
+		scr, err = p.ipcScratch(ctx, send.n)
+		if !(send.alloc == recv.alloc && send.off < recv.off+recv.n && recv.off < send.off+send.n) {
+			scr = nil
 		}
 	}
 	if err != nil {
@@ -253,6 +259,11 @@ func splitParts(count, n, es int) (bounds []int, per int) {
 // dividing once at the end) over count elements on this rank's stream,
 // with the reduction kernel of Config.SMs blocks. On the proxy thread.
 func (p *Proc) fold(t tag, dst cuda.DevicePtr, in []cuda.DevicePtr, count int, dt collective.Datatype, op collective.ReduceOp) error {
+	return p.foldOn(p.r.user, t, dst, in, count, dt, op)
+}
+
+// foldOn is fold on stream s.
+func (p *Proc) foldOn(s cuda.Stream, t tag, dst cuda.DevicePtr, in []cuda.DevicePtr, count int, dt collective.Datatype, op collective.ReduceOp) error {
 	g, r := p.g, p.r
 	if count == 0 {
 		return nil
@@ -261,7 +272,7 @@ func (p *Proc) fold(t tag, dst cuda.DevicePtr, in []cuda.DevicePtr, count int, d
 		if dst == in[0] {
 			return nil
 		}
-		return cuda.MemcpyDtoDAsync(dst, in[0], count*dt.Size(), r.user)
+		return cuda.MemcpyDtoDAsync(dst, in[0], count*dt.Size(), s)
 	}
 	acc := in[0]
 	for k := 1; k < len(in); k++ {
@@ -273,10 +284,10 @@ func (p *Proc) fold(t tag, dst cuda.DevicePtr, in []cuda.DevicePtr, count int, d
 				div = len(in)
 			}
 		}
-		if err := g.launchReduce(r, r.user, dt, o, dst, acc, in[k], count, g.cfg.SMs, div); err != nil {
+		if err := g.launchReduce(r, s, dt, o, dst, acc, in[k], count, g.cfg.SMs, div); err != nil {
 			return err
 		}
 		acc = dst
 	}
-	return g.post(r, r.user, t, wr{r: r, peer: r.global, qp: qpCompute(), bytes: count * dt.Size()})
+	return g.post(r, s, t, wr{r: r, peer: r.global, qp: qpCompute(), bytes: count * dt.Size()})
 }

@@ -78,9 +78,9 @@ func stage(ctx context.Context, c *collective.Comm, mv mover, op collective.Devi
 	// host library tells the cases apart by address.
 	hs, hr := host[:ns:ns], host[ns:ns+nr:ns+nr]
 	if off, ok := within(op.Send.Dev, op.Recv.Dev); ok {
-		hs = hr[off : off+ns : off+ns]
+		hr = hs[off : off+nr : off+nr] // receive inside send (reduce-scatter)
 	} else if off, ok := within(op.Recv.Dev, op.Send.Dev); ok {
-		hr = hs[off : off+nr : off+nr]
+		hs = hr[off : off+ns : off+ns] // send inside receive (all-gather)
 	}
 	if op.Send.Dev != nil {
 		if err := mv.toHost(hs, op.Send.Dev); err != nil {
@@ -123,19 +123,27 @@ func stage(ctx context.Context, c *collective.Comm, mv mover, op collective.Devi
 	return nil
 }
 
-// within reports whether small lies inside big (the same device memory or
-// a window of it), and at which offset.
+// windowed is device memory that is a window of an allocation.
+type windowed interface {
+	collective.DeviceMemory
+	// window returns the allocation (comparable) and the window's offset.
+	window() (alloc any, off int)
+}
+
+// within reports whether small lies inside big (the same memory or a
+// window of it), and at which offset.
 func within(big, small collective.DeviceMemory) (int, bool) {
-	b, ok1 := big.(*DeviceMem)
-	s, ok2 := small.(*DeviceMem)
-	if !ok1 || !ok2 || b.alloc != s.alloc {
-		if big != nil && small != nil && big == small {
-			return 0, true
-		}
+	b, ok1 := big.(windowed)
+	s, ok2 := small.(windowed)
+	if !ok1 || !ok2 {
 		return 0, false
 	}
-	if s.off >= b.off && s.off+s.n <= b.off+b.n {
-		return s.off - b.off, true
+	ba, bo := b.window()
+	sa, so := s.window()
+	if ba != sa || so < bo || so+s.DeviceBytes() > bo+b.DeviceBytes() {
+		return 0, false
 	}
-	return 0, false
+	return so - bo, true
 }
+
+func (m *DeviceMem) window() (any, int) { return m.alloc, m.off }

@@ -12,10 +12,21 @@ import (
 	"github.com/vccl-go/vccl/collective"
 )
 
-// fakeDev is "device memory" in host memory, for the staging logic.
-type fakeDev struct{ b []byte }
+// fakeDev is "device memory" in host memory, for the staging logic: a
+// window [off, off+len(b)) of the allocation all.
+type fakeDev struct {
+	all *[]byte
+	off int
+	b   []byte
+}
 
-func (f *fakeDev) DeviceBytes() int { return len(f.b) }
+func newFake(b []byte) *fakeDev { return &fakeDev{all: &b, b: b} }
+
+func (f *fakeDev) slice(off, n int) *fakeDev {
+	return &fakeDev{all: f.all, off: f.off + off, b: f.b[off : off+n]}
+}
+func (f *fakeDev) DeviceBytes() int   { return len(f.b) }
+func (f *fakeDev) window() (any, int) { return f.all, f.off }
 
 type fakeMover struct{ scratch []byte }
 
@@ -59,17 +70,22 @@ func TestStageMatchesHost(t *testing.T) {
 		name       string
 		op         collective.DeviceOp
 		sendB, rcv int
+		inPlace    string
 	}
 	cases := []tc{
-		{"allreduce", collective.DeviceOp{Op: collective.OpAllReduce, Reduce: collective.Sum}, blk, blk},
-		{"allgather", collective.DeviceOp{Op: collective.OpAllGather}, blk, n * blk},
-		{"reducescatter", collective.DeviceOp{Op: collective.OpReduceScatter, Reduce: collective.Max}, n * blk, blk},
-		{"broadcast", collective.DeviceOp{Op: collective.OpBroadcast, Root: 1}, blk, blk},
-		{"reduce", collective.DeviceOp{Op: collective.OpReduce, Reduce: collective.Prod, Root: 2}, blk, blk},
-		{"alltoall", collective.DeviceOp{Op: collective.OpAllToAll}, n * blk, n * blk},
-		{"gather", collective.DeviceOp{Op: collective.OpGather, Root: 0}, blk, n * blk},
-		{"scatter", collective.DeviceOp{Op: collective.OpScatter, Root: 0}, n * blk, blk},
-		{"sendrecv", collective.DeviceOp{Op: collective.OpGroup}, blk, blk},
+		{"allreduce", collective.DeviceOp{Op: collective.OpAllReduce, Reduce: collective.Sum}, blk, blk, ""},
+		{"allgather", collective.DeviceOp{Op: collective.OpAllGather}, blk, n * blk, ""},
+		{"reducescatter", collective.DeviceOp{Op: collective.OpReduceScatter, Reduce: collective.Max}, n * blk, blk, ""},
+		{"broadcast", collective.DeviceOp{Op: collective.OpBroadcast, Root: 1}, blk, blk, ""},
+		{"reduce", collective.DeviceOp{Op: collective.OpReduce, Reduce: collective.Prod, Root: 2}, blk, blk, ""},
+		{"alltoall", collective.DeviceOp{Op: collective.OpAllToAll}, n * blk, n * blk, ""},
+		{"gather", collective.DeviceOp{Op: collective.OpGather, Root: 0}, blk, n * blk, ""},
+		{"scatter", collective.DeviceOp{Op: collective.OpScatter, Root: 0}, n * blk, blk, ""},
+		{"sendrecv", collective.DeviceOp{Op: collective.OpGroup}, blk, blk, ""},
+		{"allreduce in place", collective.DeviceOp{Op: collective.OpAllReduce, Reduce: collective.Sum}, blk, blk, "same"},
+		{"allgather in place", collective.DeviceOp{Op: collective.OpAllGather}, blk, n * blk, "send in recv"},
+		{"reducescatter in place", collective.DeviceOp{Op: collective.OpReduceScatter, Reduce: collective.Sum}, n * blk, blk, "recv in send"},
+		{"alltoall in place", collective.DeviceOp{Op: collective.OpAllToAll}, n * blk, n * blk, "same"},
 	}
 	for _, c := range cases {
 		var wg sync.WaitGroup
@@ -86,8 +102,18 @@ func TestStageMatchesHost(t *testing.T) {
 					}
 					hin := collective.Buf(in)
 					hout := collective.Buf(make([]float32, c.rcv/4))
-					dev := &fakeDev{b: bytes.Clone(hin.Data)}
-					out := &fakeDev{b: make([]byte, c.rcv)}
+					dev := newFake(bytes.Clone(hin.Data))
+					out := newFake(make([]byte, c.rcv))
+					switch c.inPlace {
+					case "recv in send": // the receive is this rank's block of the send
+						out = dev.slice(r*c.rcv, c.rcv)
+					case "send in recv":
+						out = newFake(make([]byte, c.rcv))
+						copy(out.b[r*c.sendB:], hin.Data)
+						dev = out.slice(r*c.sendB, c.sendB)
+					case "same":
+						out = dev
+					}
 					op := c.op
 					op.Send, op.Recv = collective.DeviceBuf(dev, dt), collective.DeviceBuf(out, dt)
 					cm := comms[r]

@@ -32,27 +32,28 @@ type tag struct {
 
 // wr is one side of a work request.
 type wr struct {
-	r     *rank
-	peer  int
-	qp    uint32
-	recv  bool
-	bytes int
-	id    uint64
+	r      *rank
+	peer   int
+	qp     uint32
+	recv   bool
+	bytes  int
+	id     uint64
+	tag    tag
+	postTs int64 // when the request that queued it started (flowtel.Monotonic)
 }
 
 // wrGroup is the work requests one completion event finishes.
 type wrGroup struct {
-	ev     cuda.Event
-	tag    tag
-	n      int
-	wrs    [2]wr
-	owner  *rank // whose stream the event is on
-	si     int   // which stream (rank.fly index)
-	postTs int64 // when the request that queued the work started (flowtel.Monotonic)
+	ev    cuda.Event
+	wrs   []wr
+	owner *rank       // whose stream the event is on
+	si    int         // which stream (rank.fly index)
+	st    cuda.Stream // that stream
 }
 
-func (g *Group) stamp(w *wr, kind flowtel.Kind, t *tag, ts int64) {
+func (g *Group) stamp(w *wr, kind flowtel.Kind, ts int64) {
 	q := w.r.qps[w.qp]
+	t := &w.tag
 	rec := flowtel.Record{
 		TsNs: ts, Kind: kind, Status: flowtel.StatusOK,
 		Rank: int32(w.r.global), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
@@ -62,23 +63,88 @@ func (g *Group) stamp(w *wr, kind flowtel.Kind, t *tag, ts int64) {
 	w.r.rec.Record(&rec)
 }
 
-// post writes the wr_post records of work just queued on stream s of rank
-// owner and records a completion event after it. Telemetry off: nothing.
-// The proxy's context is owner's.
+// post hands the work requests of work just queued on stream s of rank
+// owner to telemetry (off: nothing). They join the stream's open group,
+// which has no completion event yet: the next sweep (or a mark on the same
+// stream) closes it by recording one event after everything queued so
+// far, which completes all its requests at once. A busy proxy sweeps only
+// every PollBusy, so an event per request would buy no finer wc stamps,
+// and recording it was what telemetry cost at 1 MiB; an idle proxy sweeps
+// every PollEvery, closing groups as soon as work stops arriving. The
+// proxy's context is owner's.
 func (g *Group) post(owner *rank, s cuda.Stream, t tag, wrs ...wr) error {
-	_, err := g.mark(owner, s, 0, t, wrs...)
-	return err
+	if !g.tel {
+		return nil
+	}
+	si := owner.streamIndex(s)
+	grp := owner.open[si]
+	if grp == nil {
+		g.telMu.Lock()
+		if n := len(owner.grpFree); n > 0 {
+			grp = owner.grpFree[n-1]
+			owner.grpFree = owner.grpFree[:n-1]
+		}
+		g.telMu.Unlock()
+		if grp == nil {
+			grp = &wrGroup{}
+		}
+		grp.owner, grp.si, grp.st = owner, si, s
+		owner.open[si] = grp
+		g.inflight.Add(1) // open groups count, so that sweeps run and close them
+	}
+	for _, w := range wrs {
+		w.tag, w.postTs = t, g.reqTs // the request's start: no clock read per request
+		grp.wrs = append(grp.wrs, w)
+	}
+	if len(grp.wrs) >= maxOpen {
+		return g.closeOpen(owner, si)
+	}
+	return nil
+}
+
+// maxOpen bounds an open group, so that a long burst still completes in
+// pieces.
+const maxOpen = 256
+
+// closeOpen records the completion event of owner's open group on stream
+// si and hands the group to the sweeps. The proxy's context is owner's.
+func (g *Group) closeOpen(owner *rank, si int) error {
+	grp := owner.open[si]
+	if grp == nil {
+		return nil
+	}
+	owner.open[si] = nil
+	var ev cuda.Event
+	g.telMu.Lock()
+	if n := len(owner.evFree); n > 0 {
+		ev = owner.evFree[n-1]
+		owner.evFree = owner.evFree[:n-1]
+	}
+	g.telMu.Unlock()
+	if ev == 0 {
+		var err error
+		if ev, err = cuda.NewEvent(cuda.EventDisableTiming); err != nil {
+			return err
+		}
+	}
+	grp.ev = ev
+	if err := ev.Record(grp.st); err != nil {
+		return err
+	}
+	// Handed over only once recorded: a query of an event not yet
+	// recorded would say it had fired.
+	g.telMu.Lock()
+	g.posted = append(g.posted, grp)
+	g.telMu.Unlock()
+	return nil
 }
 
 // mark records an event on s after the work just queued there and returns
 // it, for other streams to wait on. With telemetry off that is fixed (none
 // when fixed is 0); with telemetry on it is a pooled event that also
-// completes the given work requests: one event serves both the ordering
-// and the telemetry. Here the proxy only takes the time, the event and a
-// group from the free lists and hands the group over; the next sweep
-// (pollTelemetry) writes the wr_post records, in the order the groups were
-// posted, and the wc records once the event has fired, so records cost
-// nothing on the path that queues work.
+// completes the given work requests (and the stream's open group): one
+// event serves both the ordering and the telemetry. The proxy's context is
+// owner's.
 func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ...wr) (cuda.Event, error) {
 	if !g.tel {
 		if fixed == 0 {
@@ -90,40 +156,21 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 		}
 		return fixed, fixed.Record(s)
 	}
-	var grp *wrGroup
-	var ev cuda.Event
-	g.telMu.Lock()
-	if n := len(owner.grpFree); n > 0 {
-		grp = owner.grpFree[n-1]
-		owner.grpFree = owner.grpFree[:n-1]
-	}
-	if n := len(owner.evFree); n > 0 {
-		ev = owner.evFree[n-1]
-		owner.evFree = owner.evFree[:n-1]
-	}
-	g.telMu.Unlock()
-	if grp == nil {
-		grp = &wrGroup{}
-	}
-	if ev == 0 {
-		var err error
-		if ev, err = cuda.NewEvent(cuda.EventDisableTiming); err != nil {
-			return 0, err
-		}
-	}
-	grp.tag, grp.owner, grp.si, grp.ev = t, owner, owner.streamIndex(s), ev
-	grp.n = copy(grp.wrs[:], wrs)
-	grp.postTs = g.reqTs // the request's start: no clock read per mark
-	if err := ev.Record(s); err != nil {
+	si := owner.streamIndex(s)
+	if err := g.post(owner, s, t, wrs...); err != nil {
 		return 0, err
 	}
-	// Handed over only once recorded: a query of an event not yet
-	// recorded would say it had fired.
-	g.telMu.Lock()
-	g.posted = append(g.posted, grp)
-	g.telMu.Unlock()
-	g.inflight.Add(1)
-	return ev, nil
+	grp := owner.open[si]
+	if err := g.closeOpen(owner, si); err != nil {
+		return 0, err
+	}
+	if grp == nil { // closed by post at maxOpen: order on a fresh event
+		if fixed == 0 {
+			return 0, nil
+		}
+		return fixed, fixed.Record(s)
+	}
+	return grp.ev, nil
 }
 
 // pollTelemetry is one sweep, on the calling thread (the proxy; sweeps are
@@ -137,6 +184,15 @@ func (g *Group) mark(owner *rank, s cuda.Stream, fixed cuda.Event, t tag, wrs ..
 func (g *Group) pollTelemetry(use func(*rank) error) {
 	g.sweepMu.Lock()
 	defer g.sweepMu.Unlock()
+	// Close the open groups: one event per stream after what is queued.
+	for _, r := range g.ranks {
+		for si, grp := range r.open {
+			if grp == nil || use(r) != nil {
+				continue
+			}
+			g.closeOpen(r, si)
+		}
+	}
 	g.telMu.Lock()
 	batch := g.posted
 	g.posted = g.postedSpare[:0]
@@ -156,7 +212,7 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 		} else {
 			off = grp.owner.rec.Now() - flowtel.Monotonic()
 		}
-		for i := 0; i < grp.n; i++ {
+		for i := range grp.wrs {
 			w := &grp.wrs[i]
 			q := w.r.qps[w.qp]
 			if q == nil {
@@ -172,7 +228,7 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 			}
 			q.depth++
 			if !g.diag.NoRecords {
-				g.stamp(w, flowtel.KindWRPost, &grp.tag, grp.postTs+off)
+				g.stamp(w, flowtel.KindWRPost, w.postTs+off)
 			}
 		}
 		r := grp.owner
@@ -217,11 +273,11 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 				now = r.rec.Now()
 			}
 			for _, grp := range q[:upto] {
-				for i := 0; i < grp.n; i++ {
+				for i := range grp.wrs {
 					w := &grp.wrs[i]
 					w.r.qps[w.qp].depth--
 					if !g.diag.NoRecords {
-						g.stamp(w, flowtel.KindWC, &grp.tag, now)
+						g.stamp(w, flowtel.KindWC, now)
 					}
 				}
 				freed = append(freed, grp)
@@ -240,7 +296,8 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 		for _, grp := range freed {
 			r := grp.owner
 			r.evFree = append(r.evFree, grp.ev)
-			*grp = wrGroup{}
+			clear(grp.wrs)
+			*grp = wrGroup{wrs: grp.wrs[:0]}
 			r.grpFree = append(r.grpFree, grp)
 		}
 		g.telMu.Unlock()
@@ -249,12 +306,12 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 	g.lastPoll.Store(flowtel.Monotonic())
 }
 
-// maybePoll sweeps when the proxy's last request started PollEvery ago
+// maybePoll sweeps when the proxy's last request ended PollEvery ago
 // and PollEvery has passed since the last sweep, or when
 // PollBusy has passed since the last sweep.
 func (g *Group) maybePoll(now int64) {
 	since := now - g.lastPoll.Load()
-	if since >= int64(g.cfg.PollBusy) || (since >= int64(g.cfg.PollEvery) && now-g.reqTs >= int64(g.cfg.PollEvery)) {
+	if since >= int64(g.cfg.PollBusy) || (since >= int64(g.cfg.PollEvery) && now-g.reqEnd >= int64(g.cfg.PollEvery)) {
 		g.pollTelemetry(g.use)
 	}
 }

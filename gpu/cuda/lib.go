@@ -25,6 +25,7 @@ var syms struct {
 	cuMemsetD8, cuMemsetD8Async                                                    uintptr
 	cuStreamCreate, cuStreamDestroy, cuStreamSynchronize, cuStreamQuery            uintptr
 	cuStreamWaitEvent                                                              uintptr
+	cuStreamWriteValue32, cuStreamWaitValue32                                      uintptr
 	cuEventCreate, cuEventDestroy, cuEventRecord, cuEventQuery, cuEventSynchronize uintptr
 	cuEventElapsedTime                                                             uintptr
 	cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle                     uintptr
@@ -79,6 +80,8 @@ func symbolTable() []symbol {
 		{&s.cuStreamSynchronize, []string{"cuStreamSynchronize"}, false},
 		{&s.cuStreamQuery, []string{"cuStreamQuery"}, false},
 		{&s.cuStreamWaitEvent, []string{"cuStreamWaitEvent"}, false},
+		{&s.cuStreamWriteValue32, []string{"cuStreamWriteValue32_v2", "cuStreamWriteValue32"}, true},
+		{&s.cuStreamWaitValue32, []string{"cuStreamWaitValue32_v2", "cuStreamWaitValue32"}, true},
 		{&s.cuEventCreate, []string{"cuEventCreate"}, false},
 		{&s.cuEventDestroy, []string{"cuEventDestroy_v2", "cuEventDestroy"}, false},
 		{&s.cuEventRecord, []string{"cuEventRecord"}, false},

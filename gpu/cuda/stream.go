@@ -52,3 +52,39 @@ func (s Stream) Query() (bool, error) {
 func (s Stream) WaitEvent(e Event) error {
 	return check("cuStreamWaitEvent", call(syms.cuStreamWaitEvent, uintptr(s), uintptr(e), 0))
 }
+
+// Stream memory operations: a stream writes a 32-bit flag into device
+// memory (its own GPU's, or a peer's mapped through IPC) after its earlier
+// work, or waits until a flag there reaches a value. Two GPUs synchronise
+// through flags in each other's memory this way with no host in the loop
+// and no SM.
+const (
+	// WaitValueGEQ waits until (int32)(*addr - value) >= 0: a cyclic
+	// comparison, so sequence numbers may wrap.
+	WaitValueGEQ = 0x0
+	WaitValueEQ  = 0x1
+)
+
+// HasStreamMemOps reports whether the driver exports the stream memory
+// operations.
+func HasStreamMemOps() bool {
+	return ready() == nil && syms.cuStreamWriteValue32 != 0 && syms.cuStreamWaitValue32 != 0
+}
+
+// WriteValue32 queues on s a write of v to addr, made visible after the
+// stream's earlier work (a memory barrier precedes it).
+func (s Stream) WriteValue32(addr DevicePtr, v uint32) error {
+	if syms.cuStreamWriteValue32 == 0 {
+		return &Error{Call: "cuStreamWriteValue32", Code: ErrorNotSupported}
+	}
+	return check("cuStreamWriteValue32", call(syms.cuStreamWriteValue32, uintptr(s), uintptr(addr), uintptr(v), 0))
+}
+
+// WaitValue32 makes later work on s wait until the 32-bit value at addr
+// satisfies flags (WaitValueGEQ, WaitValueEQ) against v.
+func (s Stream) WaitValue32(addr DevicePtr, v uint32, flags uint32) error {
+	if syms.cuStreamWaitValue32 == 0 {
+		return &Error{Call: "cuStreamWaitValue32", Code: ErrorNotSupported}
+	}
+	return check("cuStreamWaitValue32", call(syms.cuStreamWaitValue32, uintptr(s), uintptr(addr), uintptr(v), uintptr(flags)))
+}

@@ -11,6 +11,14 @@ import (
 	"github.com/vccl-go/vccl/gpu/kernels"
 )
 
+// arPaths are the all-reduce paths CommCheck runs.
+var arPaths = []struct {
+	name                           string
+	flags                          bool
+	oneKernelMax, directMax, chunk int
+}{{"peer read", true, 1 << 30, 0, 0}, {"direct", true, -1, 1 << 30, 0}, {"direct chunked", true, -1, 1 << 30, 512},
+	{"pipelined", true, -1, -1, 1024}, {"mailbox", false, 0, 0, 0}}
+
 // CommCounts are the element counts of CommCheck.
 var CommCounts = []int{1, 7, 1000, 65537}
 
@@ -109,14 +117,20 @@ func CommCheck(ctx context.Context, c *collective.Comm, p *ce.Proc, w io.Writer)
 				tag := fmt.Sprintf("%v %v count %d", dt, op, cnt)
 				in := ins(dt, cnt, 1)
 				want := kernels.Reference(dt, op, in)
-				if err := do(kase{name: "allreduce " + tag, dt: dt, send: sendM.Slice(0, b), in: in[me], recv: recvM.Slice(0, b), want: want,
-					run: func(s, r collective.Buffer) error { return c.AllReduce(ctx, s, r, op) }}); err != nil {
-					return failed, total, err
+				// Every all-reduce path: direct, pipelined in many
+				// chunks, mailbox.
+				for _, path := range arPaths {
+					p.SetAllReducePaths(path.flags, path.oneKernelMax, path.directMax, path.chunk)
+					if err := do(kase{name: "allreduce " + path.name + " " + tag, dt: dt, send: sendM.Slice(0, b), in: in[me], recv: recvM.Slice(0, b), want: want,
+						run: func(s, r collective.Buffer) error { return c.AllReduce(ctx, s, r, op) }}); err != nil {
+						return failed, total, err
+					}
+					if err := do(kase{name: "allreduce in place " + path.name + " " + tag, dt: dt, send: recvM.Slice(0, b), in: in[me], recv: recvM.Slice(0, b), want: want,
+						run: func(s, r collective.Buffer) error { return c.AllReduce(ctx, r, r, op) }}); err != nil {
+						return failed, total, err
+					}
 				}
-				if err := do(kase{name: "allreduce in place " + tag, dt: dt, send: recvM.Slice(0, b), in: in[me], recv: recvM.Slice(0, b), want: want,
-					run: func(s, r collective.Buffer) error { return c.AllReduce(ctx, r, r, op) }}); err != nil {
-					return failed, total, err
-				}
+				p.SetAllReducePaths(true, ce.DefaultOneKernelMax, ce.DefaultDirectMax, 0)
 				rin := ins(dt, n*cnt, 2)
 				blocks := make([][]byte, n)
 				for q := range blocks {

@@ -62,7 +62,7 @@ func TestParseArgs(t *testing.T) {
 		t.Fatal(err)
 	}
 	want := Config{Coll: AllReduce, MinBytes: 8, MaxBytes: 64 << 20, Factor: 4, Op: collective.Max, Type: collective.BFloat16,
-		Iters: 7, Warmup: 2, Check: false, Root: 1, JSON: true, Telemetry: "on", Progress: "auto"}
+		Iters: 7, Warmup: 2, Check: false, Root: 1, JSON: true, Telemetry: "on", Progress: "auto", Device: "host"}
 	if cfg != want {
 		t.Errorf("got %+v\nwant %+v", cfg, want)
 	}

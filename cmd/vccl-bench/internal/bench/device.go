@@ -9,6 +9,7 @@ import (
 	"unsafe"
 
 	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/gpu/ce"
 	"github.com/vccl-go/vccl/gpu/cuda"
 	"github.com/vccl-go/vccl/gpu/nccl"
@@ -28,19 +29,31 @@ type deviceRun struct {
 	send, recv *ce.DeviceMem
 	nccl       nccl.Comm // 0 without --vs-nccl
 	ncclVer    int
+	col        *flowtel.Collector // the GPU's telemetry, with --telemetry on
 }
 
 // openDevice attaches a GPU engine to comm. Without a GPU it fails with an
 // error saying so (every rank fails the same way before any exchange).
-func openDevice(ctx context.Context, comm *collective.Comm, cfg Config) (*deviceRun, error) {
-	p, err := ce.Attach(ctx, comm, ce.ProcConfig{SMs: cfg.SMs})
+func openDevice(ctx context.Context, comm *collective.Comm, cfg Config, telemetry bool) (*deviceRun, error) {
+	pc := ce.ProcConfig{SMs: cfg.SMs}
+	var col *flowtel.Collector
+	if telemetry {
+		// The GPU's records: a wr_post and a wc for every copy and kernel.
+		col = flowtel.NewCollector()
+		col.Start()
+		pc.Collector = col
+	}
+	p, err := ce.Attach(ctx, comm, pc)
+	if err != nil && col != nil {
+		col.Shutdown(ctx)
+	}
 	if err != nil {
 		if errors.Is(err, cuda.ErrNoDriver) {
 			return nil, fmt.Errorf("--device gpu: no usable GPU on this machine: %w", err)
 		}
 		return nil, fmt.Errorf("--device gpu: %w", err)
 	}
-	d := &deviceRun{p: p}
+	d := &deviceRun{p: p, col: col}
 	if cfg.VsNCCL {
 		if err := d.openNCCL(ctx, comm); err != nil {
 			p.Close()
@@ -91,11 +104,8 @@ func cString(b []byte) string {
 // describe writes what the run uses, for the table's header.
 func (d *deviceRun) describe(w io.Writer) {
 	bus, _ := d.p.Device().PCIBusID()
-	mode := "CUDA IPC between the ranks' GPUs (copy engines; reductions: kernel of at most " + fmt.Sprint(d.p.Group().SMs()) + " thread blocks, so at most that many SMs)"
-	if d.p.Staged() {
-		mode = "staged through pinned host memory over the host transports"
-	}
-	fmt.Fprintf(w, "# device gpu: rank 0 on GPU %d (%s), %s\n", d.p.Device(), bus, mode)
+	fmt.Fprintf(w, "# device gpu: rank 0 on GPU %d (%s); data on copy engines (0 SMs), reductions on a kernel of at most %d thread blocks (so at most %d SMs)\n", d.p.Device(), bus, d.p.Group().SMs(), d.p.Group().SMs())
+	fmt.Fprintf(w, "# paths: %s\n", d.p.Paths())
 	if d.nccl != 0 {
 		fmt.Fprintf(w, "# NCCL %d on the same buffers and stream (ncclCommInitRank); the NCCL line under each row, busbw ratio VCCL/NCCL\n", d.ncclVer)
 	}
@@ -107,6 +117,9 @@ func (d *deviceRun) close(ctx context.Context) error {
 		errs = append(errs, d.p.Group().Do(0, d.nccl.Destroy))
 	}
 	errs = append(errs, d.p.Free(ctx, d.send), d.p.Free(ctx, d.recv), d.p.Close())
+	if d.col != nil {
+		errs = append(errs, d.col.Shutdown(ctx))
+	}
 	return errors.Join(errs...)
 }
 

@@ -49,7 +49,7 @@ func TestDeviceGPUWithoutGPU(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range comms {
-		_, err := openDevice(ctx, c, cfg)
+		_, err := openDevice(ctx, c, cfg, true)
 		if !errors.Is(err, cuda.ErrNoDriver) || !strings.Contains(err.Error(), "--device gpu: no usable GPU") {
 			t.Errorf("rank %d: %v", c.Rank(), err)
 		}

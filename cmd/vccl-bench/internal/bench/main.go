@@ -60,7 +60,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 	}
 	opts := Options{Telemetry: telemetry}
 	if cfg.Device == "gpu" {
-		d, err := openDevice(ctx, comm, cfg)
+		d, err := openDevice(ctx, comm, cfg, telemetry)
 		if err != nil {
 			fmt.Fprintf(stderr, "vccl-bench: rank %d: %v\n", comm.Rank(), err)
 			return 1
