@@ -449,9 +449,15 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		}
 		return errors.Join(errs...)
 	}
+	procs := map[string]bool{} // processes of this communicator on this host
+	for _, p := range peers {
+		if p.HostID == me.HostID {
+			procs[p.ProcID] = true
+		}
+	}
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
-		c.engines[ch] = newEngine(ch, c.rank, c.size, c.id, c.qps[ch], recs[ch], notifiers[ch])
+		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch])
 	}
 	return nil
 }

@@ -34,6 +34,7 @@ type engine struct {
 	rec     *flowtel.Recorder
 	notify  *transport.Notifier
 	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
+	procs   int  // processes of the communicator on this host
 
 	qmu     sync.Mutex
 	queue   []*task      // submitted, not yet admitted
@@ -129,8 +130,8 @@ func (t *task) release() {
 	t.done.Store(nil)
 }
 
-func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier) *engine {
-	e := &engine{channel: channel, rank: rank, ranks: ranks, comm: comm, qps: qps, rec: rec, notify: notify,
+func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier) *engine {
+	e := &engine{channel: channel, rank: rank, ranks: ranks, procs: max(procs, 1), comm: comm, qps: qps, rec: rec, notify: notify,
 		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: true}
 	for _, qp := range qps {
@@ -145,8 +146,10 @@ func newEngine(channel, rank, ranks int, comm uint32, qps []transport.QP, rec *f
 
 // liveEngines counts the progress engines of this process. Spinning pays
 // only while each engine has a core to itself; with more engines than cores
-// (many ranks in one process) a spinning engine takes the core its peer needs
-// to make the progress it waits for, so engines then go straight to sleep.
+// (many ranks in one process, or, counting this process's engines once for
+// every process of the communicator on the host, more ranks than cores) a
+// spinning engine takes the core its peer needs to make the progress it
+// waits for, so engines then go straight to sleep.
 var liveEngines atomic.Int32
 
 // spinFor is how long the driver keeps polling after the last progress
@@ -157,7 +160,8 @@ var liveEngines atomic.Int32
 // the driver spins, TCP's reader goroutines stay off Go's network poller
 // (spinner), so an arriving message wakes no thread; before it sleeps they
 // go back on it and wake the driver through the notifier. With more engines
-// than cores nothing spins: a spinning engine would take its peer's core.
+// than cores (on the host) nothing spins: a spinning engine would take its
+// peer's core.
 const spinFor = 200 * time.Microsecond
 
 // spinner is a QP whose Poll reads the network itself and which must know
@@ -183,7 +187,7 @@ func (e *engine) setSpinning(on bool) {
 }
 
 func (e *engine) spins() bool {
-	return e.spin && int(liveEngines.Load()) <= runtime.NumCPU()
+	return e.spin && int(liveEngines.Load())*e.procs <= runtime.NumCPU()
 }
 
 // errEngineStopped is what tasks submitted after Close get.
