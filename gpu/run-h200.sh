@@ -7,30 +7,58 @@
 #   go build "$F" -o gpubin/vccl-gpubench ./cmd/vccl-gpubench
 #   go test -c "$F" -o gpubin/nvml.test ./gpu/nvml
 #   CGO_ENABLED=0 go build "$F" -o gpubin/vcclrun ./cmd/vcclrun
+#   CGO_ENABLED=0 go build "$F" -o gpubin/vccl-bench ./cmd/vccl-bench
 #   CGO_ENABLED=0 go test -c "$F" -o gpubin/cuda.test ./gpu/cuda
 #   CGO_ENABLED=0 go test -c "$F" -o gpubin/ce.test ./gpu/ce
 #
 # then, on a machine with 2 GPUs joined by NVLink, from the repository root
-# with gpubin/ carried along:  bash gpu/run-h200.sh
-# Results go to $OUT (or /tmp/vccl-gpu). NVLink multicast stays off.
+# with gpubin/ carried along:  bash gpu/run-h200.sh [quick]
+# Results go to $OUT (or /tmp/vccl-gpu), at most 8 files. NVLink multicast
+# stays off.
+#
+# What it runs: the GPU tests (one process: every datatype x reduction on
+# the Group; two processes: TestProc), then under vcclrun -n 2 (one process
+# per GPU): vccl-gpubench -proc -check (every collective x datatype through
+# the collective API on device buffers, every all-reduce path, against the
+# host reference; then again staged through host memory with
+# VCCL_GPU_STAGE=1), vccl-bench --device gpu --vs-nccl for every
+# collective (NCCL through ncclCommInitRank on the same buffers), and
+# telemetry off/on alternating five times.
 export NCCL_NVLS_ENABLE=0 TORCH_SYMM_MEM_DISABLE_MULTICAST=1 NVSHMEM_DISABLE_NVLS=1
 OUT=${OUT:-/tmp/vccl-gpu}
 mkdir -p "$OUT"
 cd "$(dirname "$0")/../gpubin" || exit 1
-NL=${VCCL_NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)}
-nvidia-smi topo -m > "$OUT/topo.txt" 2>&1
+export VCCL_NCCL_LIB=${VCCL_NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)}
 T0=$SECONDS
-echo "=== tests"
+# vccl-bench under vcclrun, rank 0's table without the per-rank header lines.
+B() { timeout 150 ./vcclrun -n 2 -- ./vccl-bench "$@" 2>&1 | grep -v "#  Rank\|^\[.\] #$\|# Using\|(B)  \|out-of-place"; }
 {
-timeout 60 ./cuda.test -test.v 2>&1 | grep -E "^(=== RUN|--- |PASS|FAIL|ok)|FAIL" | head -20
-timeout 60 ./nvml.test -test.v 2>&1 | grep -vE "^\s*$" | head -30
-timeout 300 ./ce.test -test.v 2>&1 | grep -vE "^\s+(ce|proc)_test.go:[0-9]+: (ok |proc check rank)|^\s*$" | head -60
-} 2>&1 | tee "$OUT/tests.txt"
-echo "tests took $((SECONDS-T0)) s"
-echo "=== two processes (vcclrun -n 2)"
-timeout 180 ./vcclrun -n 2 -- ./vccl-gpubench -proc 2>&1 | tee "$OUT/proc.txt"
-echo "proc rc=${PIPESTATUS[0]} at $((SECONDS-T0)) s"
-echo "=== bench"
-VCCL_NCCL_LIB=$NL timeout 300 ./vccl-gpubench -bench "$@" > "$OUT/bench.txt" 2>&1
-echo "bench rc=$? at $((SECONDS-T0)) s"
-cat "$OUT/bench.txt"
+	nvidia-smi topo -m
+	echo "=== tests"
+	timeout 60 ./cuda.test 2>&1 | tail -2
+	[ "$1" = quick ] || timeout 60 ./nvml.test 2>&1 | tail -2
+	[ "$1" = quick ] || timeout 300 ./ce.test -test.v 2>&1 | grep -E "^(--- |ok|PASS|FAIL)|FAIL|cases" | head -40
+	echo "tests took $((SECONDS - T0)) s"
+	echo "=== collective API on device buffers, two processes"
+	timeout 200 ./vcclrun -n 2 -- ./vccl-gpubench -proc -check 2>&1 | grep -v "^\[.\] *ok" | tail -20
+	echo "=== the same, staged through host memory (VCCL_GPU_STAGE=1)"
+	VCCL_GPU_STAGE=1 timeout 200 ./vcclrun -n 2 -- ./vccl-gpubench -proc -check 2>&1 | tail -6
+	echo "checks done at $((SECONDS - T0)) s"
+} > "$OUT/checks.txt" 2>&1
+B allreduce --device gpu --vs-nccl -b 4K -e 1G -f 4 -n 50 -w 10 > "$OUT/allreduce.txt"
+B sendrecv --device gpu --vs-nccl -b 4K -e 256M -f 4 -n 20 -w 5 > "$OUT/sendrecv.txt"
+for c in reducescatter reduce broadcast allgather alltoall; do
+	B $c --device gpu --vs-nccl -b 4K -e 256M -f 16 -n 20 -w 5
+done > "$OUT/others.txt"
+{
+	for s in 8 32; do echo "--- --sms $s"; B allreduce --device gpu -c 0 --sms $s -b 4M -e 256M -f 4 -n 50 -w 10; done
+} > "$OUT/sms.txt"
+for i in 1 2 3 4 5; do
+	for t in off on; do
+		echo "--- telemetry $t"
+		B allreduce --device gpu --telemetry $t -c 0 -b 1M -e 64M -f 4 -n 200 -w 20
+		B sendrecv --device gpu --telemetry $t -c 0 -b 1M -e 256M -f 256 -n 50 -w 10
+	done
+done > "$OUT/telemetry.txt"
+echo "all done at $((SECONDS - T0)) s"
+cat "$OUT/checks.txt" "$OUT/allreduce.txt" "$OUT/sendrecv.txt"
