@@ -9,6 +9,7 @@ import (
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/gpu/cuda"
+	"github.com/vccl-go/vccl/gpu/kernels"
 )
 
 // All-reduce of a Proc job ordered by flags in device memory instead of
@@ -81,7 +82,7 @@ func (p *Proc) ensureFlagMem(ctx context.Context) error {
 	if p.flags != nil {
 		return nil
 	}
-	size := flagKinds * p.n * flagStride
+	size := flagKinds*p.n*flagStride + kernelFlagBytes
 	m, err := p.allocZero(ctx, size)
 	if err != nil {
 		return err
@@ -184,8 +185,11 @@ func (p *Proc) allReduceFlags(ctx context.Context, dt collective.Datatype, op co
 	}
 	n, es := p.n, dt.Size()
 	bytes := send.n
+	// The path follows from the size and the configuration only, never
+	// from whether this rank's call is in place: the ranks must agree on
+	// it, and in place on one rank and not on another is legal.
 	overlap := send.alloc == recv.alloc && send.off < recv.off+recv.n && recv.off < send.off+send.n
-	if !overlap && bytes <= p.oneKernelMax {
+	if bytes <= p.oneKernelMax {
 		return p.g.do(func() error {
 			g, r := p.g, p.r
 			if err := g.use(r); err != nil {
@@ -195,8 +199,23 @@ func (p *Proc) allReduceFlags(ctx context.Context, dt collective.Datatype, op co
 			if err != nil {
 				return err
 			}
+			// In place the result may not overwrite the input while a
+			// peer reads it: it goes to a buffer of this GPU first.
+			dst := recv.Ptr()
+			if overlap {
+				if dst, err = p.stageBuf(bytes); err != nil {
+					return err
+				}
+			}
 			g.seq++
-			return p.peerRead(tag{seq: g.seq, op: collective.OpAllReduce, dtype: dt}, dt, op, ins, recv)
+			t := tag{seq: g.seq, op: collective.OpAllReduce, dtype: dt}
+			if err := p.peerRead(t, dt, op, ins, dst, bytes); err != nil {
+				return err
+			}
+			if overlap {
+				return cuda.MemcpyDtoDAsync(recv.Ptr(), dst, bytes, r.user)
+			}
+			return nil
 		})
 	}
 	direct := bytes <= p.directMax
@@ -332,11 +351,14 @@ func (p *Proc) direct(t tag, dt collective.Datatype, op collective.ReduceOp, sen
 // goes on (its input may then change). Those flags follow no data this
 // rank wrote into peer memory, so they are written straight
 // (cuStreamWriteValue32), not through the copy engine.
-func (p *Proc) peerRead(t tag, dt collective.Datatype, op collective.ReduceOp, ins []cuda.DevicePtr, recv *DeviceMem) error {
+func (p *Proc) peerRead(t tag, dt collective.Datatype, op collective.ReduceOp, ins []cuda.DevicePtr, dst cuda.DevicePtr, bytes int) error {
 	r := p.r
 	n, me := p.n, p.me
 	p.fseq++
 	s := p.fseq
+	if n == 2 && p.fused {
+		return p.peerReadFused(t, dt, op, ins, dst, bytes, s)
+	}
 	for _, kind := range []int{flagReady, flagDone} {
 		for k := 1; k < n; k++ {
 			q := (me + k) % n
@@ -351,13 +373,75 @@ func (p *Proc) peerRead(t tag, dt collective.Datatype, op collective.ReduceOp, i
 			}
 		}
 		if kind == flagReady {
-			if err := p.fold(t, recv.Ptr(), ins, recv.n/dt.Size(), dt, op); err != nil {
+			if err := p.fold(t, dst, ins, bytes/dt.Size(), dt, op); err != nil {
 				return err
 			}
 		}
 	}
 	return nil
 }
+
+// kernelFlagBytes is the part of the flag memory the fused kernel
+// synchronises through: the ready flag at 0, one done flag per block from
+// 256 (at most kernelMaxBlocks blocks).
+const (
+	kernelFlagBytes = 4096
+	kernelMaxBlocks = (kernelFlagBytes - 256) / 4
+)
+
+// peerReadFused is peerRead for 2 ranks in one launch and no stream memory
+// operation: the kernel (kernels.KindReducePeer) raises and waits for the
+// flags itself, spinning on an SM, which costs microseconds less per
+// operation than the stream waits. Both ranks launch the same grid (it
+// follows from the count and Config.SMs, which must match).
+func (p *Proc) peerReadFused(t tag, dt collective.Datatype, op collective.ReduceOp, ins []cuda.DevicePtr, dst cuda.DevicePtr, bytes int, s uint32) error {
+	g, r := p.g, p.r
+	peer := 1 - p.me
+	f, err := g.kernel(r, kernels.Spec{Kind: kernels.KindReducePeer, Dtype: dt, Op: op})
+	if err != nil {
+		return err
+	}
+	count := bytes / dt.Size()
+	nn, nvec := kernels.Params(dt, count, uint64(dst), uint64(ins[0]), uint64(ins[1]))
+	lanes := kernels.VecBytes / dt.Size()
+	need := (count/lanes + 2*BlockThreads - 1) / (2 * BlockThreads)
+	grid := max(1, min(g.cfg.SMs, need, kernelMaxBlocks))
+	base := p.flagKinds()
+	mine, theirs := p.flags.alloc.reg.peerPtr(p.me).Add(base), p.flags.alloc.reg.peerPtr(peer).Add(base)
+	if err := r.args.Launch(f, cuda.D1(grid), cuda.D1(BlockThreads), 0, r.user,
+		uint64(dst), uint64(ins[0]), uint64(ins[1]), nn, nvec, 2,
+		uint64(theirs), uint64(mine), uint64(theirs.Add(256)), uint64(mine.Add(256)), uint64(s)); err != nil {
+		return err
+	}
+	return g.post(r, r.user, t, wr{r: r, peer: r.global, qp: qpCompute(), bytes: bytes})
+}
+
+// stageBuf returns a buffer of this GPU of at least n bytes for in-place
+// results (on the proxy thread; growing it waits for the queued work).
+func (p *Proc) stageBuf(n int) (cuda.DevicePtr, error) {
+	if p.stage != 0 && p.stageLen >= n {
+		return p.stage, nil
+	}
+	if p.stage != 0 {
+		if err := p.r.user.Synchronize(); err != nil {
+			return 0, err
+		}
+		if err := cuda.MemFree(p.stage); err != nil {
+			return 0, err
+		}
+		p.stage, p.stageLen = 0, 0
+	}
+	size := (max(n, 1<<20) + 4095) &^ 4095
+	ptr, err := cuda.MemAlloc(size)
+	if err != nil {
+		return 0, err
+	}
+	p.stage, p.stageLen = ptr, size
+	return ptr, nil
+}
+
+// flagKinds is where the kernel's flags start in the flag memory.
+func (p *Proc) flagKinds() int { return flagKinds * p.n * flagStride }
 
 // DefaultOneKernelMax is the largest out-of-place all-reduce on the
 // peer-read path.
@@ -574,3 +658,11 @@ func (p *Proc) SetAllReducePaths(flags bool, oneKernelMax, directMax, chunk int)
 // 16 MiB chunks gave 256 MiB in 846 µs against 913 µs with 8 MiB and
 // 912 µs with 4 MiB (every chunk adds stream waits and flag copies).
 const procChunk = 16 << 20
+
+// SetFusedPeerRead chooses, for 2 ranks, between the peer-read path in one
+// kernel that waits on the flags itself (true, the default unless
+// VCCL_GPU_FUSED=0) and the same path ordered by stream memory operations.
+// Every rank must make the same choice between the same operations.
+func (p *Proc) SetFusedPeerRead(on bool) {
+	p.g.do(func() error { p.fused = on; return nil })
+}

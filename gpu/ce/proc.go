@@ -96,14 +96,17 @@ type Proc struct {
 	useFlags       bool
 	directMax      int
 	oneKernelMax   int
+	fused          bool // 2 ranks: the peer-read path in one kernel that waits on flags itself
 	chunk          int
 	flags          *DeviceMem // flagKinds × n flags, zeroed
 	fdirect, fpipe *DeviceMem // scratch of the direct and pipelined all-reduce
 	evChunk        [maxChunks]cuda.Event
 	words          cuda.DevicePtr // the values signal copies into peers' flags
-	fseq           uint32         // flag values used so far (every rank alike)
-	dops           uint64         // direct all-reduces so far (their scratch slot alternates)
-	oseq           uint64         // pipelined operations so far (the mailbox outs)
+	stage          cuda.DevicePtr // in-place peer-read results, before they go to the output
+	stageLen       int
+	fseq           uint32 // flag values used so far (every rank alike)
+	dops           uint64 // direct all-reduces so far (their scratch slot alternates)
+	oseq           uint64 // pipelined operations so far (the mailbox outs)
 }
 
 type openMem struct {
@@ -140,7 +143,7 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 		return nil, fmt.Errorf("ce: no GPU: %w", cuda.ErrNoDriver)
 	}
 	p := &Proc{comm: cfg.Comm, timeout: cfg.Timeout, opened: map[cuda.IpcMemHandle]*openMem{},
-		useFlags: os.Getenv("VCCL_GPU_FLAGS") != "0", directMax: cfg.DirectMax, chunk: envBytes("VCCL_GPU_CHUNK", cfg.Chunk)}
+		useFlags: os.Getenv("VCCL_GPU_FLAGS") != "0", fused: os.Getenv("VCCL_GPU_FUSED") != "0", directMax: cfg.DirectMax, chunk: envBytes("VCCL_GPU_CHUNK", cfg.Chunk)}
 	if p.directMax == 0 {
 		p.directMax = DefaultDirectMax
 	}
@@ -442,6 +445,9 @@ func (p *Proc) Close() error {
 		if p.g.use(p.r) == nil {
 			if p.words != 0 {
 				cuda.MemFree(p.words)
+			}
+			if p.stage != 0 {
+				cuda.MemFree(p.stage)
 			}
 			for _, e := range p.evChunk {
 				if e != 0 {

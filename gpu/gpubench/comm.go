@@ -14,10 +14,11 @@ import (
 // arPaths are the all-reduce paths CommCheck runs.
 var arPaths = []struct {
 	name                           string
-	flags                          bool
+	flags, fused                   bool
 	oneKernelMax, directMax, chunk int
-}{{"peer read", true, 1 << 30, 0, 0}, {"direct", true, -1, 1 << 30, 0}, {"direct chunked", true, -1, 1 << 30, 512},
-	{"pipelined", true, -1, -1, 1024}, {"mailbox", false, 0, 0, 0}}
+}{{"peer read fused", true, true, 1 << 30, 0, 0}, {"peer read", true, false, 1 << 30, 0, 0},
+	{"direct", true, true, -1, 1 << 30, 0}, {"direct chunked", true, true, -1, 1 << 30, 512},
+	{"pipelined", true, true, -1, -1, 1024}, {"mailbox", false, true, 0, 0, 0}}
 
 // CommCounts are the element counts of CommCheck.
 var CommCounts = []int{1, 7, 1000, 65537}
@@ -121,6 +122,7 @@ func CommCheck(ctx context.Context, c *collective.Comm, p *ce.Proc, w io.Writer)
 				// chunks, mailbox.
 				for _, path := range arPaths {
 					p.SetAllReducePaths(path.flags, path.oneKernelMax, path.directMax, path.chunk)
+					p.SetFusedPeerRead(path.fused)
 					if err := do(kase{name: "allreduce " + path.name + " " + tag, dt: dt, send: sendM.Slice(0, b), in: in[me], recv: recvM.Slice(0, b), want: want,
 						run: func(s, r collective.Buffer) error { return c.AllReduce(ctx, s, r, op) }}); err != nil {
 						return failed, total, err
@@ -131,6 +133,7 @@ func CommCheck(ctx context.Context, c *collective.Comm, p *ce.Proc, w io.Writer)
 					}
 				}
 				p.SetAllReducePaths(true, ce.DefaultOneKernelMax, ce.DefaultDirectMax, 0)
+				p.SetFusedPeerRead(true)
 				rin := ins(dt, n*cnt, 2)
 				blocks := make([][]byte, n)
 				for q := range blocks {

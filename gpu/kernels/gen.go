@@ -47,6 +47,21 @@ type Kind uint8
 const (
 	KindReduce Kind = iota + 1 // dst = a op b
 	KindScale                  // dst = a / div
+	// KindReducePeer is KindReduce between two GPUs that synchronise
+	// through flags in each other's memory, for a one-launch all-reduce
+	// in which each GPU reads the other's input over NVLink. Five more
+	// parameters: p_rdy_out (the peer's ready flag, u32), p_rdy_in (this
+	// GPU's, which the peer raises), p_done_out (the peer's array of
+	// per-block done flags), p_done_in (this GPU's array) and p_seq (the
+	// operation's number; flags compare cyclically). Block 0 raises the
+	// peer's ready flag on entry (the stream's earlier work, this GPU's
+	// input among it, is done); every block waits for this GPU's ready
+	// flag before reading; at the end each block raises its done flag in
+	// the peer and waits until every one of the peer's blocks (the same
+	// grid on both GPUs) has raised its own here, so the kernel ends only
+	// once the peer has read this GPU's input. A wait longer than 10 s
+	// traps (the context is then unusable) rather than hang the GPU.
+	KindReducePeer
 )
 
 // Spec names one kernel.
@@ -64,8 +79,11 @@ var dtNames = map[collective.Datatype]string{
 
 // Name returns the kernel's entry name, e.g. "vccl_reduce_f32_sum".
 func (s Spec) Name() string {
-	if s.Kind == KindScale {
+	switch s.Kind {
+	case KindScale:
 		return "vccl_scale_" + dtNames[s.Dtype]
+	case KindReducePeer:
+		return "vccl_reduce_peer_" + dtNames[s.Dtype] + "_" + s.Op.String()
 	}
 	return "vccl_reduce_" + dtNames[s.Dtype] + "_" + s.Op.String()
 }
@@ -75,7 +93,7 @@ func (s Spec) validate() error {
 		return fmt.Errorf("kernels: invalid datatype %v", s.Dtype)
 	}
 	switch s.Kind {
-	case KindReduce:
+	case KindReduce, KindReducePeer:
 		if !s.Op.Valid() {
 			return fmt.Errorf("kernels: invalid reduction %v", s.Op)
 		}
@@ -86,13 +104,13 @@ func (s Spec) validate() error {
 	return nil
 }
 
-// All lists every kernel: each datatype with each reduction, and a scale
-// kernel per datatype.
+// All lists every kernel: each datatype with each reduction (plain and
+// peer-synchronised), and a scale kernel per datatype.
 func All() []Spec {
 	var out []Spec
 	for _, dt := range collective.Datatypes() {
 		for _, op := range collective.ReduceOps() {
-			out = append(out, Spec{Kind: KindReduce, Dtype: dt, Op: op})
+			out = append(out, Spec{Kind: KindReduce, Dtype: dt, Op: op}, Spec{Kind: KindReducePeer, Dtype: dt, Op: op})
 		}
 		out = append(out, Spec{Kind: KindScale, Dtype: dt})
 	}
@@ -270,6 +288,10 @@ func entry(s Spec) string {
 	g.emit("cvt.u64.u32 %s, %s", t, tidx)
 	g.emit("add.u64 %s, %s, %s", k.tid, k.tid, t)
 	g.emit("mul.wide.u32 %s, %s, %s", k.stride, nctaid, ntid)
+	var peer peerRegs
+	if s.Kind == KindReducePeer {
+		peer = g.peerPrologue(ctaid, tidx)
+	}
 
 	// Vector loop, unrolled twice.
 	i := g.rd()
@@ -305,11 +327,17 @@ func entry(s Spec) string {
 	g.emit("add.u64 %s, %s, %s", j, j, k.stride)
 	g.emit("bra.uni %s", sloop)
 	g.put(done)
+	if s.Kind == KindReducePeer {
+		g.peerEpilogue(peer, ctaid, tidx, nctaid)
+	}
 	g.emit("ret")
 
 	var out strings.Builder
 	fmt.Fprintf(&out, ".visible .entry %s(\n", s.Name())
 	names := []string{"p_dst", "p_a", "p_b", "p_n", "p_nvec", "p_div"}
+	if s.Kind == KindReducePeer {
+		names = append(names, "p_rdy_out", "p_rdy_in", "p_done_out", "p_done_in", "p_seq")
+	}
 	for x, n := range names {
 		sep := ","
 		if x == len(names)-1 {
@@ -327,6 +355,82 @@ func entry(s Spec) string {
 	out.WriteString(g.b.String())
 	out.WriteString("}\n")
 	return out.String()
+}
+
+// peerRegs are KindReducePeer's flag addresses and sequence number.
+type peerRegs struct {
+	rdyOut, rdyIn, doneOut, doneIn, seq string
+}
+
+// spinTimeoutNs bounds a flag wait before the kernel traps.
+const spinTimeoutNs = 10_000_000_000
+
+// spinUntil makes the calling thread wait until the u32 at addr, read
+// with acquire semantics at system scope, has reached seq (cyclically).
+func (g *gen) spinUntil(addr, seq string) {
+	t0, t1, v, d := g.rd(), g.rd(), g.r(), g.r()
+	ok, late := g.p(), g.p()
+	loop, out := g.newLabel("spin"), g.newLabel("spun")
+	g.emit("mov.u64 %s, %%globaltimer", t0)
+	g.put(loop)
+	g.emit("ld.acquire.sys.global.u32 %s, [%s]", v, addr)
+	g.emit("sub.s32 %s, %s, %s", d, v, seq)
+	g.emit("setp.ge.s32 %s, %s, 0", ok, d)
+	g.emit("@%s bra %s", ok, out)
+	g.emit("mov.u64 %s, %%globaltimer", t1)
+	g.emit("sub.u64 %s, %s, %s", t1, t1, t0)
+	g.emit("setp.gt.u64 %s, %s, %d", late, t1, uint64(spinTimeoutNs))
+	g.emit("@%s trap", late)
+	g.emit("bra.uni %s", loop)
+	g.put(out)
+}
+
+func (g *gen) peerPrologue(ctaid, tidx string) peerRegs {
+	var pr peerRegs
+	ld := func(name string) string {
+		x, y := g.rd(), g.rd()
+		g.emit("ld.param.u64 %s, [%s]", x, name)
+		g.emit("cvta.to.global.u64 %s, %s", y, x)
+		return y
+	}
+	pr.rdyOut, pr.rdyIn, pr.doneOut, pr.doneIn = ld("p_rdy_out"), ld("p_rdy_in"), ld("p_done_out"), ld("p_done_in")
+	seq64 := g.rd()
+	pr.seq = g.r()
+	g.emit("ld.param.u64 %s, [p_seq]", seq64)
+	g.emit("cvt.u32.u64 %s, %s", pr.seq, seq64)
+	notFirst, notBlock0, skip := g.p(), g.p(), g.newLabel("ready")
+	g.emit("setp.ne.u32 %s, %s, 0", notFirst, tidx)
+	g.emit("@%s bra %s", notFirst, skip)
+	g.emit("setp.ne.u32 %s, %s, 0", notBlock0, ctaid)
+	g.emit("@!%s st.release.sys.global.u32 [%s], %s", notBlock0, pr.rdyOut, pr.seq)
+	g.spinUntil(pr.rdyIn, pr.seq)
+	g.put(skip)
+	g.emit("bar.sync 0")
+	return pr
+}
+
+func (g *gen) peerEpilogue(pr peerRegs, ctaid, tidx, nctaid string) {
+	g.emit("bar.sync 0")
+	notFirst, end := g.p(), g.newLabel("end")
+	g.emit("setp.ne.u32 %s, %s, 0", notFirst, tidx)
+	g.emit("@%s bra %s", notFirst, end)
+	off, a := g.rd(), g.rd()
+	g.emit("mul.wide.u32 %s, %s, 4", off, ctaid)
+	g.emit("add.u64 %s, %s, %s", a, pr.doneOut, off)
+	g.emit("st.release.sys.global.u32 [%s], %s", a, pr.seq)
+	// Wait for every block of the peer.
+	j, more := g.r(), g.p()
+	loop := g.newLabel("dones")
+	g.emit("mov.u32 %s, 0", j)
+	g.put(loop)
+	o2, a2 := g.rd(), g.rd()
+	g.emit("mul.wide.u32 %s, %s, 4", o2, j)
+	g.emit("add.u64 %s, %s, %s", a2, pr.doneIn, o2)
+	g.spinUntil(a2, pr.seq)
+	g.emit("add.u32 %s, %s, 1", j, j)
+	g.emit("setp.lt.u32 %s, %s, %s", more, j, nctaid)
+	g.emit("@%s bra %s", more, loop)
+	g.put(end)
 }
 
 // addr returns base + idx*scale.
@@ -353,7 +457,7 @@ func (g *gen) vecGroups(k *kregs, idx ...string) {
 	}
 	var gs []group
 	for _, ix := range idx {
-		gr := group{hasB: g.spec.Kind == KindReduce}
+		gr := group{hasB: g.spec.Kind != KindScale}
 		pa := g.addr(k.a, ix, VecBytes)
 		gr.pd = g.addr(k.dst, ix, VecBytes)
 		gr.wa = g.words(wt, nw)
@@ -524,7 +628,7 @@ func (g *gen) scalar(k *kregs, j string) {
 	}
 	x := load(pa)
 	var y string
-	if g.spec.Kind == KindReduce {
+	if g.spec.Kind != KindScale {
 		pb := g.addr(k.b, j, sz)
 		y = load(pb)
 	}

@@ -17,7 +17,7 @@ import (
 
 func TestAllCoversEveryDatatypeAndReduction(t *testing.T) {
 	specs := All()
-	want := len(collective.Datatypes()) * (len(collective.ReduceOps()) + 1)
+	want := len(collective.Datatypes()) * (2*len(collective.ReduceOps()) + 1)
 	if len(specs) != want {
 		t.Fatalf("All() has %d kernels, want %d", len(specs), want)
 	}
@@ -30,9 +30,10 @@ func TestAllCoversEveryDatatypeAndReduction(t *testing.T) {
 	}
 	for _, dt := range collective.Datatypes() {
 		for _, op := range collective.ReduceOps() {
-			n := Spec{Kind: KindReduce, Dtype: dt, Op: op}.Name()
-			if !names[n] {
-				t.Errorf("no kernel %s", n)
+			for _, k := range []Kind{KindReduce, KindReducePeer} {
+				if n := (Spec{Kind: k, Dtype: dt, Op: op}).Name(); !names[n] {
+					t.Errorf("no kernel %s", n)
+				}
 			}
 		}
 		if n := (Spec{Kind: KindScale, Dtype: dt}).Name(); !names[n] {
