@@ -10,6 +10,7 @@
 #   CGO_ENABLED=0 go build "$F" -o gpubin/vccl-bench ./cmd/vccl-bench
 #   CGO_ENABLED=0 go test -c "$F" -o gpubin/cuda.test ./gpu/cuda
 #   CGO_ENABLED=0 go test -c "$F" -o gpubin/ce.test ./gpu/ce
+#   CGO_ENABLED=0 go test -c "$F" -o gpubin/kernels.test ./gpu/kernels
 #
 # then, on a machine with 2 GPUs joined by NVLink, from the repository root
 # with gpubin/ carried along:  bash gpu/run-h200.sh [quick]
@@ -36,6 +37,8 @@ B() { timeout 150 ./vcclrun -n 2 -- ./vccl-bench "$@" 2>&1 | grep -v "#  Rank\|^
 	nvidia-smi topo -m
 	echo "=== tests"
 	timeout 60 ./cuda.test 2>&1 | tail -2
+	PX=$(ls /usr/local/cuda*/bin/ptxas 2>/dev/null | head -1)
+	[ -n "$PX" ] && VCCL_PTXAS=$PX timeout 120 ./kernels.test -test.run PTX -test.v 2>&1 | grep -E "^(--- |ok|PASS|FAIL)"
 	[ "$1" = quick ] || timeout 60 ./nvml.test 2>&1 | tail -2
 	[ "$1" = quick ] || timeout 300 ./ce.test -test.v 2>&1 | grep -E "^(--- |ok|PASS|FAIL)|FAIL|cases" | head -40
 	echo "tests took $((SECONDS - T0)) s"
