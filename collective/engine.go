@@ -522,9 +522,11 @@ func (e *engine) step() bool {
 			t.deferred = nil
 			t.ready = append(t.ready, pending...)
 		}
-		for len(t.ready) > 0 && t.err == nil {
-			i := t.ready[len(t.ready)-1]
-			t.ready = t.ready[:len(t.ready)-1]
+		// In the order they became ready, which starts with program order:
+		// the header receives go before the header sends, so this rank's
+		// credits are out before its data waits for the peer's.
+		for k := 0; k < len(t.ready) && t.err == nil; k++ {
+			i := t.ready[k]
 			if q := t.m.s.qid[i]; q >= 0 && e.earlierPending(ti, q) {
 				t.deferred = append(t.deferred, i)
 				continue
@@ -533,6 +535,7 @@ func (e *engine) step() bool {
 			t.ready = t.m.start(i, t.ready)
 			e.startPrim(t, i)
 		}
+		t.ready = t.ready[:0]
 	}
 	for peer, qp := range e.qps {
 		if qp == nil {
