@@ -417,6 +417,9 @@ func TestSignatureFoldsFirstExchange(t *testing.T) {
 					tc.op, tc.algo, tc.n, tc.count, r, ss, sr, bs, br, tc.extra)
 			}
 			if tc.wantNoScratc {
+				if s.scratch != 0 {
+					t.Errorf("%v n=%d count=%d rank %d: %d bytes of scratch taken, none used", tc.op, tc.n, tc.count, r, s.scratch)
+				}
 				for i, p := range s.prims {
 					for _, rf := range []ref{p.dst, p.a, p.b} {
 						if rf.buf == bufScratch && p.n > 0 && p.kind != primNop {

@@ -248,7 +248,21 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 			s.prims[i].deps = []int32{gate}
 		}
 	}
+	if len(moves) > 0 && !usesScratch(s) {
+		s.scratch = 0 // the payloads it held are read where the headers landed
+	}
 	return s, nil
+}
+
+func usesScratch(s *schedule) bool {
+	for _, p := range s.prims {
+		for _, rf := range []ref{p.dst, p.a, p.b} {
+			if rf.buf == bufScratch && p.kind != primNop && p.kind != primVerify {
+				return true
+			}
+		}
+	}
+	return false
 }
 
 // exclusiveScratch reports whether receive i of s lands in scratch that no
