@@ -462,7 +462,7 @@ func (p *Proc) exchangeBufs(ctx context.Context, recv *DeviceMem) ([]cuda.Device
 	g, r := p.g, p.r
 	w := waiter{ctx: ctx, timeout: p.timeout, idle: func() {
 		if g.inflight.Load() > 0 {
-			g.maybePoll(flowtel.Monotonic())
+			g.pollWhileBusy(flowtel.Monotonic())
 			g.use(r)
 		}
 	}}

@@ -703,7 +703,7 @@ func (p *Proc) transfer(ctx context.Context, t tag, ops []P2P, loc *local) error
 	}
 	w := waiter{ctx: ctx, timeout: p.timeout, idle: func() {
 		if g.inflight.Load() > 0 {
-			g.maybePoll(flowtel.Monotonic())
+			g.pollWhileBusy(flowtel.Monotonic())
 			g.use(r)
 		}
 	}}

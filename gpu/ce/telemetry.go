@@ -306,6 +306,16 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 	g.lastPoll.Store(flowtel.Monotonic())
 }
 
+// pollWhileBusy is the sweep of a request that waits for a peer process
+// (a mailbox handshake): every PollBusy, as between back-to-back requests.
+// Sweeping by the idle rule there swept in every handshake, and cost 10%
+// to 26% at 1 MiB (measured, all-reduce and send/recv).
+func (g *Group) pollWhileBusy(now int64) {
+	if now-g.lastPoll.Load() >= int64(g.cfg.PollBusy) {
+		g.pollTelemetry(g.use)
+	}
+}
+
 // maybePoll sweeps when the proxy's last request ended PollEvery ago
 // and PollEvery has passed since the last sweep, or when
 // PollBusy has passed since the last sweep.
