@@ -41,6 +41,7 @@ type Comm struct {
 	server       *bootstrap.Server
 	peers        []peerInfo
 	backends     []string         // backend per peer ("self" for this rank)
+	overTCP      bool             // some link is TCP, so on every rank (chunkFor)
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 
@@ -385,6 +386,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		c.backends[p] = "self"
 		if p != c.rank {
 			c.backends[p] = c.chooseBackend(me, peers[p])
+			c.overTCP = c.overTCP || c.backends[p] == "tcp"
 			if _, ok := peers[p].Addrs[c.backends[p]]; !ok {
 				return fmt.Errorf("collective: rank %d offers no %s address (is VCCL_TRANSPORT the same on every rank?)", p, c.backends[p])
 			}
