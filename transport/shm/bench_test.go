@@ -96,7 +96,7 @@ func BenchmarkLatency8B(b *testing.B) {
 			}
 			wait := func() { spin(b, qp, wcs, gotPong) }
 			if mode != "spin" {
-				spins := map[string]int{"block": 0, "backoff": 64}[mode]
+				spins := map[string]time.Duration{"block": 0, "backoff": engineSpin}[mode]
 				deadline, nap := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
 				defer deadline.Stop()
 				wait = func() {
@@ -144,7 +144,7 @@ func BenchmarkSlowPeer(b *testing.B) {
 			}
 			deadline, nap := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
 			defer deadline.Stop()
-			spins := map[string]int{"spin": 1 << 62, "backoff": 64}[mode]
+			spins := map[string]time.Duration{"spin": time.Hour, "backoff": engineSpin}[mode]
 			wait := func() {
 				deadline.Reset(30 * time.Second)
 				backoff(b, qp, p.not, spins, nap, deadline.C, wcs, gotPong)
@@ -165,11 +165,17 @@ func BenchmarkSlowPeer(b *testing.B) {
 	}
 }
 
+// engineSpin is how long collective's progress engine polls after the
+// last progress before it yields (as long again), then sleeps.
+const engineSpin = 200 * time.Microsecond
+
 // backoff is spin for an owner that backs off as collective's progress
-// engine does when polls find nothing: spins polls, as many yielding, then
-// sleeps on the Notifier (at most 1 ms). With spins 0 it sleeps at once.
-func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spins int, nap *time.Timer, deadline <-chan time.Time, wcs []transport.WC, fn func(transport.WC) bool) {
+// engine does when polls find nothing: it polls for spinFor, yields between
+// polls as long again, then sleeps on the Notifier (at most 1 ms). With
+// spinFor 0 it sleeps at once.
+func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spinFor time.Duration, nap *time.Timer, deadline <-chan time.Time, wcs []transport.WC, fn func(transport.WC) bool) {
 	idle := 0
+	var idleSince time.Time
 	for {
 		n := qp.Poll(wcs)
 		done := false
@@ -189,21 +195,30 @@ func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spins int, 
 			continue
 		}
 		idle++
-		switch {
-		case idle < spins:
-		case idle < 2*spins:
-			runtime.Gosched()
-		default:
-			nap.Reset(time.Millisecond)
-			select {
-			case <-not.C():
-			case <-nap.C:
-			case <-deadline:
-				b.Fatalf("no completion for 30s")
-			}
-			nap.Stop()
-			idle = spins
+		if idle == 1 {
+			idleSince = time.Now()
 		}
+		if spinFor > 0 {
+			if idle&63 != 0 {
+				continue
+			}
+			switch waited := time.Since(idleSince); {
+			case waited < spinFor:
+				continue
+			case waited < 2*spinFor:
+				runtime.Gosched()
+				continue
+			}
+		}
+		nap.Reset(time.Millisecond)
+		select {
+		case <-not.C():
+		case <-nap.C:
+		case <-deadline:
+			b.Fatalf("no completion for 30s")
+		}
+		nap.Stop()
+		idle = 0
 	}
 }
 

@@ -25,17 +25,21 @@
 // the kernel pins and copies page by page on the receiver's core alone
 // (the commit that removed it has the figures).
 //
-// Whoever holds the QP's progress lock moves data: the owner in Poll (and a
-// bounded amount in PostSend/PostRecv, which never wait), or the QP's
-// background goroutine while the owner is not polling. A side's "sleeping"
-// flag in the segment asks the peer to wake that side's background
-// goroutine with FUTEX_WAKE when it next publishes. A busy-polling owner
-// leaves it down, so the hot path makes no system call; an owner whose
-// polls have found nothing for a few microseconds raises it (it is about to
-// back off and sleep on its Notifier), and so does the background goroutine
-// when it sees the owner stop polling; the woken goroutine moves the data
-// and signals the Notifier. The socket's end of file, closure and peer
-// death wake it wherever it waits.
+// Whoever holds the QP's progress lock moves data: the owner in Poll (and
+// a bounded amount in PostSend/PostRecv, which never wait), or the QP's
+// background goroutine while the owner is not polling. Beside a polling
+// owner the background goroutine only naps on a Go timer and looks again:
+// it takes no lock and no thread blocks in a system call. An owner whose
+// polls find nothing with WRs outstanding yields its core between polls
+// after 50 us (a peer descheduled on a loaded machine may be waiting for
+// it; on an idle one the yield returns at once), and after 200 us (when
+// collective's engine stops spinning) hands the wait to the background
+// goroutine. That goroutine, once the owner is away, polls the peer's words
+// for 20 us, then raises its side's "sleeping" flag in the segment and
+// sleeps on a futex; the peer's next publication wakes it (FUTEX_WAKE), and
+// it moves the data and signals the Notifier. The flag is down while the
+// owner polls, so the hot path makes no system call. The socket's end of
+// file, closure and peer death wake it wherever it waits.
 //
 // Files follow the skeleton every backend repeats: backend.go (Backend,
 // Listen, Dial), qp.go (the queue pair), conformance_test.go

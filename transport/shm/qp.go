@@ -23,29 +23,33 @@ import (
 //
 // Waking. A side's "sleeping" flag in the segment asks the peer to wake
 // that side's background goroutine (FUTEX_WAKE on its bell) when it next
-// publishes; the waker clears it. An owner that busy-polls leaves it down,
-// so the peer's hot path makes no system call, and the background goroutine
-// waits on its futex with a short timeout and nothing to do. An owner whose
-// polls have found nothing for armAfter raises the flag itself: it is about
-// to back off and sleep (collective's engine sleeps on its Notifier after
-// some 128 idle iterations), and the peer's next publication must reach the
-// background goroutine, which then moves the data and signals the Notifier.
-// Beside an owner that polls, the background goroutine waits on its futex
-// with a timeout that starts at napMin and doubles, up to napMax, while the
-// owner keeps polling through it; a wait through which the owner polled
-// fewer than activePolls times (an owner that went to sleep without a long
-// idle run, or one that never polls) sends it away from the owner's side:
-// it raises the flag itself and sleeps until the peer wakes it.
+// publishes; the waker clears it. Only the background goroutine raises it,
+// when it waits for the peer with the owner away, so beside a polling owner
+// the peer's hot path makes no system call. Beside such an owner the
+// background goroutine stays out of the way: it naps on a Go timer (napMin
+// doubling to napMax while the owner keeps polling through the naps), takes
+// no lock and moves nothing, so it never holds the progress lock while the
+// owner spins on it, and no thread of ours blocks in a system call (a
+// blocked thread makes the runtime hand its processor over and wake
+// threads, costly on a 2-core VM). An owner whose polls have found nothing
+// for armAfter (about when collective's engine stops spinning: it spins
+// 200 us, yields as long, then sleeps on its Notifier) hands the wait over:
+// it kicks the background goroutine, which moves what arrived, raises the
+// flag and sleeps on the futex until the peer publishes; it then moves the
+// data and signals the Notifier. An owner that sleeps without a long idle
+// run (one that polls once and sleeps) is found out at the end of a nap,
+// polled fewer than activePolls times through it.
 const (
 	postBudget = 64 << 10 // bytes a PostSend/PostRecv copies inline
 	passBudget = 1 << 20  // bytes one Poll or background pass copies
 
-	armAfter    = 5 * time.Microsecond   // idle polling after which the owner asks the peer to wake the background goroutine
-	activePolls = 8                      // polls during a wait that mean "the owner is polling"
-	napMin      = 20 * time.Microsecond  // first wait beside a polling owner
+	armAfter    = 200 * time.Microsecond // idle polling after which the owner hands the wait to the background goroutine
+	activePolls = 8                      // polls during a nap that mean "the owner is polling"
+	yieldAfter  = 50 * time.Microsecond  // idle polling after which the owner yields its core between polls
+	napMin      = 20 * time.Microsecond  // first nap beside a polling owner
 	napMax      = 1 * time.Millisecond   // longest: one wake-up a millisecond beside a busy-polling owner
 	sleepMax    = 100 * time.Millisecond // futex timeout with the flag up, a backstop: closure and peer death ring the bell
-	spinChecks  = 200                    // peer-word checks (a few µs) before the background goroutine sleeps
+	spinFor     = 20 * time.Microsecond  // peer-word polling before the background goroutine sleeps, owner away
 	headBatch   = 4 << 10                // a consumed record this large publishes head at once
 )
 
@@ -89,7 +93,8 @@ type QP struct {
 	polls     atomic.Uint64 // Poll calls, read by the background goroutine
 	idlePolls int           // polls in a row that moved nothing
 	idleStart int64         // when they began (monotonic ns)
-	armed     bool          // this idle run raised the sleeping flag
+	armed     bool          // this idle run handed the wait over
+	handed    atomic.Bool   // the owner handed the wait to the background goroutine
 
 	closed   atomic.Bool
 	live     sync.RWMutex // owner calls hold it shared to touch the mapping; Close takes it to unmap
@@ -171,7 +176,7 @@ func (q *QP) PostSend(wr transport.WR) error {
 		s.waited = true
 		q.core.CreditWait(id, &wr)
 	}
-	q.idlePolls = 0
+	q.busy()
 	q.pmu.Lock()
 	if q.pclosed {
 		q.pmu.Unlock()
@@ -200,7 +205,7 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	}
 	id := q.core.Posted(transport.OpRecv, &wr)
 	r := recvOp{wr: wr, telID: id}
-	q.idlePolls = 0
+	q.busy()
 	q.pmu.Lock()
 	if q.pclosed {
 		q.pmu.Unlock()
@@ -268,38 +273,66 @@ func ring(sc sideCtl) {
 func (q *QP) Poll(dst []transport.WC) int {
 	q.polls.Add(1)
 	q.live.RLock()
+	yield := false
 	if !q.unmapped && q.mu.TryLock() {
 		if q.pass(passBudget) {
-			q.idlePolls = 0
+			q.busy()
 		} else {
-			q.idle()
+			yield = q.idle()
 		}
 		q.mu.Unlock()
 	}
 	q.live.RUnlock()
+	if yield {
+		// Waiting on a peer that may be waiting for this core: on a loaded
+		// machine a spinning owner would hold it for a whole time slice.
+		// With nothing else to run, this returns at once.
+		unix.Syscall(unix.SYS_SCHED_YIELD, 0, 0, 0)
+	}
 	n := q.core.Poll(dst)
 	if n > 0 {
-		q.idlePolls = 0
+		q.busy()
 	}
 	return n
 }
 
-// idle notes a poll that moved nothing; after armAfter of them the owner
-// raises its sleeping flag, since it may back off and sleep next. Owner,
-// under mu.
-func (q *QP) idle() {
-	q.idlePolls++
-	switch {
-	case q.idlePolls == 1:
-		q.idleStart, q.armed = flowtel.Monotonic(), false
-	case q.armed || q.idlePolls&15 != 0:
-	case flowtel.Monotonic()-q.idleStart >= int64(armAfter) && q.sends.len()+q.recvs.len() > 0:
-		q.armed = true
-		q.seg.me.sleeping.Store(1)
-		// What the peer published before it could see the flag: take it
-		// now, or it would wait for the background goroutine's timeout.
-		q.pass(passBudget)
+// busy notes that the owner found or gave work: it takes the wait back.
+// Owner.
+func (q *QP) busy() {
+	q.idlePolls = 0
+	if q.armed {
+		q.armed = false
+		q.handed.Store(false)
 	}
+}
+
+// idle notes a poll that moved nothing with WRs outstanding. After
+// yieldAfter of them it reports that the owner should yield its core
+// (every 16th poll); after armAfter the owner may back off and sleep next,
+// so it hands the wait to the background goroutine. Owner, under mu.
+func (q *QP) idle() (yield bool) {
+	if q.sends.len()+q.recvs.len() == 0 {
+		q.idlePolls = 0
+		return false
+	}
+	q.idlePolls++
+	if q.idlePolls == 1 {
+		q.idleStart = flowtel.Monotonic()
+		return false
+	}
+	if q.idlePolls&15 != 0 {
+		return false
+	}
+	waited := flowtel.Monotonic() - q.idleStart
+	if !q.armed && waited >= int64(armAfter) {
+		q.armed = true
+		q.handed.Store(true)
+		select {
+		case q.kick <- struct{}{}:
+		default:
+		}
+	}
+	return waited >= int64(yieldAfter)
 }
 
 func (q *QP) complete(wr *transport.WR, telID uint64, op transport.Opcode, st flowtel.Status, n int, err error) {
@@ -618,50 +651,57 @@ func (q *QP) peerWords() peerWords {
 // run is the background progress goroutine.
 func (q *QP) run() {
 	defer q.wg.Done()
-	beside := false // the owner is polling: leave the work to it
+	timer := time.NewTimer(time.Hour)
+	timer.Stop()
 	nap := napMin
+	lastPolls := q.polls.Load()
 	for !q.closed.Load() {
+		if p := q.polls.Load(); p-lastPolls >= activePolls && !q.handed.Load() {
+			// The owner polls: it moves the data. Look again later.
+			lastPolls = p
+			q.nap(timer, nap)
+			nap = min(2*nap, napMax)
+			continue
+		}
+		nap = napMin
 		seen := q.posts.Load()
 		snap := q.peerWords()
-		p0 := q.polls.Load()
-		moved, pending := false, true
-		if q.mu.TryLock() {
-			n0 := q.ncomp
-			moved = q.pass(passBudget)
-			pending = q.sends.len() > 0 || q.recvs.len() > 0
-			completed := q.ncomp != n0
-			q.mu.Unlock()
-			if completed {
-				// The Notifier readied the owner on this P: let it run
-				// now rather than when this goroutine next blocks.
-				runtime.Gosched()
-			}
-		} else {
-			beside = true // the owner (or Close) is moving data
+		lastPolls = q.polls.Load()
+		if !q.mu.TryLock() {
+			q.nap(timer, nap) // the owner (or Close) is moving data
+			continue
 		}
-		if q.polls.Load()-p0 >= activePolls {
-			beside = true
+		n0 := q.ncomp
+		moved := q.pass(passBudget)
+		pending := q.sends.len() > 0 || q.recvs.len() > 0
+		completed := q.ncomp != n0
+		q.mu.Unlock()
+		if completed {
+			// The Notifier readied the owner on this P: let it run now
+			// rather than when this goroutine next blocks.
+			runtime.Gosched()
 		}
 		switch {
 		case !pending:
 			q.idleWait(seen)
-			beside, nap = false, napMin
-			continue
-		case moved && !beside:
-			continue // the owner is away: keep moving
-		}
-		p0 = q.polls.Load()
-		if beside {
-			q.nap(seen, nap)
-			if q.polls.Load()-p0 >= activePolls {
-				nap = min(2*nap, napMax)
-			} else {
-				beside, nap = false, napMin
-			}
-		} else {
+			lastPolls = q.polls.Load()
+		case !moved:
 			q.waitPeer(seen, snap)
-			beside = q.polls.Load()-p0 >= activePolls
 		}
+	}
+}
+
+// nap waits d beside a polling owner, which moves what the peer publishes
+// and takes its own posts. A kick (the owner handing the wait over, a post
+// the owner could not take, closure, peer death) ends it early.
+func (q *QP) nap(t *time.Timer, d time.Duration) {
+	t.Reset(d)
+	select {
+	case <-t.C:
+	case <-q.kick:
+		t.Stop()
+	case <-q.stop:
+		t.Stop()
 	}
 }
 
@@ -677,25 +717,26 @@ func (q *QP) idleWait(seen uint64) {
 	q.bgIdle.Store(false)
 }
 
-// nap waits at most d beside a polling owner, which moves what the peer
-// publishes; the flag stays as the owner left it, so the peer wakes this
-// goroutine only once the owner has gone idle.
-func (q *QP) nap(seen uint64, d time.Duration) {
-	seq := q.seg.me.bell.Load()
-	if q.posts.Load() == seen && q.gone.Load() == nil && !q.closed.Load() {
-		futexWait(q.seg.me.bell, seq, d)
-	}
-}
-
-// waitPeer waits for the peer with the owner away: a brief spin, then the
-// futex with the sleeping flag up, so the peer's next publication wakes it.
+// waitPeer waits for the peer with the owner away: it polls the peer's
+// words for spinFor (an owner that handed the wait over still polls for a
+// while, so then it does not), then sleeps on the futex with the sleeping
+// flag up, so the peer's next publication wakes it. An owner that polls
+// again sends it back to napping.
 func (q *QP) waitPeer(seen uint64, snap peerWords) {
+	p0 := q.polls.Load()
 	changed := func() bool {
-		return q.posts.Load() != seen || q.gone.Load() != nil || q.closed.Load() || q.peerWords() != snap
+		return q.posts.Load() != seen || q.gone.Load() != nil || q.closed.Load() || q.peerWords() != snap ||
+			q.polls.Load()-p0 >= activePolls && !q.handed.Load()
 	}
-	for range spinChecks {
-		if changed() {
-			return
+	if !q.handed.Load() {
+		t0 := flowtel.Monotonic()
+		for i := 0; ; i++ {
+			if changed() {
+				return
+			}
+			if i&63 == 63 && flowtel.Monotonic()-t0 >= int64(spinFor) {
+				break
+			}
 		}
 	}
 	me := q.seg.me
