@@ -40,6 +40,36 @@ type WR struct {
 	Buf []byte
 	MR  *MR // registered region holding Buf, or nil for unregistered memory
 	Tag Tag
+
+	// Reduce and Src, on a receive posted to a QP that implements
+	// Reducer, make the message land reduced instead of copied: the
+	// backend calls Reduce(Buf[i:j], msg[i:j], Src[i:j]) over the message
+	// in pieces that start at multiples of ReducePiece bytes, and the
+	// caller's function stores msg op Src into Buf. Src is at least as
+	// long as Buf (PostRecv refuses it otherwise); it may be Buf itself.
+	// Neither is touched beyond the message, and a receive that fails may
+	// have reduced part of it. Telemetry is that of any receive. A QP that
+	// does not implement Reducer ignores both fields.
+	Reduce ReduceFunc
+	Src    []byte
+}
+
+// ReduceFunc combines a piece of a received message with the matching
+// piece of a source buffer into dst (dst = msg op src). dst may be src.
+type ReduceFunc func(dst, msg, src []byte)
+
+// ReducePiece divides the offsets at which a backend cuts a reduced
+// receive into pieces, so a piece never splits an element of up to 16
+// bytes.
+const ReducePiece = 16
+
+// Reducer is implemented by QPs that honour WR.Reduce: a receive reduced
+// as it arrives saves the copy into Buf and the pass over it that a
+// separate reduction would make.
+type Reducer interface {
+	QP
+	// ReducesOnReceive reports whether this QP honours WR.Reduce.
+	ReducesOnReceive() bool
 }
 
 // WC is a work completion.

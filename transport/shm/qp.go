@@ -135,7 +135,7 @@ type QP struct {
 	wg     sync.WaitGroup
 }
 
-var _ transport.QP = (*QP)(nil)
+var _ transport.Reducer = (*QP)(nil)
 
 func newQP(seg *segment, side int, conn *net.UnixConn, cfg transport.Config, local, remote string, peerPid int) *QP {
 	q := &QP{
@@ -151,6 +151,10 @@ func newQP(seg *segment, side int, conn *net.UnixConn, cfg transport.Config, loc
 }
 
 func (q *QP) Info() transport.Info { return q.core.Info(q.local, q.remote) }
+
+// ReducesOnReceive reports true: a reduced receive reduces straight out of
+// the ring.
+func (q *QP) ReducesOnReceive() bool { return true }
 
 func (q *QP) Outstanding() int { return q.core.Outstanding() }
 
@@ -197,6 +201,9 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	}
 	if err := transport.CheckWR(&wr); err != nil {
 		return err
+	}
+	if wr.Reduce != nil && len(wr.Src) < len(wr.Buf) {
+		return fmt.Errorf("shm: receive %d reduces %d bytes with a source of %d", wr.ID, len(wr.Buf), len(wr.Src))
 	}
 	q.live.RLock()
 	defer q.live.RUnlock()
@@ -454,7 +461,14 @@ func (q *QP) recvPass(budget *int) bool {
 			q.protocolError("message overruns its length %d", r.msgLen)
 			return true
 		}
-		copy(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n])
+		if r.wr.Reduce != nil {
+			// Records start at multiples of recAlign and their payloads
+			// are cut to multiples of recAlign-recHdr (see sendPass), so
+			// r.off is a multiple of transport.ReducePiece.
+			r.wr.Reduce(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n], r.wr.Src[r.off:r.off+n])
+		} else {
+			copy(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n])
+		}
 		r.off += n
 		*budget -= n
 		q.ihead += uint64(size)

@@ -8,7 +8,8 @@
 // It checks ordering, zero-length, 1-byte, large and unaligned buffers,
 // thousands of outstanding WRs, credit-based flow control and its telemetry,
 // close while busy, a peer that dies mid-transfer, posting to a closed QP, a
-// receive buffer too small, and the job-token handshake.
+// receive buffer too small, the job-token handshake, and receives reduced
+// on arrival where the backend implements transport.Reducer.
 package transporttest
 
 import (
@@ -61,6 +62,7 @@ func Run(t *testing.T, f Factory) {
 		{"MemoryRegion", testMemoryRegion},
 		{"BadToken", testBadToken},
 		{"AcceptDeadline", testAcceptDeadline},
+		{"ReducedReceive", testReducedReceive},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
@@ -526,5 +528,69 @@ func testAcceptDeadline(t *testing.T, f Factory) {
 	defer cancel2()
 	if _, err := ln.Accept(short, "nobody", transport.Config{}); !errors.Is(err, context.DeadlineExceeded) {
 		t.Fatalf("accept with no dialler: %v, want a deadline error", err)
+	}
+}
+
+// testReducedReceive checks WR.Reduce on backends that implement
+// transport.Reducer: large, unaligned and in-place messages land reduced,
+// in pieces cut at multiples of transport.ReducePiece, and nothing past the
+// message is touched.
+func testReducedReceive(t *testing.T, f Factory) {
+	p := Connect(t, f)
+	r, ok := p.B.(transport.Reducer)
+	if !ok || !r.ReducesOnReceive() {
+		t.Skip("backend does not reduce on receive")
+	}
+	add := func(buf []byte) transport.ReduceFunc {
+		return func(dst, msg, src []byte) {
+			if off := cap(buf) - cap(dst); off%transport.ReducePiece != 0 || len(msg) != len(dst) || len(src) != len(dst) {
+				t.Errorf("piece at offset %d: dst %d, msg %d, src %d bytes", off, len(dst), len(msg), len(src))
+				return
+			}
+			for i := range dst {
+				dst[i] = msg[i] + src[i]
+			}
+		}
+	}
+	for _, tc := range []struct {
+		name     string
+		n, slack int
+		inPlace  bool
+	}{
+		{"small", 100, 7, false},
+		{"large-unaligned", f.Large + 13, 64, false},
+		{"large-in-place", f.Large + 5, 3, true},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			msg := pattern(tc.n, 5)
+			src := pattern(tc.n+tc.slack, 6)
+			buf := pattern(tc.n+tc.slack, 7)
+			if tc.inPlace {
+				copy(buf, src)
+				src = buf
+			}
+			want := make([]byte, len(buf))
+			copy(want, buf)
+			for i := range tc.n {
+				want[i] = msg[i] + src[i]
+			}
+			if err := p.B.PostRecv(transport.WR{ID: 2, Buf: buf, Reduce: add(buf), Src: src}); err != nil {
+				t.Fatal(err)
+			}
+			if err := p.A.PostSend(transport.WR{ID: 1, Buf: msg}); err != nil {
+				t.Fatal(err)
+			}
+			sc := WaitN(t, p.A, p.NotA, 1)[0]
+			rc := WaitN(t, p.B, p.NotB, 1)[0]
+			if sc.Status != flowtel.StatusOK || rc.Status != flowtel.StatusOK || rc.Bytes != tc.n {
+				t.Fatalf("send %v (%v), recv %v (%v) of %d bytes", sc.Status, sc.Err, rc.Status, rc.Err, rc.Bytes)
+			}
+			if !bytes.Equal(buf, want) {
+				t.Fatalf("reduced receive of %d bytes: wrong bytes", tc.n)
+			}
+		})
+	}
+	if err := p.B.PostRecv(transport.WR{ID: 3, Buf: make([]byte, 64), Reduce: add(nil), Src: make([]byte, 63)}); err == nil {
+		t.Fatal("a reduced receive with a source shorter than its buffer was accepted")
 	}
 }
