@@ -13,7 +13,8 @@ type call struct {
 	esize   int
 	redop   ReduceOp
 	inPlace bool
-	chunk   int // bytes per pipeline chunk
+	chunk   int  // bytes per pipeline chunk
+	fuse    bool // every peer's transport reduces receives on arrival (transport.Reducer)
 
 	// alltoallv, in elements
 	sendCounts, sendDispls, recvCounts, recvDispls []int
@@ -143,7 +144,9 @@ func buildSelf(c *call, s *schedule) {
 // ringAllReduce is reduce-scatter then all-gather around the ring, each block
 // cut into chunks that pipeline from one step to the next. Out of place, a
 // block is received straight into the output and reduced there; in place, it
-// lands in a scratch slot first.
+// lands in a scratch slot first. Where the transport reduces on arrival
+// (c.fuse), the received chunk is reduced with the input straight into the
+// output, in place or not: no scratch, no separate pass.
 func ringAllReduce(c *call, s *schedule) {
 	r, n := c.rank, c.n
 	next, prev := mod(r+1, n), mod(r-1, n)
@@ -162,7 +165,7 @@ func ringAllReduce(c *call, s *schedule) {
 	for i := range slotLast {
 		slotLast[i] = -1
 	}
-	if c.inPlace {
+	if c.inPlace && !c.fuse {
 		s.scratch = slots * max(c.chunk/c.esize, 1) * c.esize
 	}
 	slot := 0
@@ -182,7 +185,9 @@ func ringAllReduce(c *call, s *schedule) {
 		roff, rlen := c.block(rb, total)
 		for i, ch := range c.chunks(rlen) {
 			at := roff + ch[0]
-			if c.inPlace {
+			if c.fuse {
+				last[rb][i] = s.recvReduce(prev, out(at), in(at), ch[1], step, deps(last[rb][i])...)
+			} else if c.inPlace {
 				sl := scratch(slot * max(c.chunk/c.esize, 1) * c.esize)
 				rv := s.recv(prev, sl, ch[1], step, deps(slotLast[slot])...)
 				red := s.reduce(out(at), in(at), sl, ch[1], step, deps(rv, last[rb][i])...)
@@ -252,7 +257,9 @@ func ringAllGather(c *call, s *schedule) {
 }
 
 // ringReduceScatter reduces block b along the ring ending at rank b. Partial
-// sums travel in two alternating scratch areas of one block each.
+// sums travel in two alternating scratch areas of one block each. Where the
+// transport reduces on arrival (c.fuse), a received chunk is reduced with
+// the input as it lands.
 func ringReduceScatter(c *call, s *schedule) {
 	r, n := c.rank, c.n
 	next, prev := mod(r+1, n), mod(r-1, n)
@@ -279,6 +286,17 @@ func ringReduceScatter(c *call, s *schedule) {
 		area := k % 2
 		for i, ch := range chunks {
 			sl := scratch(area*bl + ch[0])
+			if c.fuse {
+				if k == n-2 {
+					red := s.recvReduce(prev, out(ch[0]), in(rb*bl+ch[0]), ch[1], uint32(k), deps(lastSend[area][i])...)
+					if c.redop == Avg {
+						s.scale(out(ch[0]), ch[1], uint32(k), red)
+					}
+				} else {
+					reduced[i] = s.recvReduce(prev, sl, in(rb*bl+ch[0]), ch[1], uint32(k), deps(lastSend[area][i])...)
+				}
+				continue
+			}
 			rv := s.recv(prev, sl, ch[1], uint32(k), deps(lastSend[area][i])...)
 			if k == n-2 {
 				red := s.reduce(out(ch[0]), sl, in(rb*bl+ch[0]), ch[1], uint32(k), rv)

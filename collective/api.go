@@ -215,6 +215,7 @@ func (c *Comm) Err() error { return c.failed() }
 func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint64, check bool, t *task) (*task, error) {
 	cl := rq.call
 	cl.chunk = c.chunkFor(&cl)
+	cl.fuse = c.fuseRecv
 	check = check && c.opts.check && c.size > 1
 	s, fresh, err := c.schedule(&cl, algo, check)
 	if err != nil {

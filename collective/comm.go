@@ -44,6 +44,7 @@ type Comm struct {
 	overTCP      bool             // some link is TCP, so on every rank (chunkFor)
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
+	fuseRecv     bool // every QP reduces receives on arrival: schedules fuse receive and reduce
 
 	mu         sync.Mutex
 	schedCache map[schedKey]*schedule
@@ -457,11 +458,28 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 			procs[p.ProcID] = true
 		}
 	}
+	c.fuseRecv = reducesOnReceive(c.qps)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
 		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch])
 	}
 	return nil
+}
+
+// reducesOnReceive reports whether every QP reduces receives on arrival
+// (transport.Reducer), so schedules may fuse a receive with its reduction.
+func reducesOnReceive(qps [][]transport.QP) bool {
+	for _, row := range qps {
+		for _, qp := range row {
+			if qp == nil {
+				continue
+			}
+			if r, ok := qp.(transport.Reducer); !ok || !r.ReducesOnReceive() {
+				return false
+			}
+		}
+	}
+	return true
 }
 
 func (c *Comm) closeQPs() {

@@ -88,6 +88,11 @@ type task struct {
 	posted   int
 	begin    int64
 	err      error
+	// reduce is the fused receives' reduction, made on first use for
+	// reduceKey's datatype and operation (tasks are reused).
+	reduce    transport.ReduceFunc
+	reduceKey [2]uint8
+
 	// done is nil while the task runs, closedChan once it finished, or a
 	// channel someone waits on (made on demand: most callers drive their
 	// own task and never block on it), closed when it finishes.
@@ -579,6 +584,9 @@ func (e *engine) startPrim(t *task, i int32) {
 			err = qp.PostSend(wr)
 		} else {
 			wr.Buf = p.dst.slice(t.bufs, p.n)
+			if p.fuse {
+				wr.Reduce, wr.Src = t.reducer(), p.a.slice(t.bufs, p.n)
+			}
 			err = qp.PostRecv(wr)
 		}
 		if err != nil {
@@ -598,6 +606,15 @@ func (e *engine) startPrim(t *task, i int32) {
 		runLocal(p, t.bufs, t.dt, t.call.redop, e.ranks)
 		t.ready = t.m.complete(i, t.ready)
 	}
+}
+
+// reducer returns the function fused receives reduce with.
+func (t *task) reducer() transport.ReduceFunc {
+	if key := [2]uint8{uint8(t.dt), uint8(t.call.redop)}; t.reduce == nil || t.reduceKey != key {
+		dt, op := t.dt, t.call.redop
+		t.reduce, t.reduceKey = func(dst, msg, src []byte) { reduceInto(dt, op, dst, msg, src) }, key
+	}
+	return t.reduce
 }
 
 func (e *engine) completion(peer int, wc transport.WC) {

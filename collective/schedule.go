@@ -50,10 +50,12 @@ type prim struct {
 	peer int // send and recv: the peer's rank
 	n    int // bytes
 	dst  ref // recv, reduce, copy, scale
-	a, b ref // send: a; reduce: a, b; copy: a
+	a, b ref // send: a; reduce: a, b; copy: a; fused recv: a
 	step uint32
 	upTo bool    // recv: n is the most it accepts (a signature header)
 	deps []int32 // primitives that must complete first
+
+	fuse bool // recv: dst = message op a, reduced on arrival (recvReduce)
 }
 
 // schedule is one rank's program for one collective call.
@@ -81,6 +83,13 @@ func (s *schedule) send(peer int, src ref, n int, step uint32, deps ...int32) in
 
 func (s *schedule) recv(peer int, dst ref, n int, step uint32, deps ...int32) int32 {
 	return s.add(prim{kind: primRecv, peer: peer, dst: dst, n: n, step: step, deps: deps})
+}
+
+// recvReduce receives from peer and reduces the message with src into dst
+// as it arrives (dst = message op src; dst may be src). Only for transports
+// that reduce on receive (call.fuse).
+func (s *schedule) recvReduce(peer int, dst, src ref, n int, step uint32, deps ...int32) int32 {
+	return s.add(prim{kind: primRecv, peer: peer, dst: dst, a: src, fuse: true, n: n, step: step, deps: deps})
 }
 
 func (s *schedule) reduce(dst, a, b ref, n int, step uint32, deps ...int32) int32 {
@@ -131,7 +140,9 @@ func (s *schedule) validate(bufs [][]byte) error {
 		case primSend:
 			err = check(i, p.a, p.n)
 		case primRecv, primScale:
-			err = check(i, p.dst, p.n)
+			if err = check(i, p.dst, p.n); err == nil && p.fuse {
+				err = check(i, p.a, p.n)
+			}
 		case primCopy:
 			if err = check(i, p.dst, p.n); err == nil {
 				err = check(i, p.a, p.n)

@@ -67,9 +67,11 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 				key := qkey{cd.rank, p.peer}
 				sends[key] = append(sends[key], cd.prim)
 			case primRecv:
-				dst := p.dst.slice(sr.bufs, p.n)
-				for i := range dst {
-					dst[i] = 0xEE
+				if !p.fuse { // a fused receive's dst may be its source
+					dst := p.dst.slice(sr.bufs, p.n)
+					for i := range dst {
+						dst[i] = 0xEE
+					}
 				}
 				key := qkey{p.peer, cd.rank}
 				recvs[key] = append(recvs[key], cd.prim)
@@ -109,7 +111,11 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 		if now := sp.a.slice(sr.bufs, sp.n); !bytes.Equal(now, sr.sent[x.send]) {
 			return fmt.Errorf("rank %d: send prim %d buffer changed while in flight", x.from, x.send)
 		}
-		copy(rp.dst.slice(rr.bufs, sp.n), sr.sent[x.send])
+		if rp.fuse {
+			reduceInto(dt, op, rp.dst.slice(rr.bufs, sp.n), sr.sent[x.send], rp.a.slice(rr.bufs, sp.n))
+		} else {
+			copy(rp.dst.slice(rr.bufs, sp.n), sr.sent[x.send])
+		}
 		for _, i := range sr.m.complete(x.send, nil) {
 			ready = append(ready, cand{x.from, i})
 		}
@@ -172,13 +178,19 @@ func TestSchedulesSimulated(t *testing.T) {
 								continue
 							}
 							name := fmt.Sprintf("%v/%v/n=%d/count=%d/inplace=%v/%v", op, algo, n, count, inPlace, redop)
+							fuses := []bool{false}
+							if op == OpAllReduce && algo == AlgoRing || op == OpReduceScatter {
+								fuses = append(fuses, true) // receives reduced on arrival
+							}
 							for _, chunk := range []int{8, 1 << 20} {
 								for _, check := range []bool{false, true} {
 									if check && chunk == 8 && count > 13 {
 										continue // thousands of chunks: the unchecked run covers them
 									}
-									if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, check, rng); err != nil {
-										t.Fatalf("%s/chunk=%d/check=%v: %v", name, chunk, check, err)
+									for _, fuse := range fuses {
+										if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, check, fuse, rng); err != nil {
+											t.Fatalf("%s/chunk=%d/check=%v/fuse=%v: %v", name, chunk, check, fuse, err)
+										}
 									}
 								}
 							}
@@ -192,13 +204,13 @@ func TestSchedulesSimulated(t *testing.T) {
 
 // checkSimulated runs one simulated collective with int64 data and checks it
 // against a reference computed directly.
-func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop ReduceOp, chunk int, check bool, rng *rand.Rand) error {
+func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop ReduceOp, chunk int, check, fuse bool, rng *rand.Rand) error {
 	const es = 8
 	root := n / 2
 	ranks := make([]*simRank, n)
 	inputs := make([][]int64, n)
 	for r := range n {
-		c := &call{op: op, rank: r, n: n, root: root, count: count, esize: es, redop: redop, inPlace: inPlace, chunk: chunk}
+		c := &call{op: op, rank: r, n: n, root: root, count: count, esize: es, redop: redop, inPlace: inPlace, chunk: chunk, fuse: fuse}
 		inLen, outLen := bufferLens(op, n, count)
 		in := make([]int64, inLen)
 		for i := range in {

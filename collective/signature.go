@@ -223,6 +223,9 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 			switch {
 			case p.n == 0:
 				p = prim{kind: primNop, step: p.step, deps: d}
+			case p.fuse:
+				// A receive reduced on arrival: reduce the header's copy.
+				p = prim{kind: primReduce, dst: p.dst, a: ref{bufHdr, from}, b: p.a, n: p.n, step: p.step, deps: d}
 			case exclusiveScratch(body, i):
 				moves = append(moves, move{p.dst.off, p.n, from})
 				p = prim{kind: primNop, step: p.step, deps: d}
@@ -284,6 +287,9 @@ func exclusiveScratch(s *schedule, i int) bool {
 			reads = []ref{p.a}
 		case primRecv, primScale:
 			writes = []ref{p.dst}
+			if p.fuse {
+				reads = []ref{p.a}
+			}
 		case primCopy:
 			writes, reads = []ref{p.dst}, []ref{p.a}
 		case primReduce:
