@@ -3,9 +3,12 @@
 package shm
 
 import (
+	"bytes"
 	"context"
 	"testing"
+	"time"
 
+	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/transporttest"
 )
@@ -31,4 +34,49 @@ func TestRingSizeChecked(t *testing.T) {
 			t.Fatalf("RingSize %d accepted", n)
 		}
 	}
+}
+
+// TestSetSpinningHandsOver: an owner that says it is about to sleep hands
+// the wait to the background goroutine, which moves the message and wakes
+// the owner through its Notifier without the owner polling; the owner's
+// next poll that finds work takes the wait back.
+func TestSetSpinningHandsOver(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	b := p.B.(*QP)
+	b.SetSpinning(false)
+	if b.handed.Load() {
+		t.Fatal("handed over with nothing outstanding")
+	}
+	dst := make([]byte, 256<<10)
+	if err := b.PostRecv(transport.WR{ID: 7, Buf: dst}); err != nil {
+		t.Fatal(err)
+	}
+	b.SetSpinning(false)
+	if !b.handed.Load() {
+		t.Fatal("SetSpinning(false) with a receive outstanding did not hand the wait over")
+	}
+	msg := bytes.Repeat([]byte{0x5a}, len(dst))
+	if err := p.A.PostSend(transport.WR{ID: 1, Buf: msg}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.After(transporttest.Deadline)
+	wcs := make([]transport.WC, 4)
+	for got := false; !got; {
+		select {
+		case <-p.NotB.C():
+		case <-deadline:
+			t.Fatal("no completion signalled while the owner slept")
+		}
+		n := b.Poll(wcs)
+		for _, wc := range wcs[:n] {
+			if wc.ID != 7 || wc.Status != flowtel.StatusOK || !bytes.Equal(dst, msg) {
+				t.Fatalf("completion %+v", wc)
+			}
+			got = true
+		}
+	}
+	if b.handed.Load() {
+		t.Fatal("the owner's poll that found the completion did not take the wait back")
+	}
+	transporttest.WaitN(t, p.A, p.NotA, 1)
 }

@@ -33,7 +33,8 @@
 // polls find nothing with WRs outstanding yields its core between polls
 // after 50 us (a peer descheduled on a loaded machine may be waiting for
 // it; on an idle one the yield returns at once), and after 200 us (when
-// collective's engine stops spinning) hands the wait to the background
+// collective's engine stops spinning), or as soon as the engine says it
+// will sleep (SetSpinning(false)), hands the wait to the background
 // goroutine. That goroutine, once the owner is away, polls the peer's words
 // for 20 us, then raises its side's "sleeping" flag in the segment and
 // sleeps on a futex; the peer's next publication wakes it (FUTEX_WAKE), and

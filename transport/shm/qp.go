@@ -34,7 +34,8 @@ import (
 // threads, costly on a 2-core VM). An owner whose polls have found nothing
 // for armAfter (about when collective's engine stops spinning: it spins
 // 200 us, yields as long, then sleeps on its Notifier) hands the wait over:
-// it kicks the background goroutine, which moves what arrived, raises the
+// it kicks the background goroutine (at once when the engine says it is
+// about to sleep: SetSpinning), which moves what arrived, raises the
 // flag and sleeps on the futex until the peer publishes; it then moves the
 // data and signals the Notifier. An owner that sleeps without a long idle
 // run (one that polls once and sleeps) is found out at the end of a nap,
@@ -340,6 +341,22 @@ func (q *QP) idle() (yield bool) {
 		}
 	}
 	return waited >= int64(yieldAfter)
+}
+
+// SetSpinning is how an owner that backs off (collective's engine) says
+// whether it polls without pause. It says false just before it sleeps on
+// the Notifier: the QP then hands the wait to the background goroutine at
+// once, not after armAfter. Owner.
+func (q *QP) SetSpinning(on bool) {
+	if on || q.armed || q.core.Outstanding() == 0 {
+		return
+	}
+	q.armed = true
+	q.handed.Store(true)
+	select {
+	case q.kick <- struct{}{}:
+	default:
+	}
 }
 
 func (q *QP) complete(wr *transport.WR, telID uint64, op transport.Opcode, st flowtel.Status, n int, err error) {
