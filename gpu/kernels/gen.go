@@ -53,7 +53,8 @@ const (
 	// parameters: p_rdy_out (the peer's ready flag, u32), p_rdy_in (this
 	// GPU's, which the peer raises), p_done_out (the peer's array of
 	// per-block done flags), p_done_in (this GPU's array) and p_seq (the
-	// operation's number; flags compare cyclically). Block 0 raises the
+	// operation's number; flags compare cyclically), and p_final (0, or
+	// where the result goes once the peer is done: see peerCopyOut). Block 0 raises the
 	// peer's ready flag on entry (the stream's earlier work, this GPU's
 	// input among it, is done); every block waits for this GPU's ready
 	// flag before reading; at the end each block raises its done flag in
@@ -329,6 +330,7 @@ func entry(s Spec) string {
 	g.put(done)
 	if s.Kind == KindReducePeer {
 		g.peerEpilogue(peer, ctaid, tidx, nctaid)
+		g.peerCopyOut(&k)
 	}
 	g.emit("ret")
 
@@ -336,7 +338,7 @@ func entry(s Spec) string {
 	fmt.Fprintf(&out, ".visible .entry %s(\n", s.Name())
 	names := []string{"p_dst", "p_a", "p_b", "p_n", "p_nvec", "p_div"}
 	if s.Kind == KindReducePeer {
-		names = append(names, "p_rdy_out", "p_rdy_in", "p_done_out", "p_done_in", "p_seq")
+		names = append(names, "p_rdy_out", "p_rdy_in", "p_done_out", "p_done_in", "p_seq", "p_final")
 	}
 	for x, n := range names {
 		sep := ","
@@ -431,6 +433,69 @@ func (g *gen) peerEpilogue(pr peerRegs, ctaid, tidx, nctaid string) {
 	g.emit("setp.lt.u32 %s, %s, %s", more, j, nctaid)
 	g.emit("@%s bra %s", more, loop)
 	g.put(end)
+}
+
+// peerCopyOut is KindReducePeer's last step when p_final is not 0 (an
+// in-place call: the result went to p_dst, a buffer of this GPU, since
+// the peer was still reading the input): once every block knows the peer
+// is done (the bar.sync after thread 0's waits), each thread copies to
+// p_final exactly the elements it computed, so no other thread's writes
+// are involved. p_final must be 16-byte aligned.
+func (g *gen) peerCopyOut(k *kregs) {
+	g.emit("bar.sync 0")
+	fin0, fin := g.rd(), g.rd()
+	none, out := g.p(), g.newLabel("nocopy")
+	g.emit("ld.param.u64 %s, [p_final]", fin0)
+	g.emit("setp.eq.u64 %s, %s, 0", none, fin0)
+	g.emit("@%s bra %s", none, out)
+	g.emit("cvta.to.global.u64 %s, %s", fin, fin0)
+	i, p := g.rd(), g.p()
+	vloop, vdone := g.newLabel("cpv"), g.newLabel("cpvdone")
+	g.emit("mov.u64 %s, %s", i, k.tid)
+	g.put(vloop)
+	g.emit("setp.ge.u64 %s, %s, %s", p, i, k.nvec)
+	g.emit("@%s bra %s", p, vdone)
+	src, dst := g.addr(k.dst, i, VecBytes), g.addr(fin, i, VecBytes)
+	w := []string{g.r(), g.r(), g.r(), g.r()}
+	g.emit("ld.global.v4.u32 {%s, %s, %s, %s}, [%s]", w[0], w[1], w[2], w[3], src)
+	g.emit("st.global.v4.u32 [%s], {%s, %s, %s, %s}", dst, w[0], w[1], w[2], w[3])
+	g.emit("add.u64 %s, %s, %s", i, i, k.stride)
+	g.emit("bra.uni %s", vloop)
+	g.put(vdone)
+	lanes := uint64(VecBytes / g.dt.size)
+	j, q := g.rd(), g.p()
+	sloop := g.newLabel("cps")
+	g.emit("mul.lo.u64 %s, %s, %d", j, k.nvec, lanes)
+	g.emit("add.u64 %s, %s, %s", j, j, k.tid)
+	g.put(sloop)
+	g.emit("setp.ge.u64 %s, %s, %s", q, j, k.n)
+	g.emit("@%s bra %s", q, out)
+	es := g.dt.size
+	s2, d2 := g.addr(k.dst, j, es), g.addr(fin, j, es)
+	var v string
+	switch es {
+	case 1, 2:
+		v = g.h()
+		if es == 1 {
+			// b8 moves through a 16-bit register.
+			g.emit("ld.global.b8 %s, [%s]", v, s2)
+			g.emit("st.global.b8 [%s], %s", d2, v)
+		} else {
+			g.emit("ld.global.b16 %s, [%s]", v, s2)
+			g.emit("st.global.b16 [%s], %s", d2, v)
+		}
+	case 4:
+		v = g.r()
+		g.emit("ld.global.b32 %s, [%s]", v, s2)
+		g.emit("st.global.b32 [%s], %s", d2, v)
+	default:
+		v = g.rd()
+		g.emit("ld.global.b64 %s, [%s]", v, s2)
+		g.emit("st.global.b64 [%s], %s", d2, v)
+	}
+	g.emit("add.u64 %s, %s, %s", j, j, k.stride)
+	g.emit("bra.uni %s", sloop)
+	g.put(out)
 }
 
 // addr returns base + idx*scale.
