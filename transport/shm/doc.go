@@ -35,8 +35,8 @@
 // background goroutine while the owner is not polling. Beside a polling
 // owner the background goroutine only naps on a Go timer and looks again:
 // it takes no lock and no thread blocks in a system call. An owner whose
-// polls find nothing with WRs outstanding yields its core between polls
-// after 50 us (a peer descheduled on a loaded machine may be waiting for
+// polls find nothing with WRs outstanding (while no other QP of the
+// process moves data either) yields its core between polls after 50 us (a peer descheduled on a loaded machine may be waiting for
 // it; on an idle one the yield returns at once), and after 200 us (when
 // collective's engine stops spinning), or as soon as the engine says it
 // will sleep (SetSpinning(false)), hands the wait to the background

@@ -304,9 +304,16 @@ func (q *QP) Poll(dst []transport.WC) int {
 	return n
 }
 
+// lastBusy is when an owner of any QP of this process last found or gave
+// work (monotonic ns). An owner that polls one idle QP while it moves data
+// on others (an engine with several peers) is not waiting: its idle QP
+// neither yields the core nor hands its wait over.
+var lastBusy atomic.Int64
+
 // busy notes that the owner found or gave work: it takes the wait back.
 // Owner.
 func (q *QP) busy() {
+	lastBusy.Store(flowtel.Monotonic())
 	q.idlePolls = 0
 	if q.armed {
 		q.armed = false
@@ -315,9 +322,10 @@ func (q *QP) busy() {
 }
 
 // idle notes a poll that moved nothing with WRs outstanding. After
-// yieldAfter of them it reports that the owner should yield its core
-// (every 16th poll); after armAfter the owner may back off and sleep next,
-// so it hands the wait to the background goroutine. Owner, under mu.
+// yieldAfter of them, with no progress on any QP of the process meanwhile,
+// it reports that the owner should yield its core (every 16th poll); after
+// armAfter the owner may back off and sleep next, so it hands the wait to
+// the background goroutine. Owner, under mu.
 func (q *QP) idle() (yield bool) {
 	if q.sends.len()+q.recvs.len() == 0 {
 		q.idlePolls = 0
@@ -331,7 +339,7 @@ func (q *QP) idle() (yield bool) {
 	if q.idlePolls&15 != 0 {
 		return false
 	}
-	waited := flowtel.Monotonic() - q.idleStart
+	waited := flowtel.Monotonic() - max(q.idleStart, lastBusy.Load())
 	if !q.armed && waited >= int64(armAfter) {
 		q.armed = true
 		q.handed.Store(true)
