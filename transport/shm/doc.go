@@ -36,11 +36,11 @@
 // owner the background goroutine only naps on a Go timer and looks again:
 // it takes no lock and no thread blocks in a system call. An owner whose
 // polls find nothing with WRs outstanding (while no other QP of the
-// process moves data either) yields its core between polls after 50 us (a peer descheduled on a loaded machine may be waiting for
-// it; on an idle one the yield returns at once), and after 200 us (when
-// collective's engine stops spinning), or as soon as the engine says it
-// will sleep (SetSpinning(false)), hands the wait to the background
-// goroutine. That goroutine, once the owner is away, polls the peer's words
+// process moves data either) yields its core between polls after 50 us
+// (a peer descheduled on a loaded machine may be waiting for it; on an
+// idle one the yield returns at once), and after 200 us (when collective's
+// engine stops spinning), or as soon as the engine says it will sleep
+// (SetSpinning(false)), hands the wait to the background goroutine. That goroutine, once the owner is away, polls the peer's words
 // for 20 us, then raises its side's "sleeping" flag in the segment and
 // sleeps on a futex; the peer's next publication wakes it (FUTEX_WAKE), and
 // it moves the data and signals the Notifier. The flag is down while the
