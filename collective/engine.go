@@ -49,8 +49,9 @@ type engine struct {
 	bgDone   chan struct{}
 	stopped  chan struct{} // closed once shutdown finished every task
 
-	mu     sync.Mutex
-	failed error // set once a transfer failed: the channel's QPs are no longer in step
+	mu        sync.Mutex
+	failed    error       // set once a transfer failed: the channel's QPs are no longer in step
+	hasFailed atomic.Bool // failed is set
 
 	nActive  atomic.Int32 // len(active), readable without the token
 	stopping atomic.Bool  // stop is closed
@@ -299,6 +300,7 @@ func (e *engine) shutdown(err error) {
 	e.mu.Lock()
 	if e.failed == nil {
 		e.failed = err
+		e.hasFailed.Store(true)
 	}
 	e.mu.Unlock()
 	e.qmu.Lock()
@@ -322,6 +324,9 @@ func (e *engine) shutdown(err error) {
 }
 
 func (e *engine) failure() error {
+	if !e.hasFailed.Load() { // every call asks: no lock while all is well
+		return nil
+	}
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	return e.failed
@@ -662,6 +667,7 @@ func (e *engine) fail(t *task, err error, poisons bool) {
 		e.mu.Lock()
 		if e.failed == nil {
 			e.failed = fmt.Errorf("collective: channel %d failed at %v seq %d: %w", e.channel, t.call.op, t.seq, err)
+			e.hasFailed.Store(true)
 		}
 		e.mu.Unlock()
 		e.failAll(e.failed)
@@ -694,7 +700,9 @@ func (e *engine) finish() bool {
 	}
 	clear(e.active[len(kept):])
 	e.active = kept
-	e.nActive.Store(int32(len(kept)))
+	if any {
+		e.nActive.Store(int32(len(kept)))
+	}
 	return any
 }
 
