@@ -3,18 +3,20 @@
 // and transport.DialHandshake.
 //
 // The bytes move on the goroutines that use the QP, where they can: PostSend
-// and PostRecv write their frames at once, header and payload in one
-// non-blocking writev, and Poll reads what the socket holds, landing each
-// payload straight in the receive buffer posted for it (only bytes that came
-// in with a header's read, at most 4 KiB, are copied from a small read-ahead
-// buffer). So a message costs no hand-off between goroutines. Each QP also
-// runs two goroutines for what its users cannot do without blocking: the
-// writer takes over a batch the socket did not take whole and waits for
-// room; the reader reads, and wakes the owner through its Notifier, while
-// nobody polls. An owner that polls without pause says so with SetSpinning
-// (the collective engine does, while it spins): the reader goroutine then
-// stays off Go's network poller, so an arriving message wakes no thread, and
-// goes back on it when spinning stops.
+// writes its frame at once, header and payload in one non-blocking writev,
+// with any credits still queued; and Poll reads what the socket holds,
+// landing each payload straight in the receive buffer posted for it (only
+// bytes that came in with a header's read, at most 4 KiB, are copied from a
+// small read-ahead buffer). So a message costs no hand-off between
+// goroutines. Each QP also runs two goroutines for what its users cannot do
+// without blocking: the writer takes over a batch the socket did not take
+// whole and waits for room, and sends the credits of receives that no send
+// took along; the reader reads, and wakes the owner through its Notifier,
+// while nobody polls. An owner that polls without pause says so with
+// SetSpinning (the collective engine does, while it spins): the reader
+// goroutine then stays off Go's network poller, so an arriving message wakes
+// no thread, and goes back on it when spinning stops; and PostRecv leaves
+// its credit to the next PostSend or Poll instead of waking the writer.
 //
 // Flow control is credit based. Posting a receive sends the peer a credit
 // frame carrying the receive buffer's size; the k-th send is matched with the

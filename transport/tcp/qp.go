@@ -248,7 +248,9 @@ func (q *QP) PostSend(wr transport.WR) error {
 }
 
 // PostRecv queues a receive, or fills it at once from a message that came
-// ahead of it, and sends the peer a credit announcing its size.
+// ahead of it, and queues a credit announcing its size to the peer, for the
+// next PostSend to carry or else the writer goroutine (while the owner
+// spins: the next Poll).
 func (q *QP) PostRecv(wr transport.WR) error {
 	if err := q.check(&wr); err != nil {
 		return err
@@ -273,7 +275,10 @@ func (q *QP) PostRecv(wr transport.WR) error {
 		q.grantsHeld = true
 		return nil
 	}
-	q.pump()
+	// The writer goroutine sends the credit, unless a send posted before
+	// it wakes takes the credit along (one writev, and one wake-up of a
+	// peer that sleeps, for both).
+	q.signal()
 	return nil
 }
 
