@@ -8,6 +8,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"syscall"
+	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
@@ -36,6 +37,9 @@ const (
 	// during a large transfer returns to its caller (who may have reductions
 	// to run) instead of copying megabytes first.
 	pollBudget = 256 << 10
+	// closeFlush bounds how long Close waits for the credits this end
+	// still owes the peer to be written.
+	closeFlush = 200 * time.Millisecond
 )
 
 type sendWR struct {
@@ -317,17 +321,40 @@ func (q *QP) signal() {
 	}
 }
 
-// Close flushes this end's WRs (StatusFlushed, ErrClosed), closes the
-// connection, which the peer sees as a lost peer, and waits for the QP's
-// goroutines to exit.
+// Close writes the credits this end still owes the peer, flushes this
+// end's WRs (StatusFlushed, ErrClosed), closes the connection, which the
+// peer sees as a lost peer, and waits for the QP's goroutines to exit.
 func (q *QP) Close() error {
 	if q.closed.Swap(true) {
 		q.wg.Wait()
 		return nil
 	}
+	q.flushGrants()
 	q.stop(fmt.Errorf("%w: tcp QP %s -> %s", transport.ErrClosed, q.local, q.remote), flowtel.StatusFlushed)
 	q.wg.Wait()
 	return nil
+}
+
+// flushGrants writes the credits of receives already posted before the
+// connection closes. The peer's eager send completes only once credited: a
+// receive that it filled here may have completed, and its collective
+// finished and closed this QP, before the writer goroutine sent the credit,
+// and the peer's send would then fail with a lost peer although its data
+// arrived. Bounded by closeFlush; a peer that is gone meanwhile ends it.
+func (q *QP) flushGrants() {
+	deadline := time.Now().Add(closeFlush)
+	for {
+		q.pump()
+		q.mu.Lock()
+		owed := q.err == nil && (q.grants.len() > 0 || q.wbusy || q.handoff)
+		q.mu.Unlock()
+		if !owed || time.Now().After(deadline) {
+			return
+		}
+		// The writer goroutine holds the write side and waits for room in
+		// the socket: give it the time.
+		time.Sleep(20 * time.Microsecond)
+	}
 }
 
 // stop records why the QP stops (the first reason wins), then wakes both

@@ -363,6 +363,46 @@ func TestEagerAheadOfReceives(t *testing.T) {
 	}
 }
 
+// A receive filled by an eager message completes before its credit is
+// written; the receiver may then finish and close at once (a rank leaving
+// after its last collective). The sender's eager send, whose data arrived,
+// must still complete: Close writes the credits it owes first.
+func TestCloseWritesOwedCredits(t *testing.T) {
+	for round := range 20 {
+		p := connect(t, Backend{}, "")
+		msg := patternOf(100, byte(round))
+		if err := p.A.PostSend(transport.WR{ID: 1, Buf: msg}); err != nil {
+			t.Fatal(err)
+		}
+		qb := p.B.(*QP)
+		deadline := time.Now().Add(transporttest.Deadline)
+		for {
+			qb.Poll(nil)
+			qb.mu.Lock()
+			early := qb.early.len()
+			qb.mu.Unlock()
+			if early == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatal("the eager message did not arrive ahead of its receive")
+			}
+			time.Sleep(time.Millisecond)
+		}
+		dst := make([]byte, len(msg))
+		p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
+		rc := transporttest.WaitN(t, p.B, p.NotB, 1)[0]
+		p.B.Close()
+		sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]
+		if rc.Err != nil || !bytes.Equal(dst, msg) {
+			t.Fatalf("round %d: receive %v", round, rc.Err)
+		}
+		if sc.Err != nil {
+			t.Fatalf("round %d: the send whose data arrived failed when the receiver closed: %v", round, sc.Err)
+		}
+	}
+}
+
 // While its owner spins, a QP's messages arrive through Poll alone, and a
 // receive's credit goes out with the next Poll; once spinning stops, the
 // reader goroutine reads again and signals the notifier, and a receive's
