@@ -3,7 +3,7 @@
 # writes the comparison into BENCHMARKS.md (the section between the
 # "bench/compare.sh" markers, replaced on every run).
 #
-#   bench/compare.sh                 # the full comparison (about 25 minutes on 2 loaded cores, REPEAT=3)
+#   bench/compare.sh                 # the full comparison (about 25 minutes on 2 cores)
 #   QUICK=1 OUT=/tmp/b.md bench/compare.sh   # a smoke run of the script itself
 #
 # Peers: Open MPI (Debian openmpi-bin, libopenmpi-dev; shared memory through
@@ -13,7 +13,7 @@
 #
 # Environment:
 #   RANKS="2 4"    world sizes (4 on this 2-core machine is oversubscribed)
-#   REPEAT=3       runs of every measurement, interleaved; the table shows
+#   REPEAT=5       runs of every measurement, interleaved; the table shows
 #                  the median busbw per size
 #   OUT=BENCHMARKS.md   the file whose section is replaced
 #   RAW=bench/out/DATE  where the raw outputs go (kept; bench/out is ignored)
@@ -25,7 +25,7 @@ cd "$(dirname "$0")/.."
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 
 RANKS=${RANKS:-"2 4"}
-REPEAT=${REPEAT:-3}
+REPEAT=${REPEAT:-5}
 OUT=${OUT:-BENCHMARKS.md}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW=${RAW:-bench/out/$STAMP}
@@ -79,8 +79,12 @@ if [ "$QUICK" = 1 ]; then
 	AR_SWEEPS=("-b 1K -e 16K -f 4 -n 20 -w 2" "-b 1M -e 1M -f 4 -n 3 -w 1")
 	BIG_SWEEP="-b 1M -e 1M -f 4 -n 3 -w 1"
 else
-	AR_SWEEPS=("-b 1K -e 256K -f 4 -n 200 -w 20" "-b 1M -e 64M -f 4 -n 20 -w 3")
-	BIG_SWEEP="-b 1M -e 64M -f 4 -n 20 -w 3"
+	# Iterations sized so each timed loop lasts milliseconds, not
+	# microseconds: one descheduling on 2 cores then moves a mean by a few
+	# percent, not by 2x (the 2026-11-30 01:10 run, 20 iterations of 1 MiB,
+	# gave 2.1 to 9.1 GB/s for one setting).
+	AR_SWEEPS=("-b 1K -e 256K -f 4 -n 2000 -w 200" "-b 1M -e 4M -f 4 -n 200 -w 20" "-b 16M -e 64M -f 4 -n 20 -w 3")
+	BIG_SWEEP="-b 1M -e 64M -f 4 -n 50 -w 5"
 fi
 
 # run NAME CMD...: one measurement, its output in $RAW/NAME.REP.txt. A failed
@@ -154,7 +158,7 @@ END_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 # --- report ------------------------------------------------------------------
 cmdline="bench/compare.sh"
 [ "$RANKS" != "2 4" ] && cmdline="RANKS=\"$RANKS\" $cmdline"
-[ "$REPEAT" != 3 ] && cmdline="REPEAT=$REPEAT $cmdline"
+[ "$REPEAT" != 5 ] && cmdline="REPEAT=$REPEAT $cmdline"
 [ "$QUICK" = 1 ] && cmdline="QUICK=1 $cmdline"
 [ -n "$BUILD_REF" ] && cmdline="BUILD_REF=$BUILD_REF $cmdline"
 /usr/bin/python3 bench/report.py --raw "$RAW" --out "$OUT" --ranks "$RANKS" \
