@@ -669,7 +669,13 @@ func (q *QP) readLoop() {
 		err = q.rc.Read(read)
 		q.rmu.Lock()
 		if q.r.done && rerr == nil {
-			err = io.ErrUnexpectedEOF // a Poll found the failure and stopped the QP
+			// A Poll found the failure; it stops the QP after releasing
+			// rmu, so this goroutine may get there first: stop with the
+			// same reason, not a made-up one.
+			rerr = q.r.err
+			if rerr == nil {
+				err = io.ErrUnexpectedEOF
+			}
 		}
 		q.rmu.Unlock()
 	}
