@@ -309,6 +309,11 @@ func (c *Collector) startSink(r *sinkRunner) {
 // their own ctx) and return its result. Producers may keep calling their
 // Recorders: records written after the final drain are never delivered.
 func (c *Collector) Shutdown(ctx context.Context) error {
+	select {
+	case <-c.allDone: // an earlier Shutdown finished
+		return c.shutdownErr
+	default:
+	}
 	c.shutdownOnce.Do(func() {
 		c.mu.Lock()
 		c.stopping = true
@@ -326,10 +331,10 @@ func (c *Collector) Shutdown(ctx context.Context) error {
 			close(c.allDone)
 		}()
 	})
-	select {
-	case <-c.allDone:
-		return c.shutdownErr
-	default:
+	// A context done on entry wins even if the (then hurried) final drain
+	// has finished meanwhile: the caller did not wait for delivery.
+	if err := ctx.Err(); err != nil {
+		return fmt.Errorf("flowtel: collector shutdown: %w", err)
 	}
 	select {
 	case <-c.allDone:
