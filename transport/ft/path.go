@@ -156,9 +156,13 @@ func acked(info *unix.TCPInfo, d time.Duration) bool {
 	if info == nil {
 		return false
 	}
-	// Nothing in flight (everything acknowledged, or a peer whose receive
-	// window is full) is a path that works.
-	return info.Unacked == 0 || time.Duration(info.Last_ack_recv)*time.Millisecond < d
+	// Nothing in flight (everything acknowledged) is a path that works. A
+	// peer whose receive window is full also leaves nothing in flight, and
+	// its kernel answers the zero-window probes, which are acknowledgements;
+	// probes left unanswered (Probes > 0) mean the path is gone, not the
+	// window: a rank whose peer's window was full when that peer's network
+	// died waited out the whole call deadline here.
+	return (info.Unacked == 0 && info.Probes == 0) || time.Duration(info.Last_ack_recv)*time.Millisecond < d
 }
 
 // flushPartial writes what is left of a heartbeat. pa.wmu held.
