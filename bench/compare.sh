@@ -3,7 +3,7 @@
 # writes the comparison into BENCHMARKS.md (the section between the
 # "bench/compare.sh" markers, replaced on every run).
 #
-#   bench/compare.sh                 # the full comparison (about 25 minutes on 2 cores)
+#   bench/compare.sh                 # the full comparison (about 30 minutes on 2 cores; REPEAT=3 took 17)
 #   QUICK=1 OUT=/tmp/b.md bench/compare.sh   # a smoke run of the script itself
 #
 # Peers: Open MPI (Debian openmpi-bin, libopenmpi-dev; shared memory through
