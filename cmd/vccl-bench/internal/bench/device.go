@@ -290,15 +290,6 @@ func (d *deviceRun) ncclMeasure(ctx context.Context, comm *collective.Comm, s *s
 	if err := d.p.Synchronize(ctx); err != nil {
 		return m, err
 	}
-	elapsed := time.Since(t0)
-	t := []float64{float64(elapsed.Nanoseconds()) / 1e3 / float64(s.cfg.Iters)}
-	if err := collective.AllReduce(ctx, comm, t, t, collective.Sum); err != nil {
-		return m, err
-	}
-	m.TimeUs = t[0] / float64(s.n)
-	if m.TimeUs > 0 {
-		m.AlgBW = float64(l.Bytes) / (m.TimeUs * 1e3)
-		m.BusBW = m.AlgBW * s.cfg.Coll.BusFactor(s.n)
-	}
-	return m, nil
+	err := s.timed(ctx, comm, time.Since(t0), l, &m)
+	return m, err
 }

@@ -202,6 +202,22 @@ func rootOf(cfg Config) int {
 }
 
 // measure times one variant and, with -c 1, checks it.
+// timed sets m's time and bandwidths from this rank's elapsed time for
+// the timed iterations: the mean over iterations on this rank, then over
+// ranks (nccl-tests' -a 1).
+func (s *setup) timed(ctx context.Context, comm *collective.Comm, elapsed time.Duration, l Layout, m *Measure) error {
+	t := []float64{float64(elapsed.Nanoseconds()) / 1e3 / float64(s.cfg.Iters)}
+	if err := collective.AllReduce(ctx, comm, t, t, collective.Sum); err != nil {
+		return err
+	}
+	m.TimeUs = t[0] / float64(s.n)
+	if m.TimeUs > 0 {
+		m.AlgBW = float64(l.Bytes) / (m.TimeUs * 1e3)
+		m.BusBW = m.AlgBW * s.cfg.Coll.BusFactor(s.n)
+	}
+	return nil
+}
+
 func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, inPlace bool, opts Options) (Measure, error) {
 	cl := s.buffers(l, inPlace)
 	m := Measure{Wrong: -1}
@@ -228,16 +244,8 @@ func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, in
 	if err := run(s.cfg.Iters); err != nil {
 		return m, err
 	}
-	elapsed := time.Since(t0)
-	// Mean over iterations on this rank, then over ranks (nccl-tests' -a 1).
-	t := []float64{float64(elapsed.Nanoseconds()) / 1e3 / float64(s.cfg.Iters)}
-	if err := collective.AllReduce(ctx, comm, t, t, collective.Sum); err != nil {
+	if err := s.timed(ctx, comm, time.Since(t0), l, &m); err != nil {
 		return m, err
-	}
-	m.TimeUs = t[0] / float64(s.n)
-	if m.TimeUs > 0 {
-		m.AlgBW = float64(l.Bytes) / (m.TimeUs * 1e3)
-		m.BusBW = m.AlgBW * s.cfg.Coll.BusFactor(s.n)
 	}
 	if s.dev != nil && s.dev.nccl != 0 {
 		nm, err := s.dev.ncclMeasure(ctx, comm, s, l, dc)
