@@ -469,15 +469,7 @@ func (p *Proc) Close() error {
 			cuda.CloseIpcMemHandle(o.base)
 		}
 		p.opened = nil
-		for q := range p.peerRdy {
-			for s := 0; s < mailSlots; s++ {
-				for _, e := range []cuda.Event{p.peerRdy[q][s], p.peerDone[q][s]} {
-					if e != 0 {
-						e.Destroy()
-					}
-				}
-			}
-		}
+		destroyEvents(p.peerRdy, p.peerDone)
 		return nil
 	})
 	if berr := p.comm.Barrier(ctx); berr != nil {
@@ -488,15 +480,7 @@ func (p *Proc) Close() error {
 			if p.g.use(p.r) != nil {
 				return nil
 			}
-			for q := range p.rdy {
-				for s := 0; s < mailSlots; s++ {
-					for _, e := range []cuda.Event{p.rdy[q][s], p.done[q][s]} {
-						if e != 0 {
-							e.Destroy()
-						}
-					}
-				}
-			}
+			destroyEvents(p.rdy, p.done)
 			return nil
 		})
 	}
@@ -901,4 +885,18 @@ func (p *Proc) AllGather(ctx context.Context, send cuda.DevicePtr, recv *Mem, by
 		p.g.seq++
 		return p.transfer(ctx, tag{seq: p.g.seq, op: collective.OpAllGather, dtype: collective.Uint8}, ops, loc)
 	})
+}
+
+// destroyEvents destroys the events of every peer's mailbox slots that were
+// created or opened. The proxy's context is this rank's.
+func destroyEvents(sets ...[][mailSlots]cuda.Event) {
+	for _, set := range sets {
+		for q := range set {
+			for _, e := range set[q] {
+				if e != 0 {
+					e.Destroy()
+				}
+			}
+		}
+	}
 }
