@@ -140,35 +140,36 @@ func (m *mailbox) close() error {
 
 // postRecv publishes the receive of transfer seq.
 func (b *pairBox) postRecv(seq uint64, reg, off, bytes int) {
-	p := &b.posts[seq%mailSlots]
-	atomic.StoreUint64(&p.reg, uint64(reg))
-	atomic.StoreUint64(&p.off, uint64(off))
-	atomic.StoreUint64(&p.bytes, uint64(bytes))
-	atomic.StoreUint64(&p.seq, seq)
+	b.posts[seq%mailSlots].publish(seq, reg, off, bytes)
 }
 
 // posted returns the receive of transfer seq if the receiver has posted it.
 func (b *pairBox) posted(seq uint64) (reg, off, bytes int, ok bool) {
-	p := &b.posts[seq%mailSlots]
-	if atomic.LoadUint64(&p.seq) != seq {
-		return 0, 0, 0, false
-	}
-	return int(atomic.LoadUint64(&p.reg)), int(atomic.LoadUint64(&p.off)), int(atomic.LoadUint64(&p.bytes)), true
+	return b.posts[seq%mailSlots].read(seq)
 }
 
 // postOut publishes where this rank's output of pipelined operation seq
 // lies.
 func (b *pairBox) postOut(seq uint64, reg, off, bytes int) {
-	p := &b.outs[seq%mailSlots]
+	b.outs[seq%mailSlots].publish(seq, reg, off, bytes)
+}
+
+// postedOut returns the output the receiver posted for operation seq.
+func (b *pairBox) postedOut(seq uint64) (reg, off, bytes int, ok bool) {
+	return b.outs[seq%mailSlots].read(seq)
+}
+
+// publish writes the slot for seq, its sequence number last: a reader that
+// sees seq sees the rest.
+func (p *post) publish(seq uint64, reg, off, bytes int) {
 	atomic.StoreUint64(&p.reg, uint64(reg))
 	atomic.StoreUint64(&p.off, uint64(off))
 	atomic.StoreUint64(&p.bytes, uint64(bytes))
 	atomic.StoreUint64(&p.seq, seq)
 }
 
-// postedOut returns the output the receiver posted for operation seq.
-func (b *pairBox) postedOut(seq uint64) (reg, off, bytes int, ok bool) {
-	p := &b.outs[seq%mailSlots]
+// read returns the slot's contents if they are those of seq.
+func (p *post) read(seq uint64) (reg, off, bytes int, ok bool) {
 	if atomic.LoadUint64(&p.seq) != seq {
 		return 0, 0, 0, false
 	}
