@@ -329,6 +329,29 @@ func repeat(s string, n int) string {
 	return out
 }
 
+// offOn times measure with telemetry off and on alternately, rounds times
+// each, and returns the median of each.
+func offOn(rounds int, set func(bool), measure func() (time.Duration, error)) (off, on time.Duration, err error) {
+	var offs, ons []time.Duration
+	for range rounds {
+		for _, tel := range []bool{false, true} {
+			set(tel)
+			t, err := measure()
+			if err != nil {
+				return 0, 0, err
+			}
+			if tel {
+				ons = append(ons, t)
+			} else {
+				offs = append(offs, t)
+			}
+		}
+	}
+	slices.Sort(offs)
+	slices.Sort(ons)
+	return offs[rounds/2], ons[rounds/2], nil
+}
+
 // Telemetry compares all-reduce and send/recv with records on and off
 // (alternating, Reps times each), then prints what the per-link window
 // computed from the records.
@@ -336,24 +359,11 @@ func (b *Bench) Telemetry(sizes []int, win *flowtel.Window, col *flowtel.Collect
 	ctx := context.Background()
 	fmt.Fprintf(b.W, "\n## telemetry on vs off (all-reduce float32 sum; on = a wr_post and a wc record per copy and kernel; alternating, median of 5)\n| bytes | off µs | on µs | on/off |\n|---|---|---|---|\n")
 	for _, n := range sizes {
-		var off, on []time.Duration
-		for i := 0; i < 5; i++ {
-			for _, tel := range []bool{false, true} {
-				b.G.SetTelemetry(tel)
-				t, err := b.time(b.vcclAllReduce(n/4, collective.Float32))
-				if err != nil {
-					return err
-				}
-				if tel {
-					on = append(on, t)
-				} else {
-					off = append(off, t)
-				}
-			}
+		off, on, err := offOn(5, b.G.SetTelemetry, func() (time.Duration, error) { return b.time(b.vcclAllReduce(n/4, collective.Float32)) })
+		if err != nil {
+			return err
 		}
-		slices.Sort(off)
-		slices.Sort(on)
-		fmt.Fprintf(b.W, "| %s | %.1f | %.1f | %.3f |\n", sizeName(n), us(off[2]), us(on[2]), float64(on[2])/float64(off[2]))
+		fmt.Fprintf(b.W, "| %s | %.1f | %.1f | %.3f |\n", sizeName(n), us(off), us(on), float64(on)/float64(off))
 	}
 	b.G.SetTelemetry(false)
 	if err := col.Flush(ctx); err != nil {

@@ -346,24 +346,11 @@ func ProcBench(ctx context.Context, p *ce.Proc, w io.Writer, n int, win *flowtel
 	}
 	out("\n## two processes: telemetry on vs off (send/recv 0→1; on = a wr_post and a wc record per copy on both ranks)\n| bytes | off µs | on µs | on/off |\n|---|---|---|---|\n")
 	for _, sz := range []int{1 << 20, n} {
-		var off, on []time.Duration
-		for i := 0; i < 3; i++ {
-			for _, tel := range []bool{false, true} {
-				p.SetTelemetry(tel)
-				t, err := timed(calls(sz), oneWay(sz))
-				if err != nil {
-					return err
-				}
-				if tel {
-					on = append(on, t)
-				} else {
-					off = append(off, t)
-				}
-			}
+		off, on, err := offOn(3, p.SetTelemetry, func() (time.Duration, error) { return timed(calls(sz), oneWay(sz)) })
+		if err != nil {
+			return err
 		}
-		slices.Sort(off)
-		slices.Sort(on)
-		out("| %s | %.1f | %.1f | %.3f |\n", sizeName(sz), us(off[1]), us(on[1]), float64(on[1])/float64(off[1]))
+		out("| %s | %.1f | %.1f | %.3f |\n", sizeName(sz), us(off), us(on), float64(on)/float64(off))
 	}
 	p.SetTelemetry(false)
 	if err := col.Flush(ctx); err != nil {
