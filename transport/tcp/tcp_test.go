@@ -311,6 +311,25 @@ func TestProtocolError(t *testing.T) {
 // Small sends posted before their receives go ahead of their credits; the
 // receiver keeps them until the receives come, including one too large for
 // its receive, which fails at both ends while the others land.
+// waitEarly polls q until n eager messages wait there for their receives.
+func waitEarly(t *testing.T, q *QP, n int) {
+	t.Helper()
+	deadline := time.Now().Add(transporttest.Deadline)
+	for {
+		q.Poll(nil)
+		q.mu.Lock()
+		early := q.early.len()
+		q.mu.Unlock()
+		if early == n {
+			return
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d eager messages arrived ahead of their receives", early, n)
+		}
+		time.Sleep(time.Millisecond)
+	}
+}
+
 func TestEagerAheadOfReceives(t *testing.T) {
 	p := connect(t, Backend{}, "")
 	sizes := []int{0, 1, 100, readAhead + 5, eagerMax, 3000, 77}
@@ -322,21 +341,7 @@ func TestEagerAheadOfReceives(t *testing.T) {
 	}
 	// All of them are written before any credit exists: their bytes are
 	// at the receiver, which holds them as early messages.
-	deadline := time.Now().Add(transporttest.Deadline)
-	qb := p.B.(*QP)
-	for {
-		qb.Poll(nil)
-		qb.mu.Lock()
-		early := qb.early.len()
-		qb.mu.Unlock()
-		if early == len(sizes) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d eager messages arrived ahead of their receives", early, len(sizes))
-		}
-		time.Sleep(time.Millisecond)
-	}
+	waitEarly(t, p.B.(*QP), len(sizes))
 	dsts := make([][]byte, len(sizes))
 	for i, n := range sizes {
 		dsts[i] = make([]byte, n)
@@ -374,21 +379,7 @@ func TestCloseWritesOwedCredits(t *testing.T) {
 		if err := p.A.PostSend(transport.WR{ID: 1, Buf: msg}); err != nil {
 			t.Fatal(err)
 		}
-		qb := p.B.(*QP)
-		deadline := time.Now().Add(transporttest.Deadline)
-		for {
-			qb.Poll(nil)
-			qb.mu.Lock()
-			early := qb.early.len()
-			qb.mu.Unlock()
-			if early == 1 {
-				break
-			}
-			if time.Now().After(deadline) {
-				t.Fatal("the eager message did not arrive ahead of its receive")
-			}
-			time.Sleep(time.Millisecond)
-		}
+		waitEarly(t, p.B.(*QP), 1)
 		dst := make([]byte, len(msg))
 		p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
 		rc := transporttest.WaitN(t, p.B, p.NotB, 1)[0]
