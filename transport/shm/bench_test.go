@@ -81,19 +81,7 @@ func BenchmarkLatency8B(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			p := startPeer(b, "echo", 8, 2, false)
 			qp := p.qp
-			bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
-			for i := range bufs {
-				qp.PostRecv(transport.WR{ID: uint64(i), Buf: bufs[i]})
-			}
-			ping := make([]byte, 8)
-			wcs := make([]transport.WC, 8)
-			gotPong := func(wc transport.WC) bool {
-				if wc.Op == transport.OpRecv {
-					qp.PostRecv(transport.WR{ID: wc.ID, Buf: bufs[wc.ID]})
-					return true
-				}
-				return false
-			}
+			ping, wcs, gotPong := pingPong(qp)
 			wait := func() { spin(b, qp, wcs, gotPong) }
 			if mode != "spin" {
 				spins := map[string]time.Duration{"block": 0, "backoff": engineSpin}[mode]
@@ -119,6 +107,23 @@ func BenchmarkLatency8B(b *testing.B) {
 	}
 }
 
+// pingPong posts two 8-byte receives for the peer's answers and returns a
+// ping to send, a completion buffer, and the test that reposts a receive
+// when its answer came.
+func pingPong(qp transport.QP) (ping []byte, wcs []transport.WC, gotPong func(transport.WC) bool) {
+	bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
+	for i := range bufs {
+		qp.PostRecv(transport.WR{ID: uint64(i), Buf: bufs[i]})
+	}
+	return make([]byte, 8), make([]transport.WC, 8), func(wc transport.WC) bool {
+		if wc.Op == transport.OpRecv {
+			qp.PostRecv(transport.WR{ID: wc.ID, Buf: bufs[wc.ID]})
+			return true
+		}
+		return false
+	}
+}
+
 // BenchmarkSlowPeer is a ping-pong of 8 bytes with a helper that answers
 // only after slowEcho of busy work, so an owner that backs off has gone to
 // sleep on its Notifier by the time the answer comes; us/late is how much
@@ -129,19 +134,7 @@ func BenchmarkSlowPeer(b *testing.B) {
 		b.Run(mode, func(b *testing.B) {
 			p := startPeer(b, "slowecho", 8, 2, false)
 			qp := p.qp
-			bufs := [2][]byte{make([]byte, 8), make([]byte, 8)}
-			for i := range bufs {
-				qp.PostRecv(transport.WR{ID: uint64(i), Buf: bufs[i]})
-			}
-			ping := make([]byte, 8)
-			wcs := make([]transport.WC, 8)
-			gotPong := func(wc transport.WC) bool {
-				if wc.Op == transport.OpRecv {
-					qp.PostRecv(transport.WR{ID: wc.ID, Buf: bufs[wc.ID]})
-					return true
-				}
-				return false
-			}
+			ping, wcs, gotPong := pingPong(qp)
 			deadline, nap := time.NewTimer(time.Hour), time.NewTimer(time.Hour)
 			defer deadline.Stop()
 			spins := map[string]time.Duration{"spin": time.Hour, "backoff": engineSpin}[mode]
