@@ -77,14 +77,17 @@ done
 # (their times are microseconds). The other collectives at 1 MiB and above.
 if [ "$QUICK" = 1 ]; then
 	AR_SWEEPS=("-b 1K -e 16K -f 4 -n 20 -w 2" "-b 1M -e 1M -f 4 -n 3 -w 1")
-	BIG_SWEEP="-b 1M -e 1M -f 4 -n 3 -w 1"
+	BIG_SWEEPS=("-b 1M -e 1M -f 4 -n 3 -w 1")
 else
 	# Iterations sized so each timed loop lasts milliseconds, not
 	# microseconds: one descheduling on 2 cores then moves a mean by a few
 	# percent, not by 2x (the 2026-11-30 01:10 run, 20 iterations of 1 MiB,
 	# gave 2.1 to 9.1 GB/s for one setting).
 	AR_SWEEPS=("-b 1K -e 256K -f 4 -n 2000 -w 200" "-b 1M -e 4M -f 4 -n 200 -w 20" "-b 16M -e 64M -f 4 -n 20 -w 3")
-	BIG_SWEEP="-b 1M -e 64M -f 4 -n 50 -w 5"
+	# The other collectives from 1 MiB with all-reduce's counts there: 50
+	# iterations of 1 MiB (the 01:39 run) were a 3-5 ms loop, and its
+	# three runs of one all-gather gave 86, 155 and 194 us.
+	BIG_SWEEPS=("${AR_SWEEPS[@]:1}")
 fi
 
 # run NAME CMD...: one measurement, its output in $RAW/NAME.REP.txt. A failed
@@ -143,11 +146,13 @@ for rep in $(seq 1 "$REPEAT"); do
 		for c in allgather reducescatter broadcast; do
 			prog=$c
 			[ "$c" = broadcast ] && prog=bcast
-			for tr in shm tcp; do
+			for i in "${!BIG_SWEEPS[@]}"; do
 				# shellcheck disable=SC2086
-				run "$c.n$n.mpi-$tr.s0" mpi "$n" "$tr" "$prog" $BIG_SWEEP
-				# shellcheck disable=SC2086
-				run "$c.n$n.vccl-$tr-off.s0" vccl "$n" "$tr" off "$c" $BIG_SWEEP
+				set -- ${BIG_SWEEPS[$i]}
+				for tr in shm tcp; do
+					run "$c.n$n.mpi-$tr.s$i" mpi "$n" "$tr" "$prog" "$@"
+					run "$c.n$n.vccl-$tr-off.s$i" vccl "$n" "$tr" off "$c" "$@"
+				done
 			done
 		done
 	done
