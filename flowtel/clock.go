@@ -51,6 +51,19 @@ func (c *Clock) Now() int64 {
 	return nanotime() + c.offset
 }
 
+// At returns the time on the common time base of mono, a reading of the
+// host's monotonic clock (Monotonic). A clock that reads its own TimeSource
+// reads it instead, since mono is not on that source's time base.
+func (c *Clock) At(mono int64) int64 {
+	if c == nil {
+		return mono
+	}
+	if c.src != nil {
+		return c.src.Nanotime() + c.offset
+	}
+	return mono + c.offset
+}
+
 // Offset returns the offset to the reference clock in nanoseconds.
 func (c *Clock) Offset() int64 {
 	if c == nil {

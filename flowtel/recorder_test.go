@@ -1,0 +1,82 @@
+package flowtel_test
+
+import (
+	"testing"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/flowtel/flowteltest"
+)
+
+// drainAll returns every record waiting in ring.
+func drainAll(ring *flowtel.Ring) []flowtel.Record {
+	dst := make([]flowtel.Record, ring.Cap())
+	return dst[:ring.Drain(dst)]
+}
+
+// Inside a pass, unstamped records share the time read at the first of
+// them (or the one the caller gave); outside, each is stamped when
+// written; a record the caller stamped keeps its time either way.
+func TestRecorderPass(t *testing.T) {
+	fc := flowteltest.NewFakeClock(1000)
+	ring, _ := flowtel.NewRing(64)
+	r := flowtel.NewRecorder(ring, flowtel.NewClockFrom(fc, 5, 0))
+	rec := func() { r.Record(&flowtel.Record{Kind: flowtel.KindWRPost}) }
+
+	rec() // outside a pass: now
+	fc.Advance(10)
+	r.BeginPass(0)
+	fc.Advance(10) // the pass's first record reads the clock, not BeginPass
+	rec()
+	fc.Advance(10)
+	rec()
+	r.Record(&flowtel.Record{Kind: flowtel.KindWC, TsNs: 7})
+	r.EndPass()
+	fc.Advance(10)
+	rec() // after the pass: now again
+	r.BeginPass(2000)
+	fc.Advance(10)
+	rec() // the caller's time
+	r.EndPass()
+
+	var got []int64
+	for _, x := range drainAll(ring) {
+		got = append(got, x.TsNs)
+	}
+	want := []int64{1005, 1025, 1025, 7, 1045, 2000}
+	if len(got) != len(want) {
+		t.Fatalf("stamps %v, want %v", got, want)
+	}
+	for i := range want {
+		if got[i] != want[i] {
+			t.Fatalf("stamps %v, want %v", got, want)
+		}
+	}
+}
+
+// A nil recorder is the disabled one: passes are no-ops and At passes the
+// reading through.
+func TestRecorderNilPass(t *testing.T) {
+	var r *flowtel.Recorder
+	r.BeginPass(5)
+	r.Record(&flowtel.Record{})
+	r.EndPass()
+	if got := r.At(42); got != 42 {
+		t.Errorf("nil recorder At(42) = %d", got)
+	}
+}
+
+// At puts a monotonic reading on the clock's time base; a clock with its
+// own time source reads that instead.
+func TestClockAt(t *testing.T) {
+	ring, _ := flowtel.NewRing(2)
+	if got := flowtel.NewRecorder(ring, flowtel.NewClock(100, 0)).At(1000); got != 1100 {
+		t.Errorf("offset clock At(1000) = %d, want 1100", got)
+	}
+	if got := flowtel.NewRecorder(ring, nil).At(1000); got != 1000 {
+		t.Errorf("host clock At(1000) = %d, want 1000", got)
+	}
+	fc := flowteltest.NewFakeClock(50)
+	if got := flowtel.NewClockFrom(fc, 1, 0).At(1000); got != 51 {
+		t.Errorf("fake clock At(1000) = %d, want its own time 51", got)
+	}
+}
