@@ -65,6 +65,7 @@ type engine struct {
 	timer        *time.Timer
 	scratch      [][]byte // free scratch buffers
 	spinning     bool     // the spinners were told the driver spins
+	passTs       int64    // telemetry time the next step's posts may share (0: none)
 }
 
 // task is one collective call's work on one channel.
@@ -455,7 +456,8 @@ func (e *engine) admit(t *task) {
 	t.m.reset(t.sched, e.ranks)
 	t.ready = t.m.initial(t.ready[:0])
 	if e.rec.Enabled() {
-		t.begin = e.rec.Now()
+		t.begin = e.rec.At(now)
+		e.passTs = t.begin // the posts that follow in this step share it
 		e.rec.Record(&flowtel.Record{TsNs: t.begin, Kind: flowtel.KindCollBegin, Rank: int32(e.rank), Peer: -1,
 			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
 			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload()), Step: uint32(t.parts)})
@@ -523,6 +525,11 @@ func (t *task) payload() int {
 // reports whether anything happened.
 func (e *engine) step() bool {
 	progress := false
+	// The posts of a step share one clock read (flowtel.Recorder.BeginPass):
+	// the time admit read, or one taken at the first post. Completions are
+	// stamped by the transports when they see them, outside the pass.
+	e.rec.BeginPass(e.passTs)
+	e.passTs = 0
 	for ti, t := range e.active {
 		if t.err != nil {
 			continue
@@ -547,6 +554,7 @@ func (e *engine) step() bool {
 		}
 		t.ready = t.ready[:0]
 	}
+	e.rec.EndPass()
 	for peer, qp := range e.qps {
 		if qp == nil {
 			continue
@@ -609,9 +617,18 @@ func (e *engine) startPrim(t *task, i int32) {
 		t.ready = t.m.complete(i, t.ready)
 	default:
 		runLocal(p, t.bufs, t.dt, t.call.redop, e.ranks)
+		if p.n >= restampAfter {
+			e.rec.BeginPass(0) // later posts of the step read the clock again
+		}
 		t.ready = t.m.complete(i, t.ready)
 	}
 }
+
+// restampAfter is the size of a local reduction or copy after which the
+// posts of the same step take a new clock reading rather than share the
+// step's: it bounds how early a shared stamp can be to the time of that much
+// local work (a few microseconds) plus the posts before it.
+const restampAfter = 64 << 10
 
 // reducer returns the function fused receives reduce with.
 func (t *task) reducer() transport.ReduceFunc {

@@ -92,3 +92,77 @@ func TestCollectiveRecords(t *testing.T) {
 		t.Error("no work request of the ring all-reduce carries a step beyond 0")
 	}
 }
+
+// Shared stamps stay honest: within a call's records on one channel of one
+// rank, coll_begin comes no later than any post, every completion no earlier
+// than its post, and coll_end no earlier than any completion. Small calls
+// post everything in the step that admits them; the 256 KiB ring all-reduce
+// posts after completions and after local reductions of 64 KiB and more.
+func TestRecordTimesOrdered(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	col := flowtel.NewCollector()
+	sink := flowteltest.NewMemorySink()
+	col.AddSink(sink)
+	col.Start()
+	comms := newLocal(t, 2, WithCollector(col))
+	if err := runOnAll(comms, func(c *Comm) error {
+		for _, n := range []int{256, 1 << 16, 256, 1 << 16} {
+			buf := make([]float32, n)
+			if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+				return err
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := col.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	type callKey struct {
+		rank    int32
+		seq     uint64
+		channel uint16
+	}
+	type wrKey struct {
+		rank int32
+		qp   uint32
+		wr   uint64
+	}
+	begin, end := map[callKey]int64{}, map[callKey]int64{}
+	posts := map[wrKey]int64{}
+	var wrs []flowtel.Record
+	for _, r := range sink.Records() {
+		k := callKey{r.Rank, r.CollSeq, r.Channel}
+		switch r.Kind {
+		case flowtel.KindCollBegin:
+			begin[k] = r.TsNs
+		case flowtel.KindCollEnd:
+			end[k] = r.TsNs
+		case flowtel.KindWRPost:
+			posts[wrKey{r.Rank, r.QP, r.WrID}] = r.TsNs
+			wrs = append(wrs, r)
+		case flowtel.KindWC, flowtel.KindCreditWait, flowtel.KindCreditGrant:
+			wrs = append(wrs, r)
+		}
+	}
+	if len(begin) != 8 || len(end) != 8 {
+		t.Fatalf("%d coll_begin and %d coll_end records, want 8 each (4 calls on 2 ranks)", len(begin), len(end))
+	}
+	for _, r := range wrs {
+		k := callKey{r.Rank, r.CollSeq, r.Channel}
+		b, ok := begin[k]
+		if !ok {
+			continue // the communicator's setup traffic
+		}
+		if r.TsNs < b || r.TsNs > end[k] {
+			t.Errorf("%v at %d outside its call [%d, %d]", r.Kind, r.TsNs, b, end[k])
+		}
+		if r.Kind == flowtel.KindWC {
+			if p, ok := posts[wrKey{r.Rank, r.QP, r.WrID}]; !ok || r.TsNs < p {
+				t.Errorf("wc of rank %d qp %d wr %d at %d, its post at %d (seen %v)", r.Rank, r.QP, r.WrID, r.TsNs, p, ok)
+			}
+		}
+	}
+}
