@@ -522,6 +522,24 @@ func (c *Comm) Clock() *flowtel.Clock { return c.clock }
 // Exporters attach to it as sinks.
 func (c *Comm) Collector() *flowtel.Collector { return c.collector }
 
+// SetTelemetry pauses (false) or resumes (true) the records of a
+// communicator made with telemetry on, so that one program can time the
+// same calls with telemetry off and on, alternately (vccl-bench --telemetry
+// alternate): launches differ more on a shared machine than telemetry
+// costs. Paused, the data path does what it does with telemetry off but
+// for one atomic load per check, and the collector idles. Switch between
+// calls: a call running meanwhile may keep only part of its records. It
+// fails on a communicator made with telemetry off, which has no recorders.
+func (c *Comm) SetTelemetry(on bool) error {
+	if c.collector == nil {
+		return errors.New("collective: SetTelemetry: the communicator was made with telemetry off")
+	}
+	for _, e := range c.engines {
+		e.rec.SetPaused(!on)
+	}
+	return nil
+}
+
 // Transport returns the transport this rank uses to reach peer ("ft" for
 // TCP with fault tolerance on).
 func (c *Comm) Transport(peer int) string {

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"context"
+	"fmt"
 	"testing"
 	"time"
 
@@ -164,5 +165,47 @@ func TestRecordTimesOrdered(t *testing.T) {
 				t.Errorf("wc of rank %d qp %d wr %d at %d, its post at %d (seen %v)", r.Rank, r.QP, r.WrID, r.TsNs, p, ok)
 			}
 		}
+	}
+}
+
+// SetTelemetry(false) stops a communicator's records between calls and
+// SetTelemetry(true) resumes them; without telemetry it is an error.
+func TestSetTelemetry(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	col := flowtel.NewCollector()
+	sink := flowteltest.NewMemorySink()
+	col.AddSink(sink)
+	col.Start()
+	comms := newLocal(t, 2, WithCollector(col))
+	if err := runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, 256)
+		for i, on := range []bool{true, false, true} {
+			if err := c.SetTelemetry(on); err != nil {
+				return err
+			}
+			if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+				return fmt.Errorf("call %d: %w", i, err)
+			}
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := col.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	perSeq := map[uint64]int{}
+	for _, r := range sink.Records() {
+		if r.Comm == comms[0].ID() {
+			perSeq[r.CollSeq]++
+		}
+	}
+	if perSeq[1] == 0 || perSeq[3] != perSeq[1] || perSeq[2] != 0 {
+		t.Errorf("records per call %v: want the first and third alike, none of the second", perSeq)
+	}
+	off := newLocal(t, 1, WithTelemetry(false))
+	if err := off[0].SetTelemetry(true); err == nil {
+		t.Error("SetTelemetry on a communicator without telemetry succeeded")
 	}
 }

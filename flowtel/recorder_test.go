@@ -80,3 +80,24 @@ func TestClockAt(t *testing.T) {
 		t.Errorf("fake clock At(1000) = %d, want its own time 51", got)
 	}
 }
+
+// A paused recorder keeps nothing and says so; resumed, it records again.
+func TestRecorderPaused(t *testing.T) {
+	ring, _ := flowtel.NewRing(8)
+	r := flowtel.NewRecorder(ring, nil)
+	r.SetPaused(true)
+	r.Record(&flowtel.Record{Kind: flowtel.KindWRPost, TsNs: 1})
+	if r.Enabled() || ring.Len() != 0 {
+		t.Fatalf("paused: Enabled %v, %d records kept", r.Enabled(), ring.Len())
+	}
+	r.SetPaused(false)
+	r.Record(&flowtel.Record{Kind: flowtel.KindWRPost, TsNs: 2})
+	if got := drainAll(ring); !r.Enabled() || len(got) != 1 || got[0].TsNs != 2 {
+		t.Fatalf("resumed: Enabled %v, records %v", r.Enabled(), got)
+	}
+	var nilRec *flowtel.Recorder
+	nilRec.SetPaused(false)
+	if nilRec.Enabled() {
+		t.Error("a nil recorder is enabled")
+	}
+}

@@ -4,7 +4,7 @@
 //
 //	vcclrun -n 2 -- vccl-bench allreduce -b 8 -e 64M -f 4 -c 1
 //	vccl-bench COLLECTIVE [-b MINBYTES] [-e MAXBYTES] [-f FACTOR] [-o sum|prod|min|max|avg]
-//	           [-d float32|...] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [--json] [--telemetry off|on]
+//	           [-d float32|...] [-n ITERS] [-w WARMUP] [-c 0|1] [-r ROOT] [--json] [--telemetry off|on|alternate]
 package main
 
 import (

@@ -15,6 +15,8 @@ import (
 
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/exporter/arrow"
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/flowtel/flowteltest"
 )
 
 func TestParseSize(t *testing.T) {
@@ -78,26 +80,27 @@ func TestParseArgs(t *testing.T) {
 		}
 	}
 	bad := map[string]string{
-		"":                                "no collective given",
-		"allsum":                          `unknown collective "allsum"`,
-		"allreduce -b 8 -e 4":             "-b 8 is larger than -e 4",
-		"allreduce -b 1x":                 `-b "1x": not a byte size`,
-		"allreduce -e lots":               `-e "lots": not a byte size`,
-		"allreduce -b 8 -e 64 -f 1":       "-f 1: want a factor above 1",
-		"allreduce -f two":                `-f "two": not a number`,
-		"allreduce -o mean":               `-o "mean": want sum, prod, min, max or avg`,
-		"allreduce -d complex64":          `-d "complex64": want int8`,
-		"allreduce -c 2":                  "-c 2: want 0 or 1",
-		"allreduce -n 0":                  "-n 0: want at least 1 iteration",
-		"allreduce -w -1":                 "-w -1: must not be negative",
-		"allreduce -r -2":                 "-r -2: must not be negative",
-		"allreduce --telemetry maybe":     `--telemetry "maybe": want on or off`,
-		"allreduce --progress sometimes":  `--progress "sometimes"`,
-		"allreduce -x 3":                  "flag provided but not defined: -x",
-		"allreduce -n":                    "flag needs an argument: -n",
-		"allreduce broadcast":             "unexpected arguments: broadcast",
-		"-b 8 allreduce broadcast":        "unexpected arguments after the collective: broadcast",
-		"allreduce -b 8 -e 64M -f 4 junk": "unexpected arguments: junk",
+		"":                            "no collective given",
+		"allsum":                      `unknown collective "allsum"`,
+		"allreduce -b 8 -e 4":         "-b 8 is larger than -e 4",
+		"allreduce -b 1x":             `-b "1x": not a byte size`,
+		"allreduce -e lots":           `-e "lots": not a byte size`,
+		"allreduce -b 8 -e 64 -f 1":   "-f 1: want a factor above 1",
+		"allreduce -f two":            `-f "two": not a number`,
+		"allreduce -o mean":           `-o "mean": want sum, prod, min, max or avg`,
+		"allreduce -d complex64":      `-d "complex64": want int8`,
+		"allreduce -c 2":              "-c 2: want 0 or 1",
+		"allreduce -n 0":              "-n 0: want at least 1 iteration",
+		"allreduce -w -1":             "-w -1: must not be negative",
+		"allreduce -r -2":             "-r -2: must not be negative",
+		"allreduce --telemetry maybe": `--telemetry "maybe": want on, off or alternate`,
+		"allreduce --telemetry alternate --device gpu": "--telemetry alternate times host buffers only",
+		"allreduce --progress sometimes":               `--progress "sometimes"`,
+		"allreduce -x 3":                               "flag provided but not defined: -x",
+		"allreduce -n":                                 "flag needs an argument: -n",
+		"allreduce broadcast":                          "unexpected arguments: broadcast",
+		"-b 8 allreduce broadcast":                     "unexpected arguments after the collective: broadcast",
+		"allreduce -b 8 -e 64M -f 4 junk":              "unexpected arguments: junk",
 	}
 	for args, want := range bad {
 		_, err := ParseArgs(strings.Fields(args))
@@ -392,6 +395,84 @@ func TestRow(t *testing.T) {
 		OutOfPlace: Measure{TimeUs: 250.04, AlgBW: 4.19, BusBW: 4.19, Wrong: 0},
 		InPlace:    &Measure{TimeUs: 12345.6, AlgBW: 0.08, BusBW: 0.08, Wrong: -1}})
 	want := "     1048576        262144   float32     sum      -1    250.0    4.19    4.19       0    12346    0.08    0.08     N/A\n"
+	if b.String() != want {
+		t.Errorf("row\n%q\nwant\n%q", b.String(), want)
+	}
+}
+
+// --telemetry alternate times every variant with telemetry off and on in
+// the same run: the off blocks write no records (only the warm-up, the on
+// blocks and the checked call of each variant do), both timings are
+// reported, and the table shows the on row under the off one.
+func TestRunAlternate(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	col := flowtel.NewCollector()
+	sink := flowteltest.NewMemorySink()
+	col.AddSink(sink)
+	col.Start()
+	comms, err := collective.NewLocal(ctx, 2, collective.WithCollector(col))
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	}()
+	cfg := DefaultConfig()
+	cfg.Coll, cfg.MinBytes, cfg.MaxBytes, cfg.Iters, cfg.Warmup, cfg.Telemetry = AllReduce, 1024, 1024, 13, 1, "alternate"
+	reps := make([]*Report, 2)
+	errs := make([]error, 2)
+	var table bytes.Buffer
+	var wg sync.WaitGroup
+	for r, c := range comms {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			opts := Options{Telemetry: true, Alternate: true}
+			if r == 0 {
+				opts.Table = &table
+			}
+			reps[r], errs[r] = Run(ctx, c, cfg, opts)
+		}()
+	}
+	wg.Wait()
+	for r, err := range errs {
+		if err != nil {
+			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+	if err := col.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	begins := 0
+	for _, rec := range sink.Records() {
+		if rec.Kind == flowtel.KindCollBegin && rec.Rank == 0 && rec.Bytes == 1024 && rec.Op == uint8(collective.OpAllReduce) {
+			begins++
+		}
+	}
+	if want := 2 * (1 + 13 + 1); begins != want { // 2 variants × (warm-up, on blocks, check)
+		t.Errorf("rank 0 recorded %d 1 KiB calls, want %d: the off blocks must record none", begins, want)
+	}
+	rep := reps[0]
+	if !rep.Alternate || len(rep.Results) != 1 || rep.Wrong != 0 {
+		t.Fatalf("report %+v", rep)
+	}
+	for _, m := range []*Measure{&rep.Results[0].OutOfPlace, rep.Results[0].InPlace} {
+		if m.TimeUs <= 0 || m.TelemetryOn == nil || m.TelemetryOn.TimeUs <= 0 || m.TelemetryOn.BusBW <= 0 {
+			t.Errorf("measure %+v (on: %+v): want both timings", m, m.TelemetryOn)
+		}
+	}
+	if !strings.Contains(table.String(), "#  telem. on") || !strings.Contains(table.String(), "telemetry: alternate") {
+		t.Errorf("table without the telemetry-on row or mode:\n%s", table.String())
+	}
+}
+
+func TestTelemetryRow(t *testing.T) {
+	var b bytes.Buffer
+	writeTelemetryRow(&b, Result{OutOfPlace: Measure{BusBW: 4, TelemetryOn: &Measure{TimeUs: 2.5, AlgBW: 3.9, BusBW: 3.9}}})
+	want := "#  telem. on                                             2.50    3.90    3.90  0.975x      N/A     N/A     N/A     N/A\n"
 	if b.String() != want {
 		t.Errorf("row\n%q\nwant\n%q", b.String(), want)
 	}

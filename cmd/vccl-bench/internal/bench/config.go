@@ -28,7 +28,7 @@ type Config struct {
 	Check      bool
 	Root       int
 	JSON       bool
-	Telemetry  string // "" (VCCL_TELEMETRY decides), "on" or "off"
+	Telemetry  string // "" (VCCL_TELEMETRY decides), "on", "off" or "alternate"
 	Progress   string // "auto" (only when stderr is a terminal) or "off"
 	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
 	Exporters  string // with telemetry on, a directory: every exporter on, traces written there
@@ -119,8 +119,10 @@ func ParseArgs(args []string) (Config, error) {
 		cfg.Telemetry = "on"
 	case "off", "0", "false":
 		cfg.Telemetry = "off"
+	case "alternate":
+		cfg.Telemetry = "alternate"
 	default:
-		return Config{}, fmt.Errorf("--telemetry %q: want on or off", vals.telemetry)
+		return Config{}, fmt.Errorf("--telemetry %q: want on, off or alternate", vals.telemetry)
 	}
 	switch v := strings.ToLower(vals.progress); v {
 	case "auto", "off":
@@ -150,7 +152,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.IntVar(&v.check, "c", v.check, "1: check every result against the tool's own reference; 0: don't")
 	fs.IntVar(&cfg.Root, "r", cfg.Root, "root rank of broadcast and reduce")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
-	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY)")
+	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch, both printed with their busbw ratio")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (only when stderr is a terminal, so never under a launcher that pipes it, such as vcclrun) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "where the buffers live: host, or gpu (device memory through the collective API, one GPU per rank; needs a GPU)")
@@ -180,6 +182,8 @@ func (c *Config) validate() error {
 		return errors.New("--vs-nccl needs --device gpu")
 	case c.SMs < 0:
 		return fmt.Errorf("--sms %d: must not be negative", c.SMs)
+	case c.Telemetry == "alternate" && c.Device != "host":
+		return errors.New("--telemetry alternate times host buffers only (--device host)")
 	}
 	return nil
 }

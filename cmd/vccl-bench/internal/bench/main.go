@@ -32,7 +32,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 	telemetry := flowtel.EnabledFromEnv()
 	var copts []collective.Option
 	if cfg.Telemetry != "" {
-		telemetry = cfg.Telemetry == "on"
+		telemetry = cfg.Telemetry != "off" // alternate pauses and resumes it
 		copts = append(copts, collective.WithTelemetry(telemetry))
 	}
 	if cfg.Exporters != "" && !telemetry {
@@ -58,7 +58,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		}
 		defer stop()
 	}
-	opts := Options{Telemetry: telemetry}
+	opts := Options{Telemetry: telemetry, Alternate: cfg.Telemetry == "alternate"}
 	if cfg.Device == "gpu" {
 		d, err := openDevice(ctx, comm, cfg, telemetry)
 		if err != nil {

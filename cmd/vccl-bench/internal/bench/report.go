@@ -13,7 +13,7 @@ import (
 
 func writeHeader(w io.Writer, r *Report) {
 	fmt.Fprintf(w, "# vccl-bench %s: %d ranks  minBytes %d maxBytes %d step: %s(factor) warmup iters: %d iters: %d validation: %d telemetry: %s\n",
-		r.Collective, r.Ranks, r.MinBytes, r.MaxBytes, strconv.FormatFloat(r.Factor, 'g', -1, 64), r.Warmup, r.Iters, b2i(r.Check), onOff(r.Telemetry))
+		r.Collective, r.Ranks, r.MinBytes, r.MaxBytes, strconv.FormatFloat(r.Factor, 'g', -1, 64), r.Warmup, r.Iters, b2i(r.Check), telemetryMode(r))
 	fmt.Fprintf(w, "# %s, %s, %d CPUs, %s\n", r.Host, r.Date, r.CPUs, r.GoVersion)
 	fmt.Fprintln(w, "#")
 	fmt.Fprintln(w, "# Using ranks")
@@ -43,6 +43,9 @@ func writeRow(w io.Writer, r Result) {
 		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(m.TimeUs), m.AlgBW, m.BusBW, wrong)
 	}
 	fmt.Fprintln(w)
+	if r.OutOfPlace.TelemetryOn != nil {
+		writeTelemetryRow(w, r)
+	}
 	if r.OutOfPlace.NCCL == nil {
 		return
 	}
@@ -59,6 +62,33 @@ func writeRow(w io.Writer, r Result) {
 		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(m.NCCL.TimeUs), m.NCCL.AlgBW, m.NCCL.BusBW, ratio)
 	}
 	fmt.Fprintln(w)
+}
+
+// writeTelemetryRow writes, under a row timed with telemetry off, the same
+// calls timed with telemetry on (--telemetry alternate), with the on/off
+// busbw ratio where the row has #wrong. The row above is then the "off" one.
+func writeTelemetryRow(w io.Writer, r Result) {
+	fmt.Fprintf(w, "#%11s  %12s  %8s  %6s  %6s", "telem. on", "", "", "", "")
+	for _, m := range []*Measure{&r.OutOfPlace, r.InPlace} {
+		if m == nil || m.TelemetryOn == nil {
+			fmt.Fprintf(w, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
+			continue
+		}
+		on := m.TelemetryOn
+		ratio := "N/A"
+		if m.BusBW > 0 {
+			ratio = fmt.Sprintf("%.3fx", on.BusBW/m.BusBW)
+		}
+		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(on.TimeUs), on.AlgBW, on.BusBW, ratio)
+	}
+	fmt.Fprintln(w)
+}
+
+func telemetryMode(r *Report) string {
+	if r.Alternate {
+		return "alternate (rows: off; '# telem. on' rows: on, busbw on/off)"
+	}
+	return onOff(r.Telemetry)
 }
 
 // timeStr keeps the column 7 wide, as nccl-tests does.

@@ -20,6 +20,10 @@ type Measure struct {
 	Wrong  int64   `json:"wrong"` // -1: not checked (-c 0)
 	// NCCL is NCCL's measurement on the same buffers (--vs-nccl).
 	NCCL *Measure `json:"nccl,omitempty"`
+	// TelemetryOn is, with --telemetry alternate, the same calls timed with
+	// telemetry on, in blocks alternating with this measurement's (which
+	// then has it off).
+	TelemetryOn *Measure `json:"telemetry_on,omitempty"`
 }
 
 // Result is one row of the table.
@@ -55,6 +59,7 @@ type Report struct {
 	Warmup     int        `json:"warmup"`
 	Check      bool       `json:"check"`
 	Telemetry  bool       `json:"telemetry"`
+	Alternate  bool       `json:"telemetry_alternate,omitempty"` // off and on alternately: see Measure.TelemetryOn
 	Date       string     `json:"date"`
 	Host       string     `json:"host"`
 	CPUs       int        `json:"cpus"`
@@ -77,6 +82,9 @@ type Options struct {
 	Corrupt func(rank int, inPlace bool, out []byte)
 	// Telemetry is what the report says about telemetry.
 	Telemetry bool
+	// Alternate times every variant with telemetry off and on in
+	// alternating blocks (comm made with telemetry on; host buffers).
+	Alternate bool
 	// device runs the sweep on device buffers (--device gpu).
 	device *deviceRun
 }
@@ -95,7 +103,7 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 	host, _ := os.Hostname()
 	rep := &Report{Collective: cfg.Coll.String(), Ranks: n, Type: cfg.Type.String(), RedOp: redopName(cfg), Root: rootOf(cfg),
 		MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, Factor: cfg.Factor, Iters: cfg.Iters, Warmup: cfg.Warmup,
-		Check: cfg.Check, Telemetry: opts.Telemetry, Date: time.Now().Format(time.RFC3339), Host: host,
+		Check: cfg.Check, Telemetry: opts.Telemetry, Alternate: opts.Alternate, Date: time.Now().Format(time.RFC3339), Host: host,
 		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Wrong: -1, Results: []Result{}}
 	if cfg.Check {
 		rep.Wrong = 0
@@ -240,12 +248,26 @@ func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, in
 	if err := comm.Barrier(ctx); err != nil {
 		return m, err
 	}
-	t0 := time.Now()
-	if err := run(s.cfg.Iters); err != nil {
-		return m, err
-	}
-	if err := s.timed(ctx, comm, time.Since(t0), l, &m); err != nil {
-		return m, err
+	if opts.Alternate {
+		off, on, err := alternate(comm, s.cfg.Iters, run)
+		if err != nil {
+			return m, err
+		}
+		m.TelemetryOn = &Measure{Wrong: -1}
+		if err := s.timed(ctx, comm, on, l, m.TelemetryOn); err != nil {
+			return m, err
+		}
+		if err := s.timed(ctx, comm, off, l, &m); err != nil {
+			return m, err
+		}
+	} else {
+		t0 := time.Now()
+		if err := run(s.cfg.Iters); err != nil {
+			return m, err
+		}
+		if err := s.timed(ctx, comm, time.Since(t0), l, &m); err != nil {
+			return m, err
+		}
 	}
 	if s.dev != nil && s.dev.nccl != 0 {
 		nm, err := s.dev.ncclMeasure(ctx, comm, s, l, dc)
@@ -283,6 +305,45 @@ func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, in
 	}
 	m.Wrong = bad[0]
 	return m, nil
+}
+
+// altBlocks is how many blocks of each setting --telemetry alternate splits
+// the timed iterations into. The machine's slow spells (a collapsed run
+// here is 2-5x slower for seconds) then fall on both settings alike, where
+// separate launches each got their own luck.
+const altBlocks = 10
+
+// alternate runs iters calls with telemetry off and iters with it on, in
+// blocks that alternate off-on, on-off, ... (so a drift favours neither),
+// and returns each setting's total time. It leaves telemetry on. Every rank
+// switches at the same call, between calls, so no call loses records.
+func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on time.Duration, err error) {
+	blocks := min(altBlocks, iters)
+	for b := range blocks {
+		k := iters/blocks + btoi(b < iters%blocks)
+		for j, tel := range [2]bool{b%2 == 1, b%2 == 0} {
+			if err := comm.SetTelemetry(tel); err != nil {
+				return 0, 0, err
+			}
+			t0 := time.Now()
+			if err := run(k); err != nil {
+				return 0, 0, fmt.Errorf("telemetry %s, block %d.%d: %w", onOff(tel), b, j, err)
+			}
+			if tel {
+				on += time.Since(t0)
+			} else {
+				off += time.Since(t0)
+			}
+		}
+	}
+	return off, on, comm.SetTelemetry(true)
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
 }
 
 // gatherInfo collects every rank's pid, host and transport.
