@@ -245,6 +245,18 @@ def others_table(data, n, targets):
     return lines
 
 
+def handoff_line(handoff):
+    """The CPU 0 <-> 1 cache-line hand-off before each repeat and at the end
+    (bench/cacheline.c): this VM's two CPUs measured either about 30 or about
+    165 ns apart, and the shared-memory numbers move with it."""
+    ns = handoff.split()
+    if not ns:
+        return []
+    return [f"- **CPU 0 ↔ 1 cache-line hand-off** (bench/cacheline.c, ns, before each run and at the end): "
+            f"{', '.join(ns)}. On this VM it measured about 30 or about 165 ns; at 165, VCCL's shared-memory "
+            "transfers (a ring the sender writes and the receiver reads) ran 3–6× slower and Open MPI's did not move."]
+
+
 def section(a, data, failures):
     ranks = [int(x) for x in a.ranks.split()]
     ncpu = os.cpu_count() or 0
@@ -253,6 +265,7 @@ def section(a, data, failures):
             f"- **Machine:** {machine()}; load average {a.start_load} at the start, {a.end_load} at the end "
             "(the machine is shared: ratios from one run, absolute numbers are noisy)",
             f"- **Command:** `{a.command}` (commit {a.commit})",
+            *handoff_line(a.handoff),
             f"- **Software:** {a.go_version}; {a.mpi_version} (`mpirun {a.mpi_args}`, btl self,vader or "
             f"self,tcp with btl_tcp_if_include lo); Gloo from torch {a.torch_version} (`/usr/bin/python3`, GLOO_SOCKET_IFNAME=lo)",
             f"- **Method:** every tool runs the same sizes the way nccl-tests does: warm-up, a barrier, N timed "
@@ -282,7 +295,7 @@ def section(a, data, failures):
 def main():
     ap = argparse.ArgumentParser()
     for f in ("raw", "out", "ranks", "command", "start-load", "end-load", "elapsed", "mpi-version",
-              "torch-version", "go-version", "mpi-args", "commit", "repeat"):
+              "torch-version", "go-version", "mpi-args", "commit", "repeat", "handoff"):
         ap.add_argument("--" + f, required=f in ("raw", "out"), default="")
     a = ap.parse_args()
     a.ranks = a.ranks or "2 4"
