@@ -171,6 +171,10 @@ var liveEngines atomic.Int32
 // peer's core.
 const spinFor = 200 * time.Microsecond
 
+// yieldAfter is how long the driver polls without pause before it starts
+// yielding its core between polls.
+const yieldAfter = 20 * time.Microsecond
+
 // spinner is a QP whose Poll reads the network itself and which must know
 // whether its owner polls without pause (transport/tcp).
 type spinner interface{ SetSpinning(on bool) }
@@ -386,17 +390,20 @@ func (e *engine) drive(ctx context.Context, until *task) {
 		}
 		if e.spins() {
 			e.setSpinning(true)
-			// Poll, reading the clock every 64 polls: spin for spinFor,
-			// then yield between polls for as long again, then sleep.
-			if idle&63 != 0 {
+			// Poll, reading the clock every 16 polls: spin for
+			// yieldAfter, then give the core away every 16 polls (the
+			// peer may be queued behind this thread: a spinner that does
+			// not yield holds its core for a whole time slice) until
+			// 2*spinFor, then sleep.
+			if idle&15 != 0 {
 				continue
 			}
 			waited := time.Duration(flowtel.Monotonic() - idleSince)
-			if waited < spinFor {
+			if waited < yieldAfter {
 				continue
 			}
 			if waited < 2*spinFor {
-				runtime.Gosched()
+				osYield()
 				continue
 			}
 		}
