@@ -469,6 +469,17 @@ func TestRunAlternate(t *testing.T) {
 	}
 }
 
+func TestMedian(t *testing.T) {
+	for _, c := range []struct {
+		xs   []float64
+		want float64
+	}{{[]float64{5}, 5}, {[]float64{9, 1, 5}, 5}, {[]float64{1, 100, 3, 2}, 2.5}} {
+		if got := median(slices.Clone(c.xs)); got != c.want {
+			t.Errorf("median(%v) = %v, want %v", c.xs, got, c.want)
+		}
+	}
+}
+
 func TestTelemetryRow(t *testing.T) {
 	var b bytes.Buffer
 	writeTelemetryRow(&b, Result{OutOfPlace: Measure{BusBW: 4, TelemetryOn: &Measure{TimeUs: 2.5, AlgBW: 3.9, BusBW: 3.9}}})

@@ -7,6 +7,7 @@ import (
 	"io"
 	"os"
 	"runtime"
+	"slices"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -315,10 +316,14 @@ const altBlocks = 10
 
 // alternate runs iters calls with telemetry off and iters with it on, in
 // blocks that alternate off-on, on-off, ... (so a drift favours neither),
-// and returns each setting's total time. It leaves telemetry on. Every rank
-// switches at the same call, between calls, so no call loses records.
+// and returns for each setting iters times the median over its blocks of
+// the block's mean call time: a slow spell that takes a block or two
+// moves neither median, where it would move a total. It leaves telemetry
+// on. Every rank switches at the same call, between calls, so no call
+// loses records.
 func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on time.Duration, err error) {
 	blocks := min(altBlocks, iters)
+	var perCall [2][]float64 // ns per call of each block, [off, on]
 	for b := range blocks {
 		k := iters/blocks + btoi(b < iters%blocks)
 		for j, tel := range [2]bool{b%2 == 1, b%2 == 0} {
@@ -329,14 +334,22 @@ func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on t
 			if err := run(k); err != nil {
 				return 0, 0, fmt.Errorf("telemetry %s, block %d.%d: %w", onOff(tel), b, j, err)
 			}
-			if tel {
-				on += time.Since(t0)
-			} else {
-				off += time.Since(t0)
-			}
+			perCall[btoi(tel)] = append(perCall[btoi(tel)], float64(time.Since(t0).Nanoseconds())/float64(k))
 		}
 	}
+	off = time.Duration(median(perCall[0]) * float64(iters))
+	on = time.Duration(median(perCall[1]) * float64(iters))
 	return off, on, comm.SetTelemetry(true)
+}
+
+// median returns the median of xs (not empty), sorting it.
+func median(xs []float64) float64 {
+	slices.Sort(xs)
+	m := xs[len(xs)/2]
+	if len(xs)%2 == 0 {
+		m = (xs[len(xs)/2-1] + m) / 2
+	}
+	return m
 }
 
 func btoi(b bool) int {
