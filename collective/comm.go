@@ -58,6 +58,7 @@ type Comm struct {
 	devEngine  DeviceEngine // runs operations on device buffers (SetDeviceEngine)
 	pending    sync.WaitGroup
 	spare      atomic.Pointer[Handle] // a finished blocking call's, to reuse
+	stopWatch  func()                 // stops watchAborts' goroutine
 }
 
 // peerInfo is what ranks exchange at bootstrap to find and reach each other.
@@ -178,6 +179,7 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 		c.Abort()
 		return nil, fmt.Errorf("collective: waiting for every rank to connect: %w", err)
 	}
+	c.watchAborts(storeBoard{store: c.store, key: "vccl/" + c.uid + "/abort"})
 	return c, nil
 }
 
@@ -204,6 +206,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	}
 	uid := newUID()
 	ex := newLocalExchange(n)
+	board := newLocalBoard()
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -230,6 +233,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 				ex.abort(err)
 				return
 			}
+			c.watchAborts(board)
 			comms[r] = c
 		}()
 	}
@@ -580,6 +584,9 @@ func (c *Comm) Abort() error {
 }
 
 func (c *Comm) teardown(reason error) error {
+	if c.stopWatch != nil {
+		c.stopWatch()
+	}
 	for _, e := range c.engines {
 		e.shutdown(reason)
 	}

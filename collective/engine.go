@@ -52,6 +52,7 @@ type engine struct {
 	mu        sync.Mutex
 	failed    error       // set once a transfer failed: the channel's QPs are no longer in step
 	hasFailed atomic.Bool // failed is set
+	onFail    func(error) // told once when a call of this rank poisons the channel (abort board)
 
 	nActive  atomic.Int32 // len(active), readable without the token
 	stopping atomic.Bool  // stop is closed
@@ -328,6 +329,34 @@ func (e *engine) shutdown(err error) {
 	close(e.stopped)
 }
 
+// abort fails the channel with err from outside the driver (another rank's
+// failure, from the abort board): the driver fails the running tasks at its
+// next pass and admits no more.
+func (e *engine) abort(err error) {
+	e.mu.Lock()
+	if e.failed == nil {
+		e.failed = err
+		e.hasFailed.Store(true)
+	}
+	e.mu.Unlock()
+	e.notify.Signal()
+	e.wake()
+}
+
+// failAborted fails the running tasks of a channel failed from outside. A
+// task whose own deadline has passed too reports that: another rank's
+// timeout a moment earlier says less about this rank's call than its own.
+func (e *engine) failAborted() {
+	now := flowtel.Monotonic()
+	for _, t := range e.active {
+		if t.err == nil {
+			t.err = e.expired(t, now)
+		}
+	}
+	e.failAll(e.failure())
+	e.finish()
+}
+
 func (e *engine) failure() error {
 	if !e.hasFailed.Load() { // every call asks: no lock while all is well
 		return nil
@@ -362,6 +391,9 @@ func (e *engine) drive(ctx context.Context, until *task) {
 	var idleSince int64
 	for iter := 0; ; iter++ {
 		e.admitQueued()
+		if e.hasFailed.Load() && len(e.active) > 0 {
+			e.failAborted()
+		}
 		if until != nil && until.finished() || until == nil && len(e.active) == 0 {
 			return
 		}
@@ -689,11 +721,15 @@ func (e *engine) fail(t *task, err error, poisons bool) {
 	t.err = fmt.Errorf("%w", err)
 	if poisons || t.posted > 0 {
 		e.mu.Lock()
-		if e.failed == nil {
+		first := e.failed == nil
+		if first {
 			e.failed = fmt.Errorf("collective: channel %d failed at %v seq %d: %w", e.channel, t.call.op, t.seq, err)
 			e.hasFailed.Store(true)
 		}
 		e.mu.Unlock()
+		if first && e.onFail != nil {
+			e.onFail(e.failed)
+		}
 		e.failAll(e.failed)
 	}
 }
@@ -776,12 +812,8 @@ func (e *engine) checkDeadlines() bool {
 		if t.err != nil {
 			continue
 		}
-		err := t.ctx.Err()
-		if err == nil && t.deadline != 0 && now > t.deadline {
-			err = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
-		}
-		if err != nil {
-			e.fail(t, fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, err, t.waitingFor()), true)
+		if err := e.expired(t, now); err != nil {
+			e.fail(t, err, true)
 			any = true
 		}
 	}
@@ -789,6 +821,22 @@ func (e *engine) checkDeadlines() bool {
 		e.finish()
 	}
 	return any
+}
+
+// expired returns t's deadline error once its context ended or its
+// deadline passed.
+func (e *engine) expired(t *task, now int64) error {
+	err := t.ctx.Err()
+	if dl, ok := t.ctx.Deadline(); ok && err == nil && !time.Now().Before(dl) {
+		err = context.DeadlineExceeded // its timer has not fired yet
+	}
+	if err == nil && t.deadline != 0 && now > t.deadline {
+		err = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
+	}
+	if err == nil {
+		return nil
+	}
+	return fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, err, t.waitingFor())
 }
 
 // waitingFor describes the transfers a stuck task waits on.

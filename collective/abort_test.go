@@ -1,0 +1,128 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"strings"
+	"sync"
+	"testing"
+	"time"
+)
+
+// TestFailureReachesEveryRank: rank 2 gives up on a receive that never
+// comes (its deadline), while rank 0 waits on rank 2 and rank 1 waits on
+// rank 0. Nobody's connection breaks, so without the abort board ranks 0
+// and 1 would wait out their own 30-second deadlines and blame each other;
+// with it they fail at once, naming rank 2 and its cause.
+func TestFailureReachesEveryRank(t *testing.T) {
+	for _, how := range []string{"local", "store"} {
+		t.Run(how, func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			comms := newAbortJob(t, ctx, how)
+			// Every link has carried a call, so the failure below is
+			// not a first-contact one.
+			if err := runOnAll(comms, func(c *Comm) error {
+				buf := []float32{1}
+				return AllReduce(ctx, c, buf, buf, Sum)
+			}); err != nil {
+				t.Fatal(err)
+			}
+
+			errs := make([]error, 3)
+			took := make([]time.Duration, 3)
+			start := time.Now()
+			var wg sync.WaitGroup
+			for r, c := range comms {
+				wg.Add(1)
+				go func() {
+					defer wg.Done()
+					buf := []float32{0}
+					switch r {
+					case 0:
+						errs[r] = Recv(ctx, c, buf, 2)
+					case 1:
+						errs[r] = Recv(ctx, c, buf, 0)
+					case 2:
+						short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+						defer cancel()
+						errs[r] = Recv(short, c, buf, 1)
+					}
+					took[r] = time.Since(start)
+				}()
+			}
+			wg.Wait()
+			if !errors.Is(errs[2], context.DeadlineExceeded) {
+				t.Fatalf("rank 2: got %v, want its deadline", errs[2])
+			}
+			for r := range 2 {
+				var pf *PeerFailedError
+				if !errors.As(errs[r], &pf) || pf.Rank != 2 {
+					t.Fatalf("rank %d: got %v, want rank 2's failure", r, errs[r])
+				}
+				if !strings.Contains(pf.Cause, "deadline") || !strings.Contains(errs[r].Error(), "rank 2") {
+					t.Errorf("rank %d's error does not carry rank 2's cause: %v", r, errs[r])
+				}
+				// Their own deadline is 30 s away.
+				if took[r] > 15*time.Second {
+					t.Errorf("rank %d learned of rank 2's failure after %v", r, took[r])
+				}
+				// The communicator stays aborted.
+				if err := comms[r].Barrier(ctx); !errors.As(err, &pf) {
+					t.Errorf("rank %d: a call after the abort got %v", r, err)
+				}
+			}
+			t.Logf("ranks 0 and 1 failed %v and %v after the start, rank 2 (200 ms deadline) after %v: %v", took[0], took[1], took[2], errs[0])
+		})
+	}
+}
+
+// TestCallerErrorDoesNotAbort: a call refused before any transfer (a bad
+// argument) breaks nothing, so it tells no other rank.
+func TestCallerErrorDoesNotAbort(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	comms := newAbortJob(t, ctx, "local")
+	if err := Broadcast(ctx, comms[1], []float32{1}, 7); err == nil {
+		t.Fatal("broadcast from rank 7 of 3 succeeded")
+	}
+	if err := runOnAll(comms, func(c *Comm) error {
+		buf := []float32{1}
+		return AllReduce(ctx, c, buf, buf, Sum)
+	}); err != nil {
+		t.Fatalf("all-reduce after a refused call: %v", err)
+	}
+}
+
+func newAbortJob(t *testing.T, ctx context.Context, how string) []*Comm {
+	t.Helper()
+	var comms []*Comm
+	if how == "local" {
+		var err error
+		if comms, err = NewLocal(ctx, 3); err != nil {
+			t.Fatal(err)
+		}
+	} else {
+		addr := freeAddr(t)
+		comms = make([]*Comm, 3)
+		errs := make([]error, 3)
+		var wg sync.WaitGroup
+		for r := range 3 {
+			wg.Add(1)
+			go func() {
+				defer wg.Done()
+				comms[r], errs[r] = New(ctx, WithRank(r, 3), WithMaster(addr), WithTransport("tcp"))
+			}()
+		}
+		wg.Wait()
+		if err := errors.Join(errs...); err != nil {
+			t.Fatal(err)
+		}
+	}
+	t.Cleanup(func() {
+		for _, c := range comms {
+			c.Close()
+		}
+	})
+	return comms
+}
