@@ -83,15 +83,34 @@ func (b storeBoard) watch(ctx context.Context) (int, string, bool) {
 	return rank, cause, true
 }
 
-// localBoard is the abort board of NewLocal's ranks.
+// localBoards are the abort boards of NewLocal's ranks, one per
+// communicator (by uid: the ranks of a Split child share its uid).
+type localBoards struct {
+	mu sync.Mutex
+	m  map[string]*localBoard
+}
+
+func (l *localBoards) get(uid string) abortBoard {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	if l.m == nil {
+		l.m = map[string]*localBoard{}
+	}
+	b := l.m[uid]
+	if b == nil {
+		b = &localBoard{done: make(chan struct{})}
+		l.m[uid] = b
+	}
+	return b
+}
+
+// localBoard is the abort board of one communicator's ranks in one process.
 type localBoard struct {
 	once  sync.Once
 	done  chan struct{}
 	rank  int
 	cause string
 }
-
-func newLocalBoard() *localBoard { return &localBoard{done: make(chan struct{})} }
 
 func (b *localBoard) post(rank int, cause string) {
 	b.once.Do(func() {
@@ -111,7 +130,11 @@ func (b *localBoard) watch(ctx context.Context) (int, string, bool) {
 
 // watchAborts starts the goroutine that fails this rank's calls when
 // another rank posts a failure, and lets the engines post this rank's.
-func (c *Comm) watchAborts(b abortBoard) {
+// boards gives the board of a communicator by uid; Split children use it
+// too.
+func (c *Comm) watchAborts(boards func(uid string) abortBoard) {
+	c.boards = boards
+	b := boards(c.uid)
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan struct{})
 	c.stopWatch = func() { cancel(); <-done }

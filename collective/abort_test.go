@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"errors"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -15,11 +16,28 @@ import (
 // and 1 would wait out their own 30-second deadlines and blame each other;
 // with it they fail at once, naming rank 2 and its cause.
 func TestFailureReachesEveryRank(t *testing.T) {
-	for _, how := range []string{"local", "store"} {
+	for _, how := range []string{"local", "store", "local/split", "store/split"} {
 		t.Run(how, func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 			defer cancel()
-			comms := newAbortJob(t, ctx, how)
+			comms := newAbortJob(t, ctx, strings.TrimSuffix(how, "/split"))
+			parents := comms
+			if strings.HasSuffix(how, "/split") {
+				// A Split child has a board of its own: rank 2 of the
+				// child (rank 0 of the parent) fails.
+				children := make([]*Comm, len(comms))
+				if err := runOnAll(comms, func(c *Comm) (err error) {
+					children[c.Rank()], err = c.Split(ctx, 0, len(comms)-c.Rank())
+					return err
+				}); err != nil {
+					t.Fatal(err)
+				}
+				for _, c := range children {
+					defer c.Close()
+				}
+				slices.SortFunc(children, func(a, b *Comm) int { return a.Rank() - b.Rank() })
+				comms = children
+			}
 			// Every link has carried a call, so the failure below is
 			// not a first-contact one.
 			if err := runOnAll(comms, func(c *Comm) error {
@@ -70,6 +88,15 @@ func TestFailureReachesEveryRank(t *testing.T) {
 				// The communicator stays aborted.
 				if err := comms[r].Barrier(ctx); !errors.As(err, &pf) {
 					t.Errorf("rank %d: a call after the abort got %v", r, err)
+				}
+			}
+			if strings.HasSuffix(how, "/split") {
+				// A child's failure is the child's alone.
+				if err := runOnAll(parents, func(c *Comm) error {
+					buf := []float32{1}
+					return AllReduce(ctx, c, buf, buf, Sum)
+				}); err != nil {
+					t.Errorf("the parent communicator after its child failed: %v", err)
 				}
 			}
 			t.Logf("ranks 0 and 1 failed %v and %v after the start, rank 2 (200 ms deadline) after %v: %v", took[0], took[1], took[2], errs[0])

@@ -247,5 +247,8 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	if err := child.setup(ctx, exchange); err != nil {
 		return nil, fmt.Errorf("collective: split: %w", err)
 	}
+	if c.boards != nil {
+		child.watchAborts(c.boards)
+	}
 	return child, nil
 }

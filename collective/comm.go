@@ -57,8 +57,9 @@ type Comm struct {
 	closed     bool
 	devEngine  DeviceEngine // runs operations on device buffers (SetDeviceEngine)
 	pending    sync.WaitGroup
-	spare      atomic.Pointer[Handle] // a finished blocking call's, to reuse
-	stopWatch  func()                 // stops watchAborts' goroutine
+	spare      atomic.Pointer[Handle]      // a finished blocking call's, to reuse
+	stopWatch  func()                      // stops watchAborts' goroutine
+	boards     func(uid string) abortBoard // abort boards of this communicator and its Split children
 }
 
 // peerInfo is what ranks exchange at bootstrap to find and reach each other.
@@ -179,7 +180,8 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 		c.Abort()
 		return nil, fmt.Errorf("collective: waiting for every rank to connect: %w", err)
 	}
-	c.watchAborts(storeBoard{store: c.store, key: "vccl/" + c.uid + "/abort"})
+	store := c.store
+	c.watchAborts(func(uid string) abortBoard { return storeBoard{store: store, key: "vccl/" + uid + "/abort"} })
 	return c, nil
 }
 
@@ -206,7 +208,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	}
 	uid := newUID()
 	ex := newLocalExchange(n)
-	board := newLocalBoard()
+	boards := new(localBoards)
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -233,7 +235,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 				ex.abort(err)
 				return
 			}
-			c.watchAborts(board)
+			c.watchAborts(boards.get)
 			comms[r] = c
 		}()
 	}
