@@ -147,7 +147,9 @@ for rep in $(seq 1 "$REPEAT"); do
 			for tr in shm tcp; do
 				run "allreduce.n$n.mpi-$tr.s$i" mpi "$n" "$tr" allreduce "$@"
 				run "allreduce.n$n.vccl-$tr-off.s$i" vccl "$n" "$tr" off allreduce "$@"
-				run "allreduce.n$n.vccl-$tr-on.s$i" vccl "$n" "$tr" on allreduce "$@"
+				# Telemetry off and on alternately within one launch: separate
+				# launches each drew their own slow spells.
+				run "allreduce.n$n.vccl-$tr-alt.s$i" vccl "$n" "$tr" alternate allreduce "$@"
 			done
 		done
 		for c in allgather reducescatter broadcast; do

@@ -22,23 +22,31 @@ KIB, MIB = 1 << 10, 1 << 20
 
 
 def parse(path):
-    rows, failed = {}, False
+    rows, failed, last = {}, False, None
     with open(path) as f:
         for line in f:
             if line.startswith("# FAILED"):
                 failed = True
-            if line.startswith("#") or not line.strip():
+            on = line.startswith("#  telem. on")  # vccl-bench --telemetry alternate: the row above, telemetry on
+            if (line.startswith("#") and not on) or not line.strip():
                 continue
             fs = line.split()
+            if on:
+                fs = [str(last)] + ["-"] * 4 + fs[3:]
             if len(fs) < 9 or not fs[0].isdigit():
                 continue
 
             def meas(i):
                 if len(fs) < i + 4 or fs[i] == "N/A":
                     return None
-                return {"us": float(fs[i]), "busbw": float(fs[i + 2]), "wrong": fs[i + 3]}
+                return {"us": float(fs[i]), "busbw": float(fs[i + 2]), "wrong": "0" if on else fs[i + 3]}
 
-            rows[int(fs[0])] = {"oop": meas(5), "ip": meas(9)}
+            if on:
+                if last in rows:
+                    rows[last]["oop_on"], rows[last]["ip_on"] = meas(5), meas(9)
+                continue
+            last = int(fs[0])
+            rows[last] = {"oop": meas(5), "ip": meas(9)}
     return rows, failed
 
 
@@ -60,7 +68,7 @@ def load(raw):
         d = data.setdefault((coll, n, impl), {})
         for size, r in rows.items():
             # busbw from size and time: the tools print two decimals only.
-            for m in (r["oop"], r["ip"]):
+            for m in (r["oop"], r["ip"], r.get("oop_on"), r.get("ip_on")):
                 if m is not None:
                     m["busbw"] = size / (m["us"] * 1e3) * busfactor(coll, n) if m["us"] > 0 else 0.0
             d.setdefault(size, []).append(r)
@@ -69,7 +77,7 @@ def load(raw):
 
 def get(data, coll, n, impl, size, which="oop"):
     """Median busbw and time over repeats; None when missing."""
-    reps = [r[which] for r in data.get((coll, n, impl), {}).get(size, []) if r[which]]
+    reps = [r[which] for r in data.get((coll, n, impl), {}).get(size, []) if r.get(which)]
     if not reps:
         return None
     wrong = sum(int(r["wrong"]) for r in reps if r["wrong"].isdigit())
@@ -205,15 +213,23 @@ def gloo_table(data, n, targets):
     return lines
 
 
+def alt_ratio(data, n, tr, size):
+    """Median over runs of each run's on/off busbw (vccl-bench --telemetry
+    alternate times both in one launch, so each run's ratio is a fair pair)."""
+    rs = [r["oop_on"]["busbw"] / r["oop"]["busbw"] for r in data.get(("allreduce", n, f"vccl-{tr}-alt"), {}).get(size, [])
+          if r.get("oop_on") and r["oop"] and r["oop"]["busbw"] > 0]
+    return statistics.median(rs) if rs else None
+
+
 def telemetry_table(data, n, targets):
     lines = ["| bytes | shm off GB/s | shm on GB/s | shm on/off | tcp off GB/s | tcp on GB/s | tcp on/off |" + (" target |" if targets else ""),
              "| ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if targets else "")]
-    for size in sizes_of(data, "allreduce", n, "vccl-shm-off"):
+    for size in sizes_of(data, "allreduce", n, "vccl-shm-alt"):
         cells, tg = [hsize(size)], []
         for tr in ("shm", "tcp"):
-            off = get(data, "allreduce", n, f"vccl-{tr}-off", size)
-            on = get(data, "allreduce", n, f"vccl-{tr}-on", size)
-            r = ratio(on, off)
+            off = get(data, "allreduce", n, f"vccl-{tr}-alt", size)
+            on = get(data, "allreduce", n, f"vccl-{tr}-alt", size, "oop_on")
+            r = alt_ratio(data, n, tr, size)
             cells += [fbw(off), fbw(on), "—" if r is None else f"{(r - 1) * 100:+.1f}%"]
             if targets:
                 limit = 2 if size >= MIB else 5
@@ -285,7 +301,7 @@ def section(a, data, failures):
         out += [f"All-reduce over shared memory (Open MPI vader, VCCL shm):", ""] + allreduce_table(data, n, "shm", tg) + [""]
         out += [f"All-reduce over TCP on loopback:", ""] + allreduce_table(data, n, "tcp", tg) + [""]
         out += [f"All-reduce against Gloo:", ""] + gloo_table(data, n, tg) + [""]
-        out += [f"Telemetry on against off (VCCL all-reduce, out of place; negative: on is slower):", ""] + telemetry_table(data, n, tg) + [""]
+        out += [f"Telemetry on against off (VCCL all-reduce, out of place; `vccl-bench --telemetry alternate`: off and on in alternating blocks of each launch; on/off is the median over runs of each run's ratio; negative: on is slower):", ""] + telemetry_table(data, n, tg) + [""]
         out += [f"All-gather, reduce-scatter and broadcast (size is the whole buffer: receive for all-gather, send for reduce-scatter):", ""] + others_table(data, n, tg) + [""]
     out += ["### Targets (issue 4; 2 ranks, this run)", ""] + targets.summary() + [""]
     out.append(END)
