@@ -2,7 +2,9 @@ package flowtel
 
 import (
 	"fmt"
+	"os"
 	"sync/atomic"
+	"unsafe"
 )
 
 const cacheLine = 64
@@ -38,7 +40,17 @@ func NewRing(capacity int) (*Ring, error) {
 	if capacity < 2 || capacity&(capacity-1) != 0 {
 		return nil, fmt.Errorf("flowtel: ring capacity %d is not a power of two >= 2", capacity)
 	}
-	return &Ring{mask: uint64(capacity - 1), buf: make([]Record, capacity)}, nil
+	buf := make([]Record, capacity)
+	// A fresh allocation this large comes from the OS untouched: without
+	// this the producer would take a page fault every 64 records of the
+	// ring's first lap, on the data path (1,400 faults in a 2-rank 2000-call
+	// 1 KiB all-reduce run, which made telemetry cost 33% instead of 8%).
+	// Writing, not reading, maps each page for good.
+	step := max(os.Getpagesize()/int(unsafe.Sizeof(Record{})), 1)
+	for i := 0; i < len(buf); i += step {
+		buf[i].TsNs = 0
+	}
+	return &Ring{mask: uint64(capacity - 1), buf: buf}, nil
 }
 
 // Cap returns the ring's capacity in records.
