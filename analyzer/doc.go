@@ -153,6 +153,12 @@
 // for Stall.MinDuration. A link with no record in the last window is idle
 // and not judged.
 //
+// While a job runs, each rank's Publisher (PublishLive, which vccl-demo and
+// vccl-top's demo job start on every rank's live endpoint) runs Live over
+// the rank's own window every 100 ms and publishes the findings in
+// progress as a "findings" server-sent event on /v1/stream; vccl-top shows
+// them next to the ones it finds over every rank's windows.
+//
 // # Severity and order
 //
 // Impact over the analysed span of the trace sets Severity: at least

@@ -469,6 +469,24 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 	}
 }
 
+// Go runs fn in the background until the server closes: fn's context ends
+// at Close, which waits for fn to return. The analyzer's findings publisher
+// runs this way (analyzer.Publisher.Run), publishing through Publish.
+func (s *Server) Go(fn func(ctx context.Context)) {
+	s.mu.Lock()
+	defer s.mu.Unlock()
+	select {
+	case <-s.done:
+		return // closed: fn would start after Close's wait
+	default:
+	}
+	s.bgWG.Add(1)
+	go func() {
+		defer s.bgWG.Done()
+		fn(s.bgCtx)
+	}()
+}
+
 // Close stops publishing and serving: streams end, then the server shuts
 // down within ctx.
 func (s *Server) Close(ctx context.Context) error {

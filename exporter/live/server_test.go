@@ -473,6 +473,32 @@ func TestAnnounceGatherStopsOnClose(t *testing.T) {
 	}
 }
 
+// Go's function runs until Close, which ends its context and waits for it;
+// after Close, Go starts nothing.
+func TestGoStopsAtClose(t *testing.T) {
+	s := newTestServer(t, Config{Window: flowtel.NewWindow(flowtel.WindowConfig{})})
+	started, returned := make(chan struct{}), make(chan struct{})
+	s.Go(func(ctx context.Context) {
+		close(started)
+		<-ctx.Done()
+		close(returned)
+	})
+	<-started
+	if err := s.Close(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	select {
+	case <-returned:
+	default:
+		t.Fatal("Close returned before the background function did")
+	}
+	ran := false
+	s.Go(func(context.Context) { ran = true })
+	if ran {
+		t.Error("Go ran a function after Close")
+	}
+}
+
 // Many writers merging at once, from this process and from others
 // (through the lock file), lose no entry.
 func TestMergeEndpointsConcurrent(t *testing.T) {

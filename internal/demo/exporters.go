@@ -8,6 +8,7 @@ import (
 	"path/filepath"
 	"strings"
 
+	"github.com/vccl-go/vccl/analyzer"
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/exporter/live"
@@ -56,6 +57,9 @@ func StartExporters(ctx context.Context, c *collective.Comm, col *flowtel.Collec
 			return nil, err
 		}
 		e.Live.AddInfo("arrow", func() any { return sink.Stats() })
+		if err := analyzer.PublishLive(e.Live, analyzer.Options{}, 0); err != nil {
+			return nil, err
+		}
 	}
 	return e, nil
 }
