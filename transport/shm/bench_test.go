@@ -107,6 +107,33 @@ func BenchmarkLatency8B(b *testing.B) {
 	}
 }
 
+// BenchmarkExchange1KiB is the transfer of a 2-rank 1 KiB all-reduce: each
+// end posts a receive of 64 KiB (collective's receive for a header and an
+// eager payload) and then sends 1 KiB plus a 64-byte header, and a round
+// waits for both. The helper answers each message this way as it arrives,
+// so with sends that wait for the peer's receive a round costs a credit's
+// trip and then the data's; sent eagerly, the data's trip alone.
+func BenchmarkExchange1KiB(b *testing.B) {
+	const msgLen = 1<<10 + 64
+	p := startPeer(b, "exchange", 64<<10+64, 1, false)
+	qp := p.qp
+	dst, msg := make([]byte, 64<<10+64), make([]byte, msgLen)
+	wcs := make([]transport.WC, 8)
+	round := func() {
+		qp.PostRecv(transport.WR{ID: 1, Buf: dst})
+		qp.PostSend(transport.WR{ID: 2, Buf: msg})
+		left := 2
+		spin(b, qp, wcs, func(transport.WC) bool { left--; return left == 0 })
+	}
+	for range 1000 { // both ends settle
+		round()
+	}
+	b.ResetTimer()
+	for i := 0; i < b.N; i++ {
+		round()
+	}
+}
+
 // pingPong posts two 8-byte receives for the peer's answers and returns a
 // ping to send, a completion buffer, and the test that reposts a receive
 // when its answer came.

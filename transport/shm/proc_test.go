@@ -23,7 +23,7 @@ import (
 // listens, starts the child with TestHelperProcess selected and the mode in
 // the environment, and accepts the QP the child dials.
 const (
-	envHelper = "VCCL_SHM_HELPER" // mode: echo, slowecho, sink, source
+	envHelper = "VCCL_SHM_HELPER" // mode: echo, slowecho, exchange, sink, source
 	envAddr   = "VCCL_SHM_ADDR"
 	envSize   = "VCCL_SHM_SIZE"
 	envDepth  = "VCCL_SHM_DEPTH"
@@ -119,8 +119,10 @@ func TestHelperProcess(t *testing.T) {
 }
 
 // helperQP is the helper's side of one QP. Modes: echo sends every message
-// back; sink receives, answering a 1-byte fence with 8 bytes; source sinks
-// and also streams messages that carry a sequence number.
+// back; exchange is a rank of a 2-rank all-reduce: it posts a receive and
+// then sends its message, and does so again once both are done; sink receives, answering a 1-byte
+// fence with 8 bytes; source sinks and also streams messages that carry a
+// sequence number.
 type helperQP struct {
 	qp      transport.QP
 	mode    string
@@ -129,6 +131,8 @@ type helperQP struct {
 	free    []int    // source: buffers ready to send
 	seq     uint64
 	ack     []byte
+	xdone   int    // exchange: WRs of the round done
+	xmsg    []byte // exchange: the message, as long as the first one received
 	ring    *flowtel.Ring
 	scratch []flowtel.Record
 }
@@ -181,6 +185,17 @@ func runHelper(mode string) int {
 	}
 }
 
+// exchange starts the next round once both WRs of this one are done: the
+// first round's send waits for the first message, which sets its length.
+func (h *helperQP) exchange() {
+	if h.xdone < 2 {
+		return
+	}
+	h.xdone = 0
+	h.qp.PostRecv(transport.WR{ID: 0, Buf: h.bufs[0]})
+	h.qp.PostSend(transport.WR{ID: 1, Buf: h.xmsg})
+}
+
 // step polls once; it returns an exit code when the helper is done, else -1.
 func (h *helperQP) step(wcs []transport.WC) int {
 	qp := h.qp
@@ -204,10 +219,20 @@ func (h *helperQP) step(wcs []transport.WC) int {
 			if i := int(wc.ID &^ helperSendTag); i < len(h.srcs) {
 				h.free = append(h.free, i)
 			}
+		case wc.Op == transport.OpSend && h.mode == "exchange":
+			h.xdone++
+			h.exchange()
 		case wc.Op == transport.OpSend: // an echo went out: its buffer receives again
 			qp.PostRecv(transport.WR{ID: wc.ID, Buf: h.bufs[wc.ID]})
 		case h.mode == "echo":
 			qp.PostSend(transport.WR{ID: wc.ID, Buf: h.bufs[wc.ID][:wc.Bytes]})
+		case h.mode == "exchange":
+			if h.xmsg == nil {
+				h.xmsg = make([]byte, wc.Bytes)
+				h.xdone++ // the first round sends only once it knows the length
+			}
+			h.xdone++
+			h.exchange()
 		case h.mode == "slowecho": // a peer busy elsewhere: it answers after slowEcho
 			for t0 := time.Now(); time.Since(t0) < slowEcho; {
 			}
