@@ -16,9 +16,17 @@
 // on two cores, and the ring stays in cache), written by the sender
 // (tail) and consumed by the receiver (head), and an array of credit slots
 // in which the receiver announces its posted receives and their sizes. A
-// send moves only once the peer's receive is announced (credit_wait until
-// then, credit_grant when it comes); a send larger than that receive moves
-// no payload and fails both sides with transport.TooLargeError. The
+// send of more than 16 KiB moves only once the peer's receive is announced
+// (credit_wait until then, credit_grant when it comes); a send larger than
+// that receive moves no payload and fails both sides with
+// transport.TooLargeError. A smaller send goes into the ring at once, as
+// one record flagged eager, and waits there for its receive (receives
+// match sends in order); it completes when its credit comes (credit_wait
+// and credit_grant are recorded as for any send), and if the receive is
+// smaller, each side fails its end with the same TooLargeError, knowing
+// both sizes. A credit's slot is reused only once the sender says, in a
+// word of its own, that it has read it, since an eager message can be
+// consumed before its sender looks at its credit. The
 // receiver copies straight from the ring into the posted buffer, or, for a
 // receive posted with WR.Reduce (the QP is a transport.Reducer), reduces
 // each record's payload out of the ring into it, so a collective's receive

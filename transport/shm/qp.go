@@ -64,6 +64,17 @@ type sendOp struct {
 	started bool
 }
 
+// eagerSend is a send of at most eagerMax bytes published ahead of its
+// credit: it completes when the credit comes, with TooLargeError if the
+// receive turns out smaller (the receiver fails its end alike), so both
+// ends agree as they do for a send that waited.
+type eagerSend struct {
+	wr     transport.WR
+	telID  uint64
+	idx    uint64
+	waited bool // recorded credit_wait: owes a credit_grant
+}
+
 type recvOp struct {
 	wr      transport.WR
 	telID   uint64
@@ -114,19 +125,21 @@ type QP struct {
 	spareS    []sendOp
 	spareR    []recvOp
 	sends     fifo[sendOp]
+	eager     fifo[eagerSend] // published ahead of their credits, in credit order
 	recvs     fifo[recvOp]
-	otail     uint64 // out ring: bytes published
-	ohead     uint64 // out ring: last head seen
-	ocredits  uint64 // last posted count seen
-	ihead     uint64 // in ring: bytes consumed
-	ipub      uint64 // in ring: head last published
-	itail     uint64 // in ring: last tail seen
-	firstSeen uint64 // messages whose first record arrived
-	credPub   uint64 // receives announced to the peer
-	recvDone  uint64 // receives completed
-	notify    bool   // something was published: wake the peer if it sleeps
-	starved   bool   // the last pass stopped on its budget, not on the peer
-	ncomp     uint64 // completions queued (Close's flush too, under mu)
+	otail     uint64    // out ring: bytes published
+	ohead     uint64    // out ring: last head seen
+	ocredits  uint64    // last posted count seen
+	pread     uint64    // last read count seen from the peer (the credits it has taken)
+	ihead     uint64    // in ring: bytes consumed
+	ipub      uint64    // in ring: head last published
+	itail     uint64    // in ring: last tail seen
+	firstSeen uint64    // messages whose first record arrived
+	credPub   uint64    // receives announced to the peer
+	unann     fifo[int] // sizes of the receives not yet announced, in order
+	notify    bool      // something was published: wake the peer if it sleeps
+	starved   bool      // the last pass stopped on its budget, not on the peer
+	ncomp     uint64    // completions queued (Close's flush too, under mu)
 
 	gone atomic.Pointer[goneReason]
 
@@ -160,7 +173,8 @@ func (q *QP) ReducesOnReceive() bool { return true }
 func (q *QP) Outstanding() int { return q.core.Outstanding() }
 
 // PostSend queues a send; it copies up to postBudget bytes into the ring at
-// once when the peer has a receive posted.
+// once when the peer has a receive posted, or when the send is at most
+// eagerMax bytes.
 func (q *QP) PostSend(wr transport.WR) error {
 	if q.closed.Load() {
 		return transport.ErrClosed
@@ -177,7 +191,9 @@ func (q *QP) PostSend(wr transport.WR) error {
 	s := sendOp{wr: wr, telID: id, idx: q.nsend}
 	q.nsend++
 	if q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
-		// The receive this send needs is not posted yet.
+		// The receive this send needs is not posted yet. A send of at
+		// most eagerMax bytes goes anyway, but completes only with its
+		// credit: it waits for it too, as the TCP backend's do.
 		s.waited = true
 		q.core.CreditWait(id, &wr)
 	}
@@ -233,7 +249,7 @@ func (q *QP) PostRecv(wr transport.WR) error {
 func (q *QP) afterPost() {
 	if q.mu.TryLock() {
 		q.pass(postBudget)
-		pending := q.sends.len() > 0 || q.recvs.len() > 0
+		pending := q.pending()
 		starved := q.starved
 		q.mu.Unlock()
 		if pending && q.bgIdle.Load() {
@@ -327,7 +343,7 @@ func (q *QP) busy() {
 // armAfter the owner may back off and sleep next, so it hands the wait to
 // the background goroutine. Owner, under mu.
 func (q *QP) idle() (yield bool) {
-	if q.sends.len()+q.recvs.len() == 0 {
+	if !q.pending() {
 		q.idlePolls = 0
 		return false
 	}
@@ -389,7 +405,7 @@ func (q *QP) pass(budget int) bool {
 	if g := q.gone.Load(); g != nil {
 		return q.failAll(g) || moved
 	}
-	if q.recvs.len() > 0 {
+	if q.recvs.len() > 0 || q.owed() {
 		b := budget
 		moved = q.recvPass(&b) || moved
 		if g := q.gone.Load(); g != nil {
@@ -398,7 +414,7 @@ func (q *QP) pass(budget int) bool {
 		moved = q.publishCredits() || moved
 		q.starved = b <= 0
 	}
-	if q.sends.len() > 0 {
+	if q.sends.len()+q.eager.len() > 0 {
 		b := budget
 		moved = q.sendPass(&b) || moved
 		q.starved = q.starved || b <= 0
@@ -409,6 +425,14 @@ func (q *QP) pass(budget int) bool {
 	}
 	return moved
 }
+
+// pending reports whether WRs or credits wait for progress. Under mu.
+func (q *QP) pending() bool { return q.sends.len()+q.eager.len()+q.recvs.len() > 0 || q.owed() }
+
+// owed reports whether receives, completed or not, wait to be announced:
+// eager messages can fill receives whose credits the peer has not had
+// yet, and their sends complete only when it has. Under mu.
+func (q *QP) owed() bool { return q.unann.len() > 0 }
 
 func (q *QP) drainPosts() {
 	q.pmu.Lock()
@@ -421,6 +445,7 @@ func (q *QP) drainPosts() {
 	}
 	for i := range pr {
 		q.recvs.push(pr[i])
+		q.unann.push(len(pr[i].wr.Buf))
 	}
 	clear(ps)
 	clear(pr)
@@ -460,17 +485,31 @@ func (q *QP) recvPass(budget *int) bool {
 		}
 		r := q.recvs.front()
 		if flags&fFirst != 0 {
-			if r.started || msgLen > math.MaxInt || q.firstSeen >= q.credPub {
+			eager := flags&fEager != 0
+			if r.started || msgLen > math.MaxInt || !eager && q.firstSeen >= q.credPub {
 				q.protocolError("message start of %d bytes (message %d, %d credits)", msgLen, q.firstSeen, q.credPub)
+				return true
+			}
+			if eager && (flags != fFirst|fLast|fEager || msgLen != uint64(n) || n > eagerMax) {
+				q.protocolError("eager record %#x of %d bytes for a message of %d", flags, n, msgLen)
 				return true
 			}
 			r.started = true
 			r.msgLen = int(msgLen)
 			q.firstSeen++
+			if eager && r.msgLen > len(r.wr.Buf) {
+				// The sender reads this receive's size from its credit
+				// and fails its send alike.
+				q.ihead += uint64(size)
+				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
+				q.recvs.pop()
+				moved = true
+				continue
+			}
 			if flags&fTooBig != 0 {
 				q.ihead += uint64(size)
 				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
-				q.popRecv()
+				q.recvs.pop()
 				moved = true
 				continue
 			}
@@ -509,7 +548,7 @@ func (q *QP) recvPass(budget *int) bool {
 				return true
 			}
 			q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, r.msgLen, nil)
-			q.popRecv()
+			q.recvs.pop()
 		}
 	}
 	if q.ipub != q.ihead {
@@ -520,47 +559,125 @@ func (q *QP) recvPass(budget *int) bool {
 	return moved
 }
 
-func (q *QP) popRecv() {
-	q.recvs.pop()
-	q.recvDone++
-}
-
 // publishCredits announces posted receives to the peer: their sizes in the
-// slot array, then their count. Slot i%slots is reused only once message i
-// has started, that is, once the peer has read it.
+// slot array, then their count. Slot i%slots is reused only once the peer
+// says (its read word) that it has read credit i: an eager message may
+// arrive, and be consumed, before its sender has looked at its credit.
 func (q *QP) publishCredits() bool {
 	in := &q.seg.in
-	lim := min(q.firstSeen+q.slots, q.recvDone+uint64(q.recvs.len()))
+	want := q.credPub + uint64(q.unann.len())
+	if q.credPub >= want {
+		return false
+	}
+	if q.credPub >= q.pread+q.slots {
+		q.pread = in.read.Load()
+		if q.pread > q.credPub {
+			q.protocolError("peer read %d of %d credits", q.pread, q.credPub)
+			return false
+		}
+	}
+	lim := min(q.pread+q.slots, want)
 	if q.credPub >= lim {
 		return false
 	}
 	for ; q.credPub < lim; q.credPub++ {
-		r := q.recvs.at(int(q.credPub - q.recvDone))
-		in.sizes[q.credPub&(q.slots-1)].Store(uint64(len(r.wr.Buf)))
+		in.sizes[q.credPub&(q.slots-1)].Store(uint64(*q.unann.front()))
+		q.unann.pop()
 	}
 	in.posted.Store(q.credPub)
 	q.notify = true
 	return true
 }
 
-// sendPass publishes the sends that have credit, chunk by chunk, as far as
-// the ring has room.
+// credited reports whether the peer has announced credit idx.
+func (q *QP) credited(idx uint64) bool {
+	if idx >= q.ocredits {
+		q.ocredits = q.seg.out.posted.Load()
+	}
+	return idx < q.ocredits
+}
+
+// takeCredit reads the size of receive idx, which the peer has announced,
+// and says so (the read word) so that the peer may reuse its slot.
+func (q *QP) takeCredit(idx uint64) int {
+	out := &q.seg.out
+	limit := int(out.sizes[idx&(q.slots-1)].Load())
+	out.read.Store(idx + 1)
+	q.notify = true // a peer that ran out of slots waits for this
+	return limit
+}
+
+// settleEager completes the eager sends whose credits have come.
+func (q *QP) settleEager() bool {
+	moved := false
+	for q.eager.len() > 0 {
+		e := q.eager.front()
+		if !q.credited(e.idx) {
+			break
+		}
+		if e.waited {
+			q.core.Granted(e.telID, e.wr.Tag, len(e.wr.Buf))
+		}
+		if limit := q.takeCredit(e.idx); len(e.wr.Buf) > limit {
+			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusError, 0, transport.TooLargeError(len(e.wr.Buf), limit))
+		} else {
+			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusOK, len(e.wr.Buf), nil)
+		}
+		q.eager.pop()
+		moved = true
+	}
+	return moved
+}
+
+// sendEager publishes s, at most eagerMax bytes, as one record ahead of its
+// credit. It reports false when the ring has no room for it yet.
+func (q *QP) sendEager(s *sendOp) bool {
+	rb := q.seg.out.ring
+	n := len(s.wr.Buf)
+	need := recSize(n)
+	pos := int(q.otail & q.rmask)
+	if contig := len(rb) - pos; need > contig {
+		if !q.room(contig) {
+			return false
+		}
+		putRec(rb, pos, fPad, 0, 0)
+		q.otail += uint64(contig)
+		pos = 0
+	}
+	if !q.room(need) {
+		return false // the padding, if any, goes out with the record
+	}
+	putRec(rb, pos, fFirst|fLast|fEager, n, n)
+	copy(rb[pos+recHdr:pos+recHdr+n], s.wr.Buf)
+	q.otail += uint64(need)
+	q.seg.out.tail.Store(q.otail)
+	q.notify = true
+	return true
+}
+
+// sendPass settles the eager sends whose credits came, then publishes the
+// sends that have credit, chunk by chunk, as far as the ring has room, and
+// the small ones that have none yet eagerly.
 func (q *QP) sendPass(budget *int) bool {
 	out := &q.seg.out
 	rb := out.ring
 	R := len(rb)
-	moved := false
+	moved := q.settleEager()
 	for q.sends.len() > 0 && *budget > 0 {
 		s := q.sends.front()
 		if !s.started {
-			if s.idx >= q.ocredits {
-				q.ocredits = out.posted.Load()
-				if s.idx >= q.ocredits {
+			if !q.credited(s.idx) {
+				if len(s.wr.Buf) > eagerMax || !q.sendEager(s) {
 					break
 				}
+				*budget -= len(s.wr.Buf)
+				q.eager.push(eagerSend{wr: s.wr, telID: s.telID, idx: s.idx, waited: s.waited})
+				q.sends.pop()
+				moved = true
+				continue
 			}
 			s.started = true
-			s.limit = int(out.sizes[s.idx&(q.slots-1)].Load())
+			s.limit = q.takeCredit(s.idx)
 			if s.waited {
 				q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
 			}
@@ -655,13 +772,24 @@ func (q *QP) protocolError(format string, args ...any) {
 // delivering the messages it published completely before it went (unless
 // it broke the protocol).
 func (q *QP) failAll(g *goneReason) bool {
-	if q.sends.len() == 0 && q.recvs.len() == 0 {
+	if !q.pending() {
 		return false
 	}
 	if b := math.MaxInt; q.recvs.len() > 0 && !g.corrupt {
 		q.recvPass(&b)
 	}
+	if !g.corrupt {
+		// The peer may have taken these messages and announced their
+		// receives before it went: a rank leaving after its last
+		// collective.
+		q.settleEager()
+	}
 	err := g.err
+	for q.eager.len() > 0 {
+		e := q.eager.front()
+		q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusError, 0, err)
+		q.eager.pop()
+	}
 	for q.sends.len() > 0 {
 		s := q.sends.front()
 		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusError, 0, err)
@@ -670,7 +798,7 @@ func (q *QP) failAll(g *goneReason) bool {
 	for q.recvs.len() > 0 {
 		r := q.recvs.front()
 		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, err)
-		q.popRecv()
+		q.recvs.pop()
 	}
 	return true
 }
@@ -681,10 +809,10 @@ func (q *QP) markGone(err error) {
 }
 
 // peerWords is what the peer writes that this side waits on.
-type peerWords struct{ tail, head, posted uint64 }
+type peerWords struct{ tail, head, posted, read uint64 }
 
 func (q *QP) peerWords() peerWords {
-	return peerWords{q.seg.in.tail.Load(), q.seg.out.head.Load(), q.seg.out.posted.Load()}
+	return peerWords{q.seg.in.tail.Load(), q.seg.out.head.Load(), q.seg.out.posted.Load(), q.seg.in.read.Load()}
 }
 
 // run is the background progress goroutine.
@@ -712,7 +840,7 @@ func (q *QP) run() {
 		}
 		n0 := q.ncomp
 		moved := q.pass(passBudget)
-		pending := q.sends.len() > 0 || q.recvs.len() > 0
+		pending := q.pending()
 		completed := q.ncomp != n0
 		q.mu.Unlock()
 		if completed {
@@ -821,6 +949,11 @@ func (q *QP) Close() error {
 	q.mu.Lock()
 	// The peer reads it when our socket closes: "closed", not "died".
 	q.seg.me.state.Store(stateClosed)
+	for q.eager.len() > 0 {
+		e := q.eager.front()
+		q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		q.eager.pop()
+	}
 	for q.sends.len() > 0 {
 		s := q.sends.front()
 		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)

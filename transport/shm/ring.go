@@ -17,14 +17,14 @@ import (
 //	0      header: magic, version, ring size, credit slots, segment size, pids
 //	512    side 0: state | bell, sleeping              (one line each)
 //	1536   side 1: the same
-//	4096   direction 0: tail | head | posted | sizes[slots] | ring
+//	4096   direction 0: tail | head | posted | read | sizes[slots] | ring
 //	...    direction 1: the same
 //
 // Every word one side writes and the other reads sits on its own 128-byte
 // line (two 64-byte lines: the adjacent-line prefetcher pairs them).
 const (
 	segMagic   = 0x314d48534c434356 // "VCCLSHM1", little endian
-	segVersion = 1
+	segVersion = 2                  // 2: eager sends and the read word
 
 	line    = 128
 	hdrSize = 4096
@@ -45,7 +45,8 @@ const (
 	offTail   = 0
 	offHead   = line
 	offPosted = 2 * line
-	offSizes  = 3 * line
+	offRead   = 3 * line
+	offSizes  = 4 * line
 
 	pageSize = 4096
 )
@@ -67,6 +68,13 @@ const (
 	minSplit     = 4 << 10 // a chunk is cut to fit the space left only down to this
 	maxRing      = 1 << 30
 	maxSlots     = 1 << 20
+
+	// eagerMax is the largest send that goes into the ring before the
+	// peer's receive is announced. Such a message is one record (padded
+	// to the next lap rather than split) and waits in the ring for its
+	// receive, so a small message costs one trip, not a credit's trip and
+	// then the data's.
+	eagerMax = 16 << 10
 )
 
 // Records. A record starts on a 64-byte boundary with a 16-byte header
@@ -76,10 +84,11 @@ const (
 	recHdr   = 16
 	recAlign = 64
 
-	fFirst  = 1 // first record of a message (carries the message length)
-	fLast   = 2 // last record of a message
-	fPad    = 4 // skip to the end of the ring
-	fTooBig = 8 // the message does not fit the receive; no payload follows
+	fFirst  = 1  // first record of a message (carries the message length)
+	fLast   = 2  // last record of a message
+	fPad    = 4  // skip to the end of the ring
+	fTooBig = 8  // the message does not fit the receive; no payload follows
+	fEager  = 16 // sent ahead of its credit: one record, at most eagerMax
 )
 
 func recSize(n int) int { return (recHdr + n + recAlign - 1) &^ (recAlign - 1) }
@@ -116,12 +125,13 @@ type sideCtl struct {
 	sleeping *atomic.Uint32 // 1 while the side's waiter sleeps or is about to
 }
 
-// dirCtl is one direction: the sender writes tail and the ring, the receiver
-// writes head, posted and sizes.
+// dirCtl is one direction: the sender writes tail, read and the ring, the
+// receiver writes head, posted and sizes.
 type dirCtl struct {
 	tail   *atomic.Uint64 // bytes of records published
 	head   *atomic.Uint64 // bytes of records consumed
 	posted *atomic.Uint64 // receives the receiver has announced (credits)
+	read   *atomic.Uint64 // credits whose sizes the sender has read: their slots may be reused
 	sizes  []atomic.Uint64
 	ring   []byte
 }
@@ -190,6 +200,7 @@ func view(mem []byte, g geometry, side int) *segment {
 		rb := b + g.ctlSize()
 		return dirCtl{
 			tail: u64At(mem, b+offTail), head: u64At(mem, b+offHead), posted: u64At(mem, b+offPosted),
+			read:  u64At(mem, b+offRead),
 			sizes: unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offSizes])), g.slots),
 			ring:  mem[rb : rb+g.ring : rb+g.ring],
 		}
