@@ -104,7 +104,8 @@ type QP struct {
 	nsend     uint64        // credit index of the next send
 	polls     atomic.Uint64 // Poll calls, read by the background goroutine
 	idlePolls int           // polls in a row that moved nothing
-	idleStart int64         // when they began (monotonic ns)
+	idleStart int64         // when they began, or when another QP last moved data (monotonic ns)
+	idleGen   uint64        // busyGen when idleStart was taken
 	armed     bool          // this idle run handed the wait over
 	handed    atomic.Bool   // the owner handed the wait to the background goroutine
 
@@ -320,16 +321,19 @@ func (q *QP) Poll(dst []transport.WC) int {
 	return n
 }
 
-// lastBusy is when an owner of any QP of this process last found or gave
-// work (monotonic ns). An owner that polls one idle QP while it moves data
-// on others (an engine with several peers) is not waiting: its idle QP
-// neither yields the core nor hands its wait over.
-var lastBusy atomic.Int64
+// busyGen changes whenever an owner of any QP of this process finds or
+// gives work. An owner that polls one idle QP while it moves data on others
+// (an engine with several peers) is not waiting: its idle QP neither yields
+// the core nor hands its wait over. A counter, not a time: busy runs a few
+// times in every call, and a clock read costs 25-40 ns on these VMs where
+// a plain store costs one. Racing owners may store the same value; it
+// still changes, which is all idle looks at.
+var busyGen atomic.Uint64
 
 // busy notes that the owner found or gave work: it takes the wait back.
 // Owner.
 func (q *QP) busy() {
-	lastBusy.Store(flowtel.Monotonic())
+	busyGen.Store(busyGen.Load() + 1)
 	q.idlePolls = 0
 	if q.armed {
 		q.armed = false
@@ -341,21 +345,23 @@ func (q *QP) busy() {
 // yieldAfter of them, with no progress on any QP of the process meanwhile,
 // it reports that the owner should yield its core (every 16th poll); after
 // armAfter the owner may back off and sleep next, so it hands the wait to
-// the background goroutine. Owner, under mu.
+// the background goroutine. The idle run is timed from its 16th poll: most
+// waits of a small message end before, and read no clock. Owner, under mu.
 func (q *QP) idle() (yield bool) {
 	if !q.pending() {
 		q.idlePolls = 0
 		return false
 	}
 	q.idlePolls++
-	if q.idlePolls == 1 {
-		q.idleStart = flowtel.Monotonic()
-		return false
-	}
 	if q.idlePolls&15 != 0 {
 		return false
 	}
-	waited := flowtel.Monotonic() - max(q.idleStart, lastBusy.Load())
+	now := flowtel.Monotonic()
+	if g := busyGen.Load(); q.idlePolls == 16 || g != q.idleGen {
+		q.idleStart, q.idleGen = now, g
+		return false
+	}
+	waited := now - q.idleStart
 	if !q.armed && waited >= int64(armAfter) {
 		q.armed = true
 		q.handed.Store(true)
