@@ -153,7 +153,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.IntVar(&cfg.Root, "r", cfg.Root, "root rank of broadcast and reduce")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
 	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch (each the median over its blocks), both printed with their busbw ratio")
-	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (only when stderr is a terminal, so never under a launcher that pipes it, such as vcclrun) or off")
+	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal, or under vcclrun on a terminal, which shows it below the table) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "where the buffers live: host, or gpu (device memory through the collective API, one GPU per rank; needs a GPU)")
 	fs.BoolVar(&cfg.VsNCCL, "vs-nccl", false, "with --device gpu: run NCCL (libnccl.so.2 via $VCCL_NCCL_LIB or the torch pip package) on the same buffers and print its row and the ratio")

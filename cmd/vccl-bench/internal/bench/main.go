@@ -12,6 +12,7 @@ import (
 
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/term"
 )
 
 // Main is vccl-bench: it parses args, joins the job the environment
@@ -81,9 +82,11 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		if !cfg.JSON {
 			opts.Table = stdout
 		}
-		// Only straight to a terminal: through a launcher's separate stdout
-		// and stderr pipes the bar could land between table lines.
-		if cfg.Progress == "auto" && isTerminal(stderr) {
+		// Only where someone sees it: straight to a terminal, or through a
+		// launcher that shows status lines (vcclrun on a terminal), which
+		// keeps the bar below the table lines. Through other launchers'
+		// pipes it would land between them.
+		if cfg.Progress == "auto" && term.StatusLines(stderr) {
 			opts.Progress = NewProgress(stderr, "vccl-bench "+cfg.Coll.String())
 		}
 	}

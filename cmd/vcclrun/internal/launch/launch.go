@@ -19,6 +19,8 @@ import (
 	"sync"
 	"syscall"
 	"time"
+
+	"github.com/vccl-go/vccl/internal/term"
 )
 
 // Config describes one job.
@@ -27,8 +29,13 @@ type Config struct {
 	Grace     time.Duration // between SIGTERM and SIGKILL when stopping ranks
 	Timeout   time.Duration // stop the job after this long; 0 = never
 	TagOutput bool          // prefix each output line with "[rank] "
-	Prog      string        // program (looked up in PATH if it has no slash)
-	Args      []string      // its arguments
+	// StatusLine: Stderr is a terminal, on which the ranks' status lines
+	// (what a rank writes to stderr after a carriage return: a progress
+	// bar) are shown on one line kept below the output; the ranks learn it
+	// from term.StatusLinesVar.
+	StatusLine bool
+	Prog       string   // program (looked up in PATH if it has no slash)
+	Args       []string // its arguments
 
 	Env     []string         // environment the ranks inherit; nil = os.Environ()
 	Stdout  io.Writer        // nil = os.Stdout
@@ -178,6 +185,11 @@ func Run(ctx context.Context, cfg Config) error {
 	var outMu sync.Mutex
 	outW := newLockedWriter(&outMu, stdout)
 	errW := newLockedWriter(&outMu, stderr)
+	if cfg.StatusLine {
+		st := newStatusLine(stderr, cfg.N)
+		outW.st, errW.st = st, st
+		base = append(base, term.StatusLinesVar+"=1")
+	}
 	events := make(chan exitEvent, cfg.N)
 	ranks := make([]*rank, 0, cfg.N)
 	running := 0
@@ -208,9 +220,16 @@ func Run(ctx context.Context, cfg Config) error {
 		// stop waiting for them after this long.
 		cmd.WaitDelay = max(cfg.Grace, time.Second)
 		r := &rank{id: i, cmd: cmd}
-		if cfg.TagOutput {
-			o := newPrefixWriter(outW, fmt.Sprintf("[%d] ", i))
-			e := newPrefixWriter(errW, fmt.Sprintf("[%d] ", i))
+		if cfg.TagOutput || cfg.StatusLine {
+			prefix := ""
+			if cfg.TagOutput {
+				prefix = fmt.Sprintf("[%d] ", i)
+			}
+			o := newPrefixWriter(outW, prefix)
+			e := newPrefixWriter(errW, prefix)
+			if cfg.StatusLine {
+				e.status = func(text string) { errW.setStatus(i, text) }
+			}
 			cmd.Stdout, cmd.Stderr = o, e
 			r.flush = []*prefixWriter{o, e}
 		} else {
@@ -328,6 +347,7 @@ func jobEnv(env []string) (base []string, token string) {
 		drop[v] = true
 	}
 	drop[tokenVar] = true
+	drop[term.StatusLinesVar] = true // set again only if this vcclrun shows status lines
 	for _, kv := range env {
 		k, v, _ := strings.Cut(kv, "=")
 		if k == tokenVar {

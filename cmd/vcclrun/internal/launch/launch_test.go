@@ -17,6 +17,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
+	"github.com/vccl-go/vccl/internal/term"
 )
 
 // The test binary doubles as the rank program: run with helperVar set, it
@@ -49,6 +50,17 @@ func helper(mode string) int {
 		os.Stdout.WriteString("half\nsecond line\n")
 		os.Stderr.WriteString("to stderr\n")
 		os.Stdout.WriteString("no newline at exit")
+		return 0
+	case "progress":
+		// What vccl-bench does: a bar on stderr, redrawn after carriage
+		// returns and erased before it ends, and the table on stdout.
+		fmt.Printf("status lines %q\n", os.Getenv(term.StatusLinesVar))
+		for i := range 3 {
+			fmt.Fprintf(os.Stderr, "\r\x1b[Kbar %d", i)
+		}
+		fmt.Fprint(os.Stderr, "\r\x1b[K")
+		fmt.Println("table")
+		fmt.Fprint(os.Stderr, "\r\x1b[Kleft behind")
 		return 0
 	case "fail":
 		if rank == "1" {
@@ -272,6 +284,36 @@ func TestOutputTagged(t *testing.T) {
 	}
 	if got := stdout.String(); got != "first half\nsecond line\nno newline at exit" {
 		t.Errorf("untagged output = %q", got)
+	}
+}
+
+// On a terminal, vcclrun tells the ranks it shows status lines and shows
+// a rank's bar without making it output; elsewhere the ranks are told
+// nothing (even when vcclrun itself inherited the variable).
+func TestStatusLine(t *testing.T) {
+	ctx := testCtx(t)
+	for _, on := range []bool{false, true} {
+		cfg, stdout, stderr := job(t, 1, "progress", term.StatusLinesVar+"=1")
+		cfg.StatusLine = on
+		if err, _ := runJob(t, ctx, cfg); err != nil {
+			t.Fatal(err)
+		}
+		if want := map[bool]string{false: `[0] status lines ""`, true: `[0] status lines "1"`}[on]; !strings.Contains(stdout.String(), want) {
+			t.Errorf("status line %v: stdout lacks %s:\n%q", on, want, stdout)
+		}
+		if strings.Contains(stdout.String(), "bar") {
+			t.Errorf("the bar reached stdout: %q", stdout)
+		}
+		if !on {
+			continue
+		}
+		// The bar was drawn (a pipe read may hold several of its
+		// states: the last one shows), and the one left behind by the
+		// exiting rank was erased, not printed.
+		got := stderr.String()
+		if !strings.Contains(got, "[0] left behind") || strings.Contains(got, "\n") || !strings.HasSuffix(got, "\r\x1b[K") {
+			t.Errorf("stderr with a status line: %q", got)
+		}
 	}
 }
 

@@ -8,6 +8,8 @@ import (
 	"io"
 	"os"
 	"time"
+
+	"github.com/vccl-go/vccl/internal/term"
 )
 
 const usage = `usage: vcclrun -n N [flags] [--] PROG [ARGS...]
@@ -85,6 +87,9 @@ func Main(ctx context.Context, args []string, stdout, stderr io.Writer, signals 
 		return 2
 	}
 	cfg.Stdout, cfg.Stderr, cfg.Signals = stdout, stderr, signals
+	if f, ok := stderr.(*os.File); ok && term.IsTerminal(f) {
+		cfg.StatusLine = true
+	}
 	err = Run(ctx, cfg)
 	if err == nil {
 		return 0

@@ -26,6 +26,50 @@ func TestPrefixWriter(t *testing.T) {
 	}
 }
 
+// A rank's status line (a progress bar redrawn after carriage returns) is
+// shown on the bottom line, erased before every line of output and drawn
+// again after it, and never becomes output itself unless a newline ends it.
+func TestStatusLineStaysBelowOutput(t *testing.T) {
+	var b bytes.Buffer
+	var mu sync.Mutex
+	outW, errW := newLockedWriter(&mu, &b), newLockedWriter(&mu, &b)
+	st := newStatusLine(&b, 2)
+	outW.st, errW.st = st, st
+	out := newPrefixWriter(outW, "[0] ")
+	bar := newPrefixWriter(errW, "[0] ")
+	bar.status = func(text string) { errW.setStatus(0, text) }
+	bar1 := newPrefixWriter(errW, "[1] ")
+	bar1.status = func(text string) { errW.setStatus(1, text) }
+	const erase = "\r\x1b[K"
+	steps := []struct {
+		w    *prefixWriter
+		in   string
+		want string // what reaches the terminal
+	}{
+		{bar, erase + "bar 10%", "[0] bar 10%"},
+		{bar, erase + "bar 50%", erase + "[0] bar 50%"},
+		{bar1, erase + "b1", erase + "[0] bar 50%  [1] b1"},
+		{out, "a table line\n", erase + "[0] a table line\n[0] bar 50%  [1] b1"},
+		{bar1, erase, erase + "[0] bar 50%"},
+		{bar, erase, erase},
+		{out, "last\n", "[0] last\n"},
+		{bar, erase + "bar 90%\nerror: x\n", "[0] bar 90%\n[0] error: x\n"},
+		{bar, erase + "bar 99%", "[0] bar 99%"},
+	}
+	for i, s := range steps {
+		b.Reset()
+		s.w.Write([]byte(s.in))
+		if b.String() != s.want {
+			t.Fatalf("step %d: writing %q showed %q, want %q", i, s.in, b.String(), s.want)
+		}
+	}
+	b.Reset()
+	bar.Flush() // the rank ended with its bar up
+	if b.String() != erase {
+		t.Fatalf("flush showed %q, want the bar erased", b.String())
+	}
+}
+
 func TestPrefixWriterLongLine(t *testing.T) {
 	var b bytes.Buffer
 	w := newPrefixWriter(newLockedWriter(nil, &b), "> ")
