@@ -566,9 +566,10 @@ func (e *engine) step() bool {
 	progress := false
 	// The posts of a step share one clock read (flowtel.Recorder.BeginPass):
 	// the time admit read, or one taken at the first post. Completions are
-	// stamped by the transports when they see them, outside the pass.
-	e.rec.BeginPass(e.passTs)
-	e.passTs = 0
+	// stamped by the transports when they see them, outside the pass. The
+	// pass opens at the first start: most steps of a spinning driver start
+	// nothing.
+	inPass := false
 	for ti, t := range e.active {
 		if t.err != nil {
 			continue
@@ -588,12 +589,19 @@ func (e *engine) step() bool {
 				continue
 			}
 			progress = true
+			if !inPass {
+				e.rec.BeginPass(e.passTs)
+				inPass = true
+			}
 			t.ready = t.m.start(i, t.ready)
 			e.startPrim(t, i)
 		}
 		t.ready = t.ready[:0]
 	}
-	e.rec.EndPass()
+	if inPass {
+		e.rec.EndPass()
+	}
+	e.passTs = 0
 	for peer, qp := range e.qps {
 		if qp == nil {
 			continue
