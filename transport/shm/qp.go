@@ -69,10 +69,9 @@ type sendOp struct {
 // receive turns out smaller (the receiver fails its end alike), so both
 // ends agree as they do for a send that waited.
 type eagerSend struct {
-	wr     transport.WR
-	telID  uint64
-	idx    uint64
-	waited bool // recorded credit_wait: owes a credit_grant
+	wr    transport.WR
+	telID uint64
+	idx   uint64
 }
 
 type recvOp struct {
@@ -191,10 +190,11 @@ func (q *QP) PostSend(wr transport.WR) error {
 	id := q.core.Posted(transport.OpSend, &wr)
 	s := sendOp{wr: wr, telID: id, idx: q.nsend}
 	q.nsend++
-	if q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
+	if len(wr.Buf) > eagerMax && q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
 		// The receive this send needs is not posted yet. A send of at
-		// most eagerMax bytes goes anyway, but completes only with its
-		// credit: it waits for it too, as the TCP backend's do.
+		// most eagerMax bytes moves without it, so it waits for no
+		// credit (and looks at none here: the peer's words are a cache
+		// miss each, and this one would come before the data).
 		s.waited = true
 		q.core.CreditWait(id, &wr)
 	}
@@ -249,7 +249,7 @@ func (q *QP) PostRecv(wr transport.WR) error {
 // holds q.live shared.
 func (q *QP) afterPost() {
 	if q.mu.TryLock() {
-		q.pass(postBudget)
+		q.pass(postBudget, false)
 		pending := q.pending()
 		starved := q.starved
 		q.mu.Unlock()
@@ -300,7 +300,7 @@ func (q *QP) Poll(dst []transport.WC) int {
 	q.live.RLock()
 	yield := false
 	if !q.unmapped && q.mu.TryLock() {
-		if q.pass(passBudget) {
+		if q.pass(passBudget, true) {
 			q.busy()
 		} else {
 			yield = q.idle()
@@ -394,11 +394,13 @@ func (q *QP) complete(wr *transport.WR, telID uint64, op transport.Opcode, st fl
 	q.core.Complete(transport.WC{ID: wr.ID, Op: op, Status: st, Bytes: n, Err: err}, telID, wr.Tag)
 }
 
-// pass is one round of progress: take new WRs, consume what arrived,
-// announce receives, publish sends, copying at most budget bytes each way.
-// The caller holds q.mu with the mapping live. It reports whether anything
-// moved.
-func (q *QP) pass(budget int) bool {
+// pass is one round of progress: take new WRs, publish sends, announce
+// receives, and, if consume, take what arrived and complete the eager
+// sends whose credits came, copying at most budget bytes each way. A post
+// passes without consuming: a small send goes out before its poster's
+// receive looks at the ring. The caller holds q.mu with the mapping live.
+// It reports whether anything moved.
+func (q *QP) pass(budget int, consume bool) bool {
 	q.starved = false
 	if q.closed.Load() {
 		return false
@@ -411,19 +413,31 @@ func (q *QP) pass(budget int) bool {
 	if g := q.gone.Load(); g != nil {
 		return q.failAll(g) || moved
 	}
-	if q.recvs.len() > 0 || q.owed() {
-		b := budget
-		moved = q.recvPass(&b) || moved
-		if g := q.gone.Load(); g != nil {
-			return q.failAll(g) || moved
-		}
-		moved = q.publishCredits() || moved
-		q.starved = b <= 0
-	}
-	if q.sends.len()+q.eager.len() > 0 {
+	// Sends first, then credits: what the peer waits for leaves before
+	// this side looks at what the peer wrote (each look at a word the
+	// peer wrote since is a cache miss, a few hundred ns here).
+	if q.sends.len() > 0 {
 		b := budget
 		moved = q.sendPass(&b) || moved
-		q.starved = q.starved || b <= 0
+		q.starved = b <= 0
+	}
+	if q.owed() {
+		moved = q.publishCredits() || moved
+	}
+	if q.recvs.len() > 0 {
+		if !consume {
+			q.starved = true // left for the owner's next Poll, or the background goroutine
+		} else {
+			b := budget
+			moved = q.recvPass(&b) || moved
+			if g := q.gone.Load(); g != nil {
+				return q.failAll(g) || moved
+			}
+			q.starved = q.starved || b <= 0
+		}
+	}
+	if consume && q.eager.len() > 0 {
+		moved = q.settleEager() || moved
 	}
 	if q.notify {
 		q.notify = false
@@ -621,9 +635,6 @@ func (q *QP) settleEager() bool {
 		if !q.credited(e.idx) {
 			break
 		}
-		if e.waited {
-			q.core.Granted(e.telID, e.wr.Tag, len(e.wr.Buf))
-		}
 		if limit := q.takeCredit(e.idx); len(e.wr.Buf) > limit {
 			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusError, 0, transport.TooLargeError(len(e.wr.Buf), limit))
 		} else {
@@ -668,19 +679,24 @@ func (q *QP) sendPass(budget *int) bool {
 	out := &q.seg.out
 	rb := out.ring
 	R := len(rb)
-	moved := q.settleEager()
+	moved := false
 	for q.sends.len() > 0 && *budget > 0 {
 		s := q.sends.front()
 		if !s.started {
-			if !q.credited(s.idx) {
-				if len(s.wr.Buf) > eagerMax || !q.sendEager(s) {
+			if len(s.wr.Buf) <= eagerMax {
+				if !q.sendEager(s) {
 					break
 				}
 				*budget -= len(s.wr.Buf)
-				q.eager.push(eagerSend{wr: s.wr, telID: s.telID, idx: s.idx, waited: s.waited})
+				q.eager.push(eagerSend{wr: s.wr, telID: s.telID, idx: s.idx})
 				q.sends.pop()
 				moved = true
 				continue
+			}
+			// Credits are taken in order: the eager sends' first.
+			moved = q.settleEager() || moved
+			if q.eager.len() > 0 || !q.credited(s.idx) {
+				break
 			}
 			s.started = true
 			s.limit = q.takeCredit(s.idx)
@@ -845,7 +861,7 @@ func (q *QP) run() {
 			continue
 		}
 		n0 := q.ncomp
-		moved := q.pass(passBudget)
+		moved := q.pass(passBudget, true)
 		pending := q.pending()
 		completed := q.ncomp != n0
 		q.mu.Unlock()

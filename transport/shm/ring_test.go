@@ -31,11 +31,12 @@ func TestCorruptRing(t *testing.T) {
 		{"overrun", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 8, 4); return 64 }, false},
 		{"short-end", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 4, 8); return 64 }, false},
 		{"pad-past-tail", func(ring []byte) uint64 { putRec(ring, 0, fPad, 0, 0); return 64 }, false},
-		{"no-credit", func(ring []byte) uint64 {
-			putRec(ring, 0, fFirst|fLast, 4, 4)
-			putRec(ring, 64, fFirst|fLast, 4, 4) // sent before its receive was announced
-			return 128
-		}, true},
+		{"eager-too-long", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast|fEager, 4, 8); return 64 }, false},
+		{"eager-split", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fEager, 4, 4); return 64 }, false},
+		{"eager-over-limit", func(ring []byte) uint64 {
+			putRec(ring, 0, fFirst|fLast|fEager, eagerMax+16, eagerMax+16)
+			return uint64(recSize(eagerMax + 16))
+		}, false},
 	}
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
@@ -64,6 +65,38 @@ func TestCorruptRing(t *testing.T) {
 				t.Fatalf("sender's receive: %v, want ErrPeerDead", wc.Err)
 			}
 		})
+	}
+}
+
+// TestCorruptRingNoCredit: a message that is not eager and starts before
+// its receive was announced breaks the protocol. A receiver announces a
+// receive before it reads the ring, so the only such message is one beyond
+// the credit slots, whose reuse waits for the sender's read word: here the
+// sender "sends" one message per slot and one more without ever reading a
+// credit.
+func TestCorruptRingNoCredit(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(*QP), p.B.(*QP)
+	n := defaultSlots + 1
+	for i := range n {
+		if err := b.PostRecv(transport.WR{ID: uint64(i), Buf: make([]byte, 16)}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	a.live.RLock()
+	for i := range n {
+		putRec(a.seg.out.ring, i*recAlign, fFirst|fLast, 4, 4)
+	}
+	a.seg.out.tail.Store(uint64(n * recAlign))
+	a.live.RUnlock()
+	wcs := transporttest.WaitN(t, b, p.NotB, n)
+	for i, wc := range wcs[:n-1] {
+		if wc.Status != flowtel.StatusOK {
+			t.Fatalf("receive %d of %d, announced: %v", i, n, wc.Err)
+		}
+	}
+	if wc := wcs[n-1]; !errors.Is(wc.Err, transport.ErrPeerDead) || !strings.Contains(wc.Err.Error(), "credits") {
+		t.Fatalf("the receive beyond the slots completed %v: %v, want a protocol error", wc.Status, wc.Err)
 	}
 }
 

@@ -312,18 +312,22 @@ func drain(r *flowtel.Ring) []flowtel.Record {
 	return out[:r.Drain(out)]
 }
 
+// testCreditTelemetry's sends are larger than the backends' eager limits
+// (tcp 64 KiB, shm 16 KiB): a send that small moves before its receive is
+// posted, and a backend may record no credit_wait for it.
 func testCreditTelemetry(t *testing.T, f Factory) {
 	p := Connect(t, f)
 	drain(p.RingA)
+	const big = 128 << 10
 	tag := transport.Tag{CollSeq: 42, Step: 3, Op: 1, Algo: 2, Dtype: 3}
-	if err := p.A.PostSend(transport.WR{ID: 1, Buf: make([]byte, 100), Tag: tag}); err != nil {
+	if err := p.A.PostSend(transport.WR{ID: 1, Buf: make([]byte, big+100), Tag: tag}); err != nil {
 		t.Fatal(err)
 	}
-	if err := p.A.PostSend(transport.WR{ID: 2, Buf: make([]byte, 200), Tag: tag}); err != nil {
+	if err := p.A.PostSend(transport.WR{ID: 2, Buf: make([]byte, big+200), Tag: tag}); err != nil {
 		t.Fatal(err)
 	}
 	for i := range 2 {
-		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: make([]byte, 256)})
+		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: make([]byte, big+256)})
 	}
 	WaitN(t, p.A, p.NotA, 2)
 	recs := drain(p.RingA)
