@@ -11,9 +11,7 @@ import (
 // kill severs q's connection as a crashed process would: the socket is reset
 // (SO_LINGER 0) and closed underneath the QP, without the QP's own Close.
 func kill(q transport.QP) {
-	c := q.(*QP).conn
-	c.SetLinger(0)
-	c.Close()
+	q.(*QP).sock.close(true)
 }
 
 func TestConformance(t *testing.T) {

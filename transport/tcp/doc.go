@@ -14,9 +14,18 @@
 // took along; the reader reads, and wakes the owner through its Notifier,
 // while nobody polls. An owner that polls without pause says so with
 // SetSpinning (the collective engine does, while it spins): the reader
-// goroutine then stays off Go's network poller, so an arriving message wakes
-// no thread, and goes back on it when spinning stops; and PostRecv leaves
-// its credit to the next PostSend or Poll instead of waking the writer.
+// goroutine then parks until spinning stops, so an arriving message wakes no
+// thread; and PostRecv leaves its credit to the next PostSend or Poll
+// instead of waking the writer.
+//
+// The socket is not on Go's network poller: the QP dups the connection's
+// descriptor and closes the net.TCPConn, and its goroutines block in
+// poll(2) on the socket and on a pipe that the QP's stop makes readable.
+// Go's poller would wake its epoll_wait thread for every arriving message
+// whether or not a goroutine waits for it, and with any other socket waited
+// on in the process (collective's bootstrap connections) that thread is
+// always there to wake: two thread wake-ups per message per process, each
+// taking a core from a spinning rank on a 2-core host.
 //
 // Flow control is credit based. Posting a receive sends the peer a credit
 // frame carrying the receive buffer's size; the k-th send is matched with the

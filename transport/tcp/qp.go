@@ -10,6 +10,8 @@ import (
 	"syscall"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 )
@@ -65,8 +67,7 @@ type eagerSend struct {
 // whoever polls (or by the reader goroutine while nobody does).
 type QP struct {
 	core          *transport.Core
-	conn          *net.TCPConn
-	rc            syscall.RawConn
+	sock          *sockFD
 	local, remote string
 	closed        atomic.Bool   // Close was called: posts are refused
 	spinning      atomic.Bool   // the owner polls without pause (SetSpinning)
@@ -98,8 +99,8 @@ type QP struct {
 	w       writerState // owned by whoever set wbusy
 	rmu     sync.Mutex  // owns the read side: the reader goroutine or a Poll
 	r       readerState // under rmu
-	writeFn func(fd uintptr)
-	pollFn  func(fd uintptr)
+	writeFn func(fd int)
+	pollFn  func(fd int)
 	// Owner only: credits were queued and not written, for the next
 	// PostSend or Poll to carry.
 	grantsHeld bool
@@ -112,7 +113,6 @@ type writerState struct {
 	iovBuf   [][]byte // backing array of iov
 	iov      [][]byte // the batch's bytes not yet written
 	vec      []syscall.Iovec
-	bufs     net.Buffers
 	jobs     []sendJob // the batch's credited sends
 	neager   int       // the batch's eager sends (the unwritten head of QP.eager)
 	dataSeq  uint32
@@ -151,17 +151,18 @@ type readerState struct {
 	err       error  // pollFn's result
 }
 
+// newQP makes the QP of conn, which it takes over (and closes: see sockFD).
 func newQP(conn *net.TCPConn, cfg transport.Config) (*QP, error) {
-	rc, err := conn.SyscallConn()
+	local, remote := conn.LocalAddr().String(), conn.RemoteAddr().String()
+	sock, err := detach(conn)
 	if err != nil {
-		return nil, fmt.Errorf("tcp: raw connection of %s: %w", conn.LocalAddr(), err)
+		return nil, err
 	}
 	q := &QP{
 		core:   transport.NewCore(Name, cfg),
-		conn:   conn,
-		rc:     rc,
-		local:  conn.LocalAddr().String(),
-		remote: conn.RemoteAddr().String(),
+		sock:   sock,
+		local:  local,
+		remote: remote,
 		wake:   make(chan struct{}, 1),
 		arm:    make(chan struct{}, 1),
 		dead:   make(chan struct{}),
@@ -169,10 +170,10 @@ func newQP(conn *net.TCPConn, cfg transport.Config) (*QP, error) {
 	q.w.iovBuf = make([][]byte, 0, 2*maxBatchFrames)
 	q.w.vec = make([]syscall.Iovec, 0, 2*maxBatchFrames)
 	q.w.jobs = make([]sendJob, 0, maxBatchFrames)
-	q.writeFn = func(fd uintptr) { q.w.n, q.w.err = writevNB(int(fd), q.w.iov, q.w.vec) }
-	q.pollFn = func(fd uintptr) {
-		if readable(int(fd)) {
-			q.r.err = q.readAvail(int(fd), pollBudget)
+	q.writeFn = func(fd int) { q.w.n, q.w.err = writevNB(fd, q.w.iov, q.w.vec) }
+	q.pollFn = func(fd int) {
+		if readable(fd) {
+			q.r.err = q.readAvail(fd, pollBudget)
 		}
 	}
 	q.wg.Add(2)
@@ -197,7 +198,7 @@ func (q *QP) Poll(dst []transport.WC) int {
 		var err error
 		if !q.r.done {
 			q.r.err = nil
-			if q.rc.Control(q.pollFn) == nil && q.r.err != nil {
+			if q.sock.do(q.pollFn) == nil && q.r.err != nil {
 				err = q.r.err
 				q.r.done = true
 			}
@@ -332,6 +333,7 @@ func (q *QP) Close() error {
 	q.flushGrants()
 	q.stop(fmt.Errorf("%w: tcp QP %s -> %s", transport.ErrClosed, q.local, q.remote), flowtel.StatusFlushed)
 	q.wg.Wait()
+	q.sock.release()
 	return nil
 }
 
@@ -372,7 +374,7 @@ func (q *QP) stop(err error, st flowtel.Status) {
 	}
 	q.deadOnce.Do(func() {
 		close(q.dead)
-		q.conn.Close()
+		q.sock.shutdown()
 	})
 }
 
@@ -532,12 +534,35 @@ func (q *QP) writeNow() bool {
 	w := &q.w
 	for len(w.iov) > 0 {
 		w.n, w.err = 0, nil
-		if err := q.rc.Control(q.writeFn); err != nil || w.err != nil {
+		if err := q.sock.do(q.writeFn); err != nil || w.err != nil {
 			return false
 		}
 		w.advance(w.n)
 	}
 	return true
+}
+
+// writeAll writes the batch, waiting for room in the socket as needed.
+// Writer goroutine.
+func (q *QP) writeAll() error {
+	w := &q.w
+	for len(w.iov) > 0 {
+		w.n, w.err = 0, nil
+		if err := q.sock.do(q.writeFn); err != nil {
+			return err
+		}
+		switch {
+		case w.err == syscall.EAGAIN:
+			if !q.sock.wait(unix.POLLOUT) {
+				return net.ErrClosed
+			}
+		case w.err != nil:
+			return w.err
+		default:
+			w.advance(w.n)
+		}
+	}
+	return nil
 }
 
 // advance drops the first n written bytes of the batch.
@@ -582,8 +607,7 @@ func (q *QP) writeLoop() {
 			continue
 		}
 		q.mu.Unlock()
-		w.bufs = w.iov
-		_, err := w.bufs.WriteTo(q.conn)
+		err := q.writeAll()
 		w.iov = w.iov[:0]
 		if err != nil {
 			q.stop(q.peerDead(err), flowtel.StatusError)
@@ -605,7 +629,6 @@ func (q *QP) writeLoop() {
 	w.jobs = w.jobs[:0]
 	w.neager = 0
 	clear(w.iovBuf[:cap(w.iovBuf)])
-	w.bufs = nil
 	for q.eager.len() > 0 {
 		e := q.eager.pop()
 		q.core.Complete(transport.WC{ID: e.s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, e.s.telID, e.s.wr.Tag)
@@ -643,18 +666,10 @@ func (q *QP) SetSpinning(on bool) {
 func (q *QP) readLoop() {
 	defer q.wg.Done()
 	var rerr error
-	read := func(fd uintptr) bool {
-		q.rmu.Lock()
-		defer q.rmu.Unlock()
-		if q.r.done {
-			return true
-		}
-		if rerr = q.readAvail(int(fd), 0); rerr != nil {
+	read := func(fd int) {
+		if rerr = q.readAvail(fd, 0); rerr != nil {
 			q.r.done = true
-			return true
 		}
-		// Wait until the socket is readable, unless the owner now spins.
-		return q.spinning.Load()
 	}
 	var err error
 	for rerr == nil && err == nil {
@@ -666,8 +681,10 @@ func (q *QP) readLoop() {
 			}
 			continue
 		}
-		err = q.rc.Read(read)
 		q.rmu.Lock()
+		if !q.r.done {
+			err = q.sock.do(read)
+		}
 		if q.r.done && rerr == nil {
 			// A Poll found the failure; it stops the QP after releasing
 			// rmu, so this goroutine may get there first: stop with the
@@ -678,6 +695,10 @@ func (q *QP) readLoop() {
 			}
 		}
 		q.rmu.Unlock()
+		// Wait until the socket is readable, unless the owner now spins.
+		if err == nil && rerr == nil && !q.spinning.Load() && !q.sock.wait(unix.POLLIN) {
+			err = net.ErrClosed
+		}
 	}
 	if rerr == nil {
 		rerr = q.peerDead(err)
