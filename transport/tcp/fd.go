@@ -52,7 +52,7 @@ func detach(conn *net.TCPConn) (*sockFD, error) {
 		return nil, fmt.Errorf("tcp: dup of %s: %w", conn.LocalAddr(), derr)
 	}
 	var p [2]int
-	if err := unix.Pipe2(p[:], unix.O_CLOEXEC|unix.O_NONBLOCK); err != nil {
+	if err := pipe(p[:]); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("tcp: pipe for %s: %w", conn.LocalAddr(), err)
 	}
@@ -146,4 +146,24 @@ func (s *sockFD) release() {
 		unix.Close(s.wakeW)
 	}
 	s.mu.Unlock()
+}
+
+// pipe makes a non-blocking, close-on-exec pipe (Pipe2 is not everywhere).
+func pipe(p []int) error {
+	syscall.ForkLock.RLock()
+	err := unix.Pipe(p)
+	if err == nil {
+		unix.CloseOnExec(p[0])
+		unix.CloseOnExec(p[1])
+	}
+	syscall.ForkLock.RUnlock()
+	if err != nil {
+		return err
+	}
+	if err := unix.SetNonblock(p[0], true); err != nil {
+		unix.Close(p[0])
+		unix.Close(p[1])
+		return err
+	}
+	return unix.SetNonblock(p[1], true)
 }
