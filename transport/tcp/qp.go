@@ -5,6 +5,7 @@ import (
 	"fmt"
 	"io"
 	"net"
+	"runtime"
 	"sync"
 	"sync/atomic"
 	"syscall"
@@ -695,8 +696,16 @@ func (q *QP) readLoop() {
 			}
 		}
 		q.rmu.Unlock()
+		if err != nil || rerr != nil || q.spinning.Load() {
+			continue
+		}
+		// The owner this read woke (through the Notifier) waits on this
+		// processor: let it run first. A goroutine blocked in a system call
+		// keeps its processor until the runtime's monitor takes it back,
+		// tens of microseconds later.
+		runtime.Gosched()
 		// Wait until the socket is readable, unless the owner now spins.
-		if err == nil && rerr == nil && !q.spinning.Load() && !q.sock.wait(unix.POLLIN) {
+		if !q.spinning.Load() && !q.sock.wait(unix.POLLIN) {
 			err = net.ErrClosed
 		}
 	}
