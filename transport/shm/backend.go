@@ -103,6 +103,7 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 	}
 	initSegment(mem, g, os.Getpid())
 	seg := view(mem, g, 0)
+	publishProbe(seg.me)
 	seg.me.state.Store(stateAttached)
 	msg := make([]byte, setupLen)
 	copy(msg, setupMagic)
@@ -197,6 +198,7 @@ func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config)
 		return nil, fmt.Errorf("shm: accepting %q on %s: %w", key, l.addr, err)
 	}
 	seg.setPid(1, os.Getpid())
+	publishProbe(seg.me)
 	seg.me.state.Store(stateAttached)
 	pid := peerPID(conn)
 	return newQP(seg, 1, conn, cfg, l.addr, fmt.Sprintf("pid:%d", pid), pid), nil

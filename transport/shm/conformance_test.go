@@ -21,9 +21,20 @@ func TestConformance(t *testing.T) {
 	transporttest.Run(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
 }
 
+// TestConformanceCMA runs the suite with every message of cmaMin bytes or
+// more by single copy, whatever the copy rate into the ring.
+func TestConformanceCMA(t *testing.T) {
+	cmaAlways.Store(true)
+	defer cmaAlways.Store(false)
+	transporttest.Run(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+}
+
 // TestConformanceSmallRing runs the suite through the smallest ring, where
-// every large message wraps, pads and splits its records many times over.
+// every large message wraps, pads and splits its records many times over
+// (no single copy, which would take the large messages past the ring).
 func TestConformanceSmallRing(t *testing.T) {
+	defer func(old int) { cmaMin = old }(cmaMin)
+	cmaMin = 0
 	transporttest.Run(t, transporttest.Factory{Backend: Backend{RingSize: 64 << 10}, Kill: crash, Large: 1<<20 + 4097})
 }
 

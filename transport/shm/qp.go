@@ -3,6 +3,7 @@
 package shm
 
 import (
+	"encoding/binary"
 	"fmt"
 	"math"
 	"net"
@@ -10,6 +11,7 @@ import (
 	"sync"
 	"sync/atomic"
 	"time"
+	"unsafe"
 
 	"golang.org/x/sys/unix"
 
@@ -62,6 +64,8 @@ type sendOp struct {
 	limit   int    // size of the matched receive, once started
 	waited  bool   // recorded credit_wait: owes a credit_grant
 	started bool
+	cmaOK   bool // the receive takes single copy
+	cma     bool // published by address: waits for the receiver's read
 }
 
 // eagerSend is a send of at most eagerMax bytes published ahead of its
@@ -80,6 +84,7 @@ type recvOp struct {
 	msgLen  int
 	off     int
 	started bool
+	cma     bool // offered single copy in its credit
 }
 
 type goneReason struct {
@@ -127,19 +132,30 @@ type QP struct {
 	sends     fifo[sendOp]
 	eager     fifo[eagerSend] // published ahead of their credits, in credit order
 	recvs     fifo[recvOp]
-	otail     uint64    // out ring: bytes published
-	ohead     uint64    // out ring: last head seen
-	ocredits  uint64    // last posted count seen
-	pread     uint64    // last read count seen from the peer (the credits it has taken)
-	ihead     uint64    // in ring: bytes consumed
-	ipub      uint64    // in ring: head last published
-	itail     uint64    // in ring: last tail seen
-	firstSeen uint64    // messages whose first record arrived
-	credPub   uint64    // receives announced to the peer
-	unann     fifo[int] // sizes of the receives not yet announced, in order
-	notify    bool      // something was published: wake the peer if it sleeps
-	starved   bool      // the last pass stopped on its budget, not on the peer
-	ncomp     uint64    // completions queued (Close's flush too, under mu)
+	otail     uint64       // out ring: bytes published
+	ohead     uint64       // out ring: last head seen
+	ocredits  uint64       // last posted count seen
+	pread     uint64       // last read count seen from the peer (the credits it has taken)
+	ihead     uint64       // in ring: bytes consumed
+	ipub      uint64       // in ring: head last published
+	itail     uint64       // in ring: last tail seen
+	firstSeen uint64       // messages whose first record arrived
+	credPub   uint64       // receives announced to the peer
+	unann     fifo[uint64] // credit words (size, creditCMA) of the receives not yet announced, in order
+	notify    bool         // something was published: wake the peer if it sleeps
+	starved   bool         // the last pass stopped on its budget, not on the peer
+	ncomp     uint64       // completions queued (Close's flush too, under mu)
+
+	// Single copy (cma_linux.go), guarded by mu.
+	cma       *cmaPeer // nil: cannot read the peer
+	probed    bool     // the probe ran (cma is nil if it failed)
+	cmaOff    bool     // sender: a read failed, keep to the ring
+	cmaSent   uint64   // sender: single-copy records published
+	cmaFails  uint64   // sender: failures acknowledged
+	cmaIn     uint64   // receiver: single-copy records finished
+	cmaInFail uint64   // receiver: of those, failed
+	copyRate  float64  // sender: its recent copies into the ring, bytes per ns (moving average; 0: none yet)
+	cmaSkip   int      // sender: single-copy sends since the last one sent through the ring to measure it
 
 	gone atomic.Pointer[goneReason]
 
@@ -157,6 +173,7 @@ func newQP(seg *segment, side int, conn *net.UnixConn, cfg transport.Config, loc
 		local: local, remote: remote, peerPid: peerPid,
 		rmask: uint64(seg.geo.ring - 1), slots: uint64(seg.geo.slots),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
+		cma: openCMAPeer(peerPid),
 	}
 	q.wg.Add(2)
 	go q.run()
@@ -463,9 +480,18 @@ func (q *QP) drainPosts() {
 	for i := range ps {
 		q.sends.push(ps[i])
 	}
+	if len(pr) > 0 && !q.probed {
+		q.probe()
+	}
 	for i := range pr {
+		w := uint64(len(pr[i].wr.Buf))
+		// A reducing receive combines as it copies: it keeps to the ring.
+		if q.probed && q.cma != nil && pr[i].wr.Reduce == nil {
+			w |= creditCMA
+			pr[i].cma = true
+		}
 		q.recvs.push(pr[i])
-		q.unann.push(len(pr[i].wr.Buf))
+		q.unann.push(w)
 	}
 	clear(ps)
 	clear(pr)
@@ -513,6 +539,20 @@ func (q *QP) recvPass(budget *int) bool {
 			if eager && (flags != fFirst|fLast|fEager || msgLen != uint64(n) || n > eagerMax) {
 				q.protocolError("eager record %#x of %d bytes for a message of %d", flags, n, msgLen)
 				return true
+			}
+			if flags&fCMA != 0 {
+				if flags != fFirst|fLast|fCMA || n != 8 || !r.cma || msgLen > uint64(len(r.wr.Buf)) {
+					q.protocolError("single-copy record %#x of %d bytes for a message of %d into a receive of %d (offered: %v)", flags, n, msgLen, len(r.wr.Buf), r.cma)
+					return true
+				}
+				addr := binary.LittleEndian.Uint64(rb[pos+recHdr:])
+				q.ihead += uint64(size)
+				moved = true
+				if !q.readCMA(r, int(msgLen), addr) {
+					return true
+				}
+				*budget -= int(msgLen)
+				continue
 			}
 			r.started = true
 			r.msgLen = int(msgLen)
@@ -579,6 +619,61 @@ func (q *QP) recvPass(budget *int) bool {
 	return moved
 }
 
+// readCMA copies a single-copy message from the sender's memory into r and
+// acknowledges it; a failed read is acknowledged as such and the message
+// comes again through the ring. It reports false if the peer turned out to
+// be gone.
+func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
+	in := &q.seg.in
+	err := errNoCMA
+	if q.cma != nil {
+		err = q.cma.read(r.wr.Buf[:msgLen], addr)
+	}
+	// The sender flushes its send only after announcing its close, so a
+	// read that sees no close read a buffer the sender still held.
+	if err == errPeerExited || q.seg.peer.state.Load() == stateClosed {
+		q.markGone(fmt.Errorf("%w: shm peer (pid %d) left during a single-copy read", transport.ErrPeerDead, q.peerPid))
+		return false
+	}
+	if err != nil {
+		// Stored before the done count, which the sender reads first.
+		q.cmaInFail++
+		in.cmaFail.Store(q.cmaInFail)
+		q.cma.close()
+		q.cma = nil // later receives keep to the ring
+	} else {
+		r.started, r.msgLen, r.off = true, msgLen, msgLen
+		q.firstSeen++
+		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, msgLen, nil)
+		q.recvs.pop()
+	}
+	q.cmaIn++
+	in.cmaDone.Store(q.cmaIn)
+	q.ipub = q.ihead
+	in.head.Store(q.ihead)
+	q.notify = true
+	return true
+}
+
+// probe finds out, once the peer has published its probe word, whether this
+// side can read the peer's memory; its receives offer single copy if so.
+func (q *QP) probe() {
+	if q.cma == nil {
+		q.probed = true
+		return
+	}
+	if q.seg.peer.probe.Load() == 0 {
+		return // the acceptor has not attached yet
+	}
+	q.probed = true
+	// Read only the process the socket's credentials name, and only if
+	// the segment names the same one.
+	if q.seg.pid(1-q.side) != q.peerPid || !q.cma.probe(q.seg.peer) {
+		q.cma.close()
+		q.cma = nil
+	}
+}
+
 // publishCredits announces posted receives to the peer: their sizes in the
 // slot array, then their count. Slot i%slots is reused only once the peer
 // says (its read word) that it has read credit i: an eager message may
@@ -601,7 +696,7 @@ func (q *QP) publishCredits() bool {
 		return false
 	}
 	for ; q.credPub < lim; q.credPub++ {
-		in.sizes[q.credPub&(q.slots-1)].Store(uint64(*q.unann.front()))
+		in.sizes[q.credPub&(q.slots-1)].Store(*q.unann.front())
 		q.unann.pop()
 	}
 	in.posted.Store(q.credPub)
@@ -618,13 +713,14 @@ func (q *QP) credited(idx uint64) bool {
 }
 
 // takeCredit reads the size of receive idx, which the peer has announced,
-// and says so (the read word) so that the peer may reuse its slot.
-func (q *QP) takeCredit(idx uint64) int {
+// and whether it takes single copy, and says so (the read word) so that
+// the peer may reuse its slot.
+func (q *QP) takeCredit(idx uint64) (limit int, cma bool) {
 	out := &q.seg.out
-	limit := int(out.sizes[idx&(q.slots-1)].Load())
+	w := out.sizes[idx&(q.slots-1)].Load()
 	out.read.Store(idx + 1)
 	q.notify = true // a peer that ran out of slots waits for this
-	return limit
+	return int(min(w&^creditCMA, math.MaxInt)), w&creditCMA != 0
 }
 
 // settleEager completes the eager sends whose credits have come.
@@ -635,7 +731,7 @@ func (q *QP) settleEager() bool {
 		if !q.credited(e.idx) {
 			break
 		}
-		if limit := q.takeCredit(e.idx); len(e.wr.Buf) > limit {
+		if limit, _ := q.takeCredit(e.idx); len(e.wr.Buf) > limit {
 			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusError, 0, transport.TooLargeError(len(e.wr.Buf), limit))
 		} else {
 			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusOK, len(e.wr.Buf), nil)
@@ -699,13 +795,34 @@ func (q *QP) sendPass(budget *int) bool {
 				break
 			}
 			s.started = true
-			s.limit = q.takeCredit(s.idx)
+			s.limit, s.cmaOK = q.takeCredit(s.idx)
 			if s.waited {
 				q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
 			}
 			moved = true
 		}
 		buf := s.wr.Buf
+		if s.cma {
+			// Published by address: wait for the receiver's read.
+			if out.cmaDone.Load() != q.cmaSent {
+				return moved
+			}
+			moved = true
+			if f := out.cmaFail.Load(); f != q.cmaFails {
+				q.cmaFails, q.cmaOff, s.cma = f, true, false // resend through the ring
+			} else {
+				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
+				q.sends.pop()
+				continue
+			}
+		} else if s.off == 0 && s.cmaOK && !q.cmaOff && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && q.chooseCMA() {
+			if !q.sendCMA(buf) {
+				return moved
+			}
+			s.cma = true
+			*budget -= len(buf)
+			return true // the ring waits behind this message until it is read
+		}
 		for {
 			n := min(len(buf)-s.off, chunkMax)
 			flags := uint32(0)
@@ -744,7 +861,13 @@ func (q *QP) sendPass(budget *int) bool {
 				flags |= fLast
 			}
 			putRec(rb, pos, flags, n, len(buf))
-			copy(rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n])
+			if n >= rateSample {
+				t0 := flowtel.Monotonic()
+				copy(rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n])
+				q.noteCopy(n, flowtel.Monotonic()-t0)
+			} else {
+				copy(rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n])
+			}
 			q.otail += uint64(need)
 			out.tail.Store(q.otail)
 			q.notify = true
@@ -766,6 +889,62 @@ func (q *QP) sendPass(budget *int) bool {
 		}
 	}
 	return moved
+}
+
+// chooseCMA decides whether a send the receiver offered single copy for
+// takes it: only while this side's copies into the ring run slow (see
+// cma_linux.go), and even then every cmaRecheck-th such send goes through
+// the ring, so that the rate is measured again.
+func (q *QP) chooseCMA() bool {
+	if cmaAlways.Load() {
+		return true
+	}
+	if q.copyRate == 0 || q.copyRate >= cmaBelow {
+		return false
+	}
+	q.cmaSkip++
+	if q.cmaSkip >= cmaRecheck {
+		q.cmaSkip = 0
+		return false
+	}
+	return true
+}
+
+// noteCopy adds a copy of n bytes into the ring that took ns to the
+// moving average of the copy rate.
+func (q *QP) noteCopy(n int, ns int64) {
+	r := float64(n) / float64(max(ns, 1))
+	if q.copyRate == 0 {
+		q.copyRate = r
+		return
+	}
+	q.copyRate += (r - q.copyRate) / 4
+}
+
+// sendCMA publishes buf's address as one single-copy record. It reports
+// false when the ring has no room for it yet.
+func (q *QP) sendCMA(buf []byte) bool {
+	rb := q.seg.out.ring
+	const need = recAlign
+	pos := int(q.otail & q.rmask)
+	if contig := len(rb) - pos; need > contig {
+		if !q.room(contig) {
+			return false
+		}
+		putRec(rb, pos, fPad, 0, 0)
+		q.otail += uint64(contig)
+		pos = 0
+	}
+	if !q.room(need) {
+		return false
+	}
+	putRec(rb, pos, fFirst|fLast|fCMA, 8, len(buf))
+	binary.LittleEndian.PutUint64(rb[pos+recHdr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+	q.otail += need
+	q.seg.out.tail.Store(q.otail)
+	q.cmaSent++
+	q.notify = true
+	return true
 }
 
 // room reports whether the out ring has need free bytes.
@@ -831,10 +1010,10 @@ func (q *QP) markGone(err error) {
 }
 
 // peerWords is what the peer writes that this side waits on.
-type peerWords struct{ tail, head, posted, read uint64 }
+type peerWords struct{ tail, head, posted, read, cmaDone uint64 }
 
 func (q *QP) peerWords() peerWords {
-	return peerWords{q.seg.in.tail.Load(), q.seg.out.head.Load(), q.seg.out.posted.Load(), q.seg.in.read.Load()}
+	return peerWords{q.seg.in.tail.Load(), q.seg.out.head.Load(), q.seg.out.posted.Load(), q.seg.in.read.Load(), q.seg.out.cmaDone.Load()}
 }
 
 // run is the background progress goroutine.
@@ -970,6 +1149,8 @@ func (q *QP) Close() error {
 	q.wakeBGNow()
 	q.mu.Lock()
 	// The peer reads it when our socket closes: "closed", not "died".
+	// Announced before the flush: a peer that reads a send's buffer by
+	// address checks it after the read (readCMA).
 	q.seg.me.state.Store(stateClosed)
 	for q.eager.len() > 0 {
 		e := q.eager.front()
@@ -1018,6 +1199,7 @@ func (q *QP) release() {
 	q.unmapped = true
 	unix.Munmap(q.seg.mem)
 	q.live.Unlock()
+	q.cma.close()
 }
 
 // fifo is a queue on a slice.

@@ -15,16 +15,16 @@ import (
 // the data that side d sends.
 //
 //	0      header: magic, version, ring size, credit slots, segment size, pids
-//	512    side 0: state | bell, sleeping              (one line each)
+//	512    side 0: state | bell, sleeping | probe address, probe cookie (one line each)
 //	1536   side 1: the same
-//	4096   direction 0: tail | head | posted | read | sizes[slots] | ring
+//	4096   direction 0: tail | head | posted | read | single copies done, failed | sizes[slots] | ring
 //	...    direction 1: the same
 //
 // Every word one side writes and the other reads sits on its own 128-byte
 // line (two 64-byte lines: the adjacent-line prefetcher pairs them).
 const (
 	segMagic   = 0x314d48534c434356 // "VCCLSHM1", little endian
-	segVersion = 2                  // 2: eager sends and the read word
+	segVersion = 3                  // 2: eager sends and the read word; 3: single copy
 
 	line    = 128
 	hdrSize = 4096
@@ -41,12 +41,15 @@ const (
 	offState   = 0
 	offBell    = line
 	offSleep   = line + 4
+	offProbe   = 2 * line // address and cookie of a word the peer may read (single-copy probe)
 
-	offTail   = 0
-	offHead   = line
-	offPosted = 2 * line
-	offRead   = 3 * line
-	offSizes  = 4 * line
+	offTail    = 0
+	offHead    = line
+	offPosted  = 2 * line
+	offRead    = 3 * line
+	offCMADone = 4 * line // single-copy records the receiver finished
+	offCMAFail = 4*line + 8
+	offSizes   = 5 * line
 
 	pageSize = 4096
 )
@@ -89,7 +92,11 @@ const (
 	fPad    = 4  // skip to the end of the ring
 	fTooBig = 8  // the message does not fit the receive; no payload follows
 	fEager  = 16 // sent ahead of its credit: one record, at most eagerMax
+	fCMA    = 32 // single copy: the payload is the sender's buffer address; the receiver reads it and acknowledges
 )
+
+// creditCMA, in a credit's size word, says the receive takes single copy.
+const creditCMA = 1 << 63
 
 func recSize(n int) int { return (recHdr + n + recAlign - 1) &^ (recAlign - 1) }
 
@@ -123,17 +130,21 @@ type sideCtl struct {
 	state    *atomic.Uint32
 	bell     *atomic.Uint32 // futex word: bumped to wake the side's waiter
 	sleeping *atomic.Uint32 // 1 while the side's waiter sleeps or is about to
+	probe    *atomic.Uint64 // address of the side's probe word (single copy)
+	cookie   *atomic.Uint64 // the value it holds
 }
 
 // dirCtl is one direction: the sender writes tail, read and the ring, the
-// receiver writes head, posted and sizes.
+// receiver writes head, posted, sizes and the single-copy acknowledgements.
 type dirCtl struct {
-	tail   *atomic.Uint64 // bytes of records published
-	head   *atomic.Uint64 // bytes of records consumed
-	posted *atomic.Uint64 // receives the receiver has announced (credits)
-	read   *atomic.Uint64 // credits whose sizes the sender has read: their slots may be reused
-	sizes  []atomic.Uint64
-	ring   []byte
+	tail    *atomic.Uint64 // bytes of records published
+	head    *atomic.Uint64 // bytes of records consumed
+	posted  *atomic.Uint64 // receives the receiver has announced (credits)
+	read    *atomic.Uint64 // credits whose sizes the sender has read: their slots may be reused
+	cmaDone *atomic.Uint64 // single-copy records the receiver finished
+	cmaFail *atomic.Uint64 // of those, the ones it could not read
+	sizes   []atomic.Uint64
+	ring    []byte
 }
 
 // segment is a mapped segment seen from one side.
@@ -193,14 +204,17 @@ func view(mem []byte, g geometry, side int) *segment {
 	s := &segment{mem: mem, geo: g}
 	sc := func(i int) sideCtl {
 		b := sideBase + i*sideStride
-		return sideCtl{state: u32At(mem, b+offState), bell: u32At(mem, b+offBell), sleeping: u32At(mem, b+offSleep)}
+		return sideCtl{
+			state: u32At(mem, b+offState), bell: u32At(mem, b+offBell), sleeping: u32At(mem, b+offSleep),
+			probe: u64At(mem, b+offProbe), cookie: u64At(mem, b+offProbe+8),
+		}
 	}
 	dc := func(d int) dirCtl {
 		b := g.dirBase(d)
 		rb := b + g.ctlSize()
 		return dirCtl{
 			tail: u64At(mem, b+offTail), head: u64At(mem, b+offHead), posted: u64At(mem, b+offPosted),
-			read:  u64At(mem, b+offRead),
+			read: u64At(mem, b+offRead), cmaDone: u64At(mem, b+offCMADone), cmaFail: u64At(mem, b+offCMAFail),
 			sizes: unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offSizes])), g.slots),
 			ring:  mem[rb : rb+g.ring : rb+g.ring],
 		}

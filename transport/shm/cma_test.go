@@ -1,0 +1,152 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/transporttest"
+)
+
+// cmaCounts reads a QP's single-copy counters under its progress lock.
+func cmaCounts(q *QP) (sent, in, inFail uint64, readable bool) {
+	q.mu.Lock()
+	defer q.mu.Unlock()
+	return q.cmaSent, q.cmaIn, q.cmaInFail, q.cma != nil
+}
+
+// exchangeOne sends msg from p.A to a receive of len(msg)+100 bytes on p.B
+// (reducing with sum when given) and checks both completions and the data.
+func exchangeOne(t *testing.T, p *transporttest.Pair, msg []byte, reduce transport.ReduceFunc, what string) {
+	t.Helper()
+	dst := make([]byte, len(msg)+100)
+	want := msg
+	wr := transport.WR{ID: 1, Buf: dst}
+	if reduce != nil {
+		wr.Buf = dst[:len(msg)]
+		wr.Src = bytes.Repeat([]byte{1}, len(msg))
+		wr.Reduce = reduce
+		want = make([]byte, len(msg))
+		for i := range msg {
+			want[i] = msg[i] + 1
+		}
+	}
+	if err := p.B.PostRecv(wr); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.A.PostSend(transport.WR{ID: 2, Buf: msg}); err != nil {
+		t.Fatal(err)
+	}
+	sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]
+	rc := transporttest.WaitN(t, p.B, p.NotB, 1)[0]
+	if sc.Status != flowtel.StatusOK || rc.Status != flowtel.StatusOK || rc.Bytes != len(msg) || !bytes.Equal(dst[:rc.Bytes], want) {
+		t.Fatalf("%s: send %v (%v), recv %v %d bytes (%v), data equal %v", what, sc.Status, sc.Err, rc.Status, rc.Bytes, rc.Err, bytes.Equal(dst[:min(rc.Bytes, len(dst))], want))
+	}
+}
+
+func addBytes(dst, msg, src []byte) {
+	for i := range dst {
+		dst[i] = msg[i] + src[i]
+	}
+}
+
+// TestCMA: a large plain receive is filled by single copy, a small one and
+// a reducing one through the ring.
+func TestCMA(t *testing.T) {
+	cmaAlways.Store(true)
+	defer cmaAlways.Store(false)
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	a, b := p.A.(*QP), p.B.(*QP)
+	big := patternOf(cmaMin+4096, 7)
+	exchangeOne(t, p, big, nil, "single copy")
+	if sent, _, _, _ := cmaCounts(a); sent != 1 {
+		t.Fatalf("sender published %d single-copy records for a message of %d bytes, want 1", sent, len(big))
+	}
+	if _, in, fail, _ := cmaCounts(b); in != 1 || fail != 0 {
+		t.Fatalf("receiver read %d single-copy messages (%d failed), want 1 (0)", in, fail)
+	}
+	exchangeOne(t, p, big[:cmaMin-1], nil, "below the threshold")
+	exchangeOne(t, p, big, addBytes, "reducing receive")
+	if sent, _, _, _ := cmaCounts(a); sent != 1 {
+		t.Fatalf("%d single-copy records after a small and a reducing receive, want still 1", sent)
+	}
+}
+
+// TestCMAFallback makes single-copy reads fail: the message must arrive
+// intact through the ring and the QP keep to the ring afterwards.
+func TestCMAFallback(t *testing.T) {
+	cmaAlways.Store(true)
+	defer cmaAlways.Store(false)
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	a, b := p.A.(*QP), p.B.(*QP)
+	msg := patternOf(cmaMin+4096, 3)
+	exchangeOne(t, p, msg, nil, "single copy") // the probe passes
+	cmaFault.Store(true)
+	defer cmaFault.Store(false)
+	exchangeOne(t, p, msg, nil, "a failed read")
+	if _, in, fail, readable := cmaCounts(b); in != 2 || fail != 1 || readable {
+		t.Fatalf("receiver: %d single-copy records, %d failed, still reading the peer: %v; want 2, 1, false", in, fail, readable)
+	}
+	cmaFault.Store(false)
+	exchangeOne(t, p, msg, nil, "after a failed read")
+	if sent, _, _, _ := cmaCounts(a); sent != 2 {
+		t.Fatalf("sender published %d single-copy records, want 2 (then the ring)", sent)
+	}
+}
+
+// TestCMARefused: a receiver whose probe of the peer's memory fails (no
+// permission, say) never offers single copy; messages go through the ring.
+func TestCMARefused(t *testing.T) {
+	cmaAlways.Store(true)
+	defer cmaAlways.Store(false)
+	cmaFault.Store(true)
+	defer cmaFault.Store(false)
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	a, b := p.A.(*QP), p.B.(*QP)
+	msg := patternOf(cmaMin+4096, 5)
+	exchangeOne(t, p, msg, nil, "probe refused")
+	if _, _, _, readable := cmaCounts(b); readable {
+		t.Fatal("receiver reads the peer after a failed probe")
+	}
+	if sent, _, _, _ := cmaCounts(a); sent != 0 {
+		t.Fatalf("sender published %d single-copy records to a receiver that cannot read it", sent)
+	}
+}
+
+// TestChooseCMA: single copy only while the measured copy rate into the
+// ring is low, and one send in cmaRecheck through the ring then.
+func TestChooseCMA(t *testing.T) {
+	q := &QP{}
+	if q.chooseCMA() {
+		t.Fatal("single copy chosen before any copy into the ring was timed")
+	}
+	for range 8 {
+		q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
+	}
+	if q.chooseCMA() {
+		t.Fatalf("single copy chosen at %.1f bytes/ns", q.copyRate)
+	}
+	for range 8 {
+		q.noteCopy(64<<10, 21845) // far cores
+	}
+	ring := 0
+	for range 4 * cmaRecheck {
+		if !q.chooseCMA() {
+			ring++
+		}
+	}
+	if ring != 4 {
+		t.Fatalf("at %.1f bytes/ns, %d of %d sends through the ring, want 4", q.copyRate, ring, 4*cmaRecheck)
+	}
+	q.noteCopy(64<<10, 1<<30) // one descheduled copy
+	q.noteCopy(64<<10, 3277)
+	for range 8 {
+		q.noteCopy(64<<10, 3277)
+	}
+	if q.chooseCMA() {
+		t.Fatalf("single copy still chosen after fast copies (%.1f bytes/ns)", q.copyRate)
+	}
+}
