@@ -52,8 +52,9 @@ const (
 	cmaRecheck = 16
 )
 
-// cmaMin is the smallest message sent by single copy; 0 turns it off.
-var cmaMin = 256 << 10
+// cmaMin is the smallest message sent by single copy; 0 turns it off. The
+// collectives send a 1 MiB call in 128 KiB chunks (see docs/design.md).
+var cmaMin = 64 << 10
 
 // cmaAlways makes every eligible send take single copy, whatever the rate,
 // for the tests of the path.
