@@ -263,6 +263,16 @@ func (pa *path) writeLoop() {
 		}
 		w.reset()
 		if err != nil {
+			if errors.Is(err, unix.EPIPE) || errors.Is(err, unix.ECONNRESET) {
+				// The peer closed its end. What it sent before closing
+				// (its last messages, its goodbye) may still wait in our
+				// socket, readable after the reset: the reader takes
+				// it and ends the path when it reaches the end, within
+				// drainTimeout. Ending the path here would throw away a
+				// closing peer's last messages.
+				pa.conn.SetReadDeadline(time.Now().Add(drainTimeout))
+				return
+			}
 			q.mu.Lock()
 			q.pathDown(pa, fmt.Errorf("write: %w", err), byError)
 			q.mu.Unlock()

@@ -25,6 +25,9 @@ const (
 	maxBatchBytes = 256 << 10
 	// byeTimeout bounds Close's wait for its goodbye to go out.
 	byeTimeout = 50 * time.Millisecond
+	// drainTimeout bounds how long a path whose writes found the peer's
+	// end closed goes on reading what the peer sent before.
+	drainTimeout = 50 * time.Millisecond
 )
 
 type sendWR struct {
