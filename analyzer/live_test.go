@@ -57,15 +57,12 @@ func corpusRecords(t *testing.T, name string) []flowtel.Record {
 	return all
 }
 
-// Fed the windows of every rank of the real tbf run, the live detector
-// names the throttled link 2->3 as the root of the backpressure while the
-// limit is on, and nothing once it is lifted.
-func TestLiveCorpusTBF(t *testing.T) {
-	recs := corpusRecords(t, "tbf-mid-4r")
-	var inj struct {
-		InjectNs int64 `json:"inject_ns"`
-		HealNs   int64 `json:"heal_ns"`
-	}
+// tbfInjection is when the tbf run's rate limit went on and off.
+func tbfInjection(t *testing.T) (inj struct {
+	InjectNs int64 `json:"inject_ns"`
+	HealNs   int64 `json:"heal_ns"`
+}) {
+	t.Helper()
 	b, err := os.ReadFile(filepath.Join(corpusDir, "tbf-mid-4r", "inject.json"))
 	if err != nil {
 		t.Fatal(err)
@@ -73,6 +70,15 @@ func TestLiveCorpusTBF(t *testing.T) {
 	if err := json.Unmarshal(b, &inj); err != nil {
 		t.Fatal(err)
 	}
+	return inj
+}
+
+// Fed the windows of every rank of the real tbf run, the live detector
+// names the throttled link 2->3 as the root of the backpressure while the
+// limit is on, and nothing once it is lifted.
+func TestLiveCorpusTBF(t *testing.T) {
+	recs := corpusRecords(t, "tbf-mid-4r")
+	inj := tbfInjection(t)
 	updates := liveRun(t, recs)
 	at := func(ts int64) []Finding { return updates[min((ts-recs[0].TsNs)/10e6, int64(len(updates)-1))] }
 	mid := at((inj.InjectNs + inj.HealNs) / 2)

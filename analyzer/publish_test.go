@@ -5,8 +5,6 @@ import (
 	"context"
 	"encoding/json"
 	"net/http"
-	"os"
-	"path/filepath"
 	"strings"
 	"testing"
 	"time"
@@ -30,17 +28,7 @@ func rankRecords(recs []flowtel.Record, rank int32) []flowtel.Record {
 // publisher names 2->3 while the limit is on, and publishes nothing before.
 func TestPublisherCorpusTBF(t *testing.T) {
 	recs := rankRecords(corpusRecords(t, "tbf-mid-4r"), 2)
-	var inj struct {
-		InjectNs int64 `json:"inject_ns"`
-		HealNs   int64 `json:"heal_ns"`
-	}
-	b, err := os.ReadFile(filepath.Join(corpusDir, "tbf-mid-4r", "inject.json"))
-	if err != nil {
-		t.Fatal(err)
-	}
-	if err := json.Unmarshal(b, &inj); err != nil {
-		t.Fatal(err)
-	}
+	inj := tbfInjection(t)
 	win := flowtel.NewWindow(flowtel.WindowConfig{N: 4096, T: 20 * time.Millisecond})
 	type published struct {
 		at int64

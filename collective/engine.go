@@ -303,12 +303,7 @@ func (e *engine) background() {
 
 // shutdown stops the engine; running and queued tasks fail with err.
 func (e *engine) shutdown(err error) {
-	e.mu.Lock()
-	if e.failed == nil {
-		e.failed = err
-		e.hasFailed.Store(true)
-	}
-	e.mu.Unlock()
+	e.setFailed(err)
 	e.qmu.Lock()
 	if e.closed {
 		e.qmu.Unlock()
@@ -333,14 +328,22 @@ func (e *engine) shutdown(err error) {
 // failure, from the abort board): the driver fails the running tasks at its
 // next pass and admits no more.
 func (e *engine) abort(err error) {
-	e.mu.Lock()
-	if e.failed == nil {
-		e.failed = err
-		e.hasFailed.Store(true)
-	}
-	e.mu.Unlock()
+	e.setFailed(err)
 	e.notify.Signal()
 	e.wake()
+}
+
+// setFailed records err as the channel's failure unless one is recorded
+// already, and reports whether it was the first.
+func (e *engine) setFailed(err error) bool {
+	e.mu.Lock()
+	defer e.mu.Unlock()
+	if e.failed != nil {
+		return false
+	}
+	e.failed = err
+	e.hasFailed.Store(true)
+	return true
 }
 
 // failAborted fails the running tasks of a channel failed from outside. A
@@ -728,17 +731,10 @@ func (e *engine) fail(t *task, err error, poisons bool) {
 	}
 	t.err = fmt.Errorf("%w", err)
 	if poisons || t.posted > 0 {
-		e.mu.Lock()
-		first := e.failed == nil
-		if first {
-			e.failed = fmt.Errorf("collective: channel %d failed at %v seq %d: %w", e.channel, t.call.op, t.seq, err)
-			e.hasFailed.Store(true)
+		if e.setFailed(fmt.Errorf("collective: channel %d failed at %v seq %d: %w", e.channel, t.call.op, t.seq, err)) && e.onFail != nil {
+			e.onFail(e.failure())
 		}
-		e.mu.Unlock()
-		if first && e.onFail != nil {
-			e.onFail(e.failed)
-		}
-		e.failAll(e.failed)
+		e.failAll(e.failure())
 	}
 }
 

@@ -748,17 +748,9 @@ func (q *QP) sendEager(s *sendOp) bool {
 	rb := q.seg.out.ring
 	n := len(s.wr.Buf)
 	need := recSize(n)
-	pos := int(q.otail & q.rmask)
-	if contig := len(rb) - pos; need > contig {
-		if !q.room(contig) {
-			return false
-		}
-		putRec(rb, pos, fPad, 0, 0)
-		q.otail += uint64(contig)
-		pos = 0
-	}
-	if !q.room(need) {
-		return false // the padding, if any, goes out with the record
+	pos, ok := q.reserveWhole(need)
+	if !ok {
+		return false
 	}
 	putRec(rb, pos, fFirst|fLast|fEager, n, n)
 	copy(rb[pos+recHdr:pos+recHdr+n], s.wr.Buf)
@@ -926,16 +918,8 @@ func (q *QP) noteCopy(n int, ns int64) {
 func (q *QP) sendCMA(buf []byte) bool {
 	rb := q.seg.out.ring
 	const need = recAlign
-	pos := int(q.otail & q.rmask)
-	if contig := len(rb) - pos; need > contig {
-		if !q.room(contig) {
-			return false
-		}
-		putRec(rb, pos, fPad, 0, 0)
-		q.otail += uint64(contig)
-		pos = 0
-	}
-	if !q.room(need) {
+	pos, ok := q.reserveWhole(need)
+	if !ok {
 		return false
 	}
 	putRec(rb, pos, fFirst|fLast|fCMA, 8, len(buf))
@@ -945,6 +929,24 @@ func (q *QP) sendCMA(buf []byte) bool {
 	q.cmaSent++
 	q.notify = true
 	return true
+}
+
+// reserveWhole finds room for a record of need bytes that must not wrap
+// (an eager or single-copy one): at the ring's tail, or after padding to
+// the ring's start. It reports false when the ring has no room yet; the
+// padding, if written, goes out with the record.
+func (q *QP) reserveWhole(need int) (pos int, ok bool) {
+	rb := q.seg.out.ring
+	pos = int(q.otail & q.rmask)
+	if contig := len(rb) - pos; need > contig {
+		if !q.room(contig) {
+			return 0, false
+		}
+		putRec(rb, pos, fPad, 0, 0)
+		q.otail += uint64(contig)
+		pos = 0
+	}
+	return pos, q.room(need)
 }
 
 // room reports whether the out ring has need free bytes.
