@@ -135,10 +135,23 @@ func rendezvous() int {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
 	}
-	// Rank 0 keeps the store up until everyone is done with it.
-	if err := c.Barrier(ctx, "done", env.Size); err != nil {
+	// Rank 0 keeps the store up until everyone is done with it: each rank
+	// says so with its last request, and rank 0 waits for all of them. (A
+	// barrier would not do: a rank may still be sending its wait for the
+	// release when the last one arrives and rank 0 leaves.)
+	if err := c.Set(ctx, fmt.Sprintf("left/%d", env.Rank), nil); err != nil {
 		fmt.Fprintln(os.Stderr, err)
 		return 1
+	}
+	if env.Rank == 0 {
+		keys := make([]string, env.Size)
+		for r := range keys {
+			keys[r] = fmt.Sprintf("left/%d", r)
+		}
+		if err := c.Wait(ctx, keys...); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
 	}
 	fmt.Printf("rank %d of %d (%s, local %d/%d) met the others, add #%d\n", env.Rank, env.Size, env.Source, env.LocalRank, env.LocalSize, n)
 	return 0
