@@ -123,28 +123,12 @@ func TestCallerErrorDoesNotAbort(t *testing.T) {
 
 func newAbortJob(t *testing.T, ctx context.Context, how string) []*Comm {
 	t.Helper()
-	var comms []*Comm
-	if how == "local" {
-		var err error
-		if comms, err = NewLocal(ctx, 3); err != nil {
-			t.Fatal(err)
-		}
-	} else {
-		addr := freeAddr(t)
-		comms = make([]*Comm, 3)
-		errs := make([]error, 3)
-		var wg sync.WaitGroup
-		for r := range 3 {
-			wg.Add(1)
-			go func() {
-				defer wg.Done()
-				comms[r], errs[r] = New(ctx, WithRank(r, 3), WithMaster(addr), WithTransport("tcp"))
-			}()
-		}
-		wg.Wait()
-		if err := errors.Join(errs...); err != nil {
-			t.Fatal(err)
-		}
+	if how == "store" {
+		return newStoreJob(t, ctx, 3, WithTransport("tcp"))
+	}
+	comms, err := NewLocal(ctx, 3)
+	if err != nil {
+		t.Fatal(err)
 	}
 	t.Cleanup(func() {
 		for _, c := range comms {

@@ -14,23 +14,8 @@ import (
 func TestNewOverTCPStoreAndClockOffset(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	addr := freeAddr(t)
-	comms := make([]*Comm, 3)
-	errs := make([]error, 3)
-	var wg sync.WaitGroup
-	for r := range 3 {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errs[r] = New(ctx, WithRank(r, 3), WithMaster(addr), WithToken("secret"), WithTransport("tcp"))
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		t.Fatal(err)
-	}
+	comms := newStoreJob(t, ctx, 3, WithToken("secret"), WithTransport("tcp"))
 	for _, c := range comms {
-		defer c.Close()
 		if c.UID() != comms[0].UID() || c.ID() != comms[0].ID() {
 			t.Fatalf("rank %d has communicator %s, rank 0 %s", c.Rank(), c.UID(), comms[0].UID())
 		}
@@ -46,6 +31,36 @@ func TestNewOverTCPStoreAndClockOffset(t *testing.T) {
 	}); err != nil {
 		t.Fatal(err)
 	}
+}
+
+// newStoreJob starts n ranks as goroutines that meet through rank 0's
+// rendezvous store at a free address, as a launcher's processes would; they
+// close when the test ends.
+func newStoreJob(t *testing.T, ctx context.Context, n int, opts ...Option) []*Comm {
+	t.Helper()
+	addr := freeAddr(t)
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = New(ctx, append([]Option{WithRank(r, n), WithMaster(addr)}, opts...)...)
+		}()
+	}
+	wg.Wait()
+	t.Cleanup(func() {
+		for _, c := range comms {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+	if err := errors.Join(errs...); err != nil {
+		t.Fatal(err)
+	}
+	return comms
 }
 
 func TestWrongJobTokenRefused(t *testing.T) {
