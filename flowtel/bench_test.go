@@ -127,6 +127,13 @@ func BenchmarkClockNow(b *testing.B) {
 		}
 		_ = s
 	})
+	b.Run("vdso", func(b *testing.B) {
+		var s int64
+		for b.Loop() {
+			s += nanotime()
+		}
+		_ = s
+	})
 	b.Run("clock-with-offset", func(b *testing.B) {
 		c := NewClock(123, 4)
 		var s int64

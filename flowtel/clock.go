@@ -12,7 +12,7 @@ import (
 func nanotime() int64
 
 // Monotonic returns the host's monotonic clock in nanoseconds.
-func Monotonic() int64 { return nanotime() }
+func Monotonic() int64 { return monotonic() }
 
 // Clock is a monotonic clock shifted onto a reference time base: the job's
 // common clock, which is rank 0's. The offset is measured elsewhere (at
@@ -43,12 +43,12 @@ func NewClock(offsetNs, errNs int64) *Clock { return &Clock{offset: offsetNs, er
 // Now returns the time on the common time base, in nanoseconds.
 func (c *Clock) Now() int64 {
 	if c == nil {
-		return nanotime()
+		return monotonic()
 	}
 	if c.src != nil {
 		return c.src.Nanotime() + c.offset
 	}
-	return nanotime() + c.offset
+	return monotonic() + c.offset
 }
 
 // At returns the time on the common time base of mono, a reading of the

@@ -58,7 +58,7 @@ func (r *Recorder) SetPaused(paused bool) {
 // Now returns the current time on the recorder's time base.
 func (r *Recorder) Now() int64 {
 	if r == nil {
-		return nanotime()
+		return monotonic()
 	}
 	return r.clock.Now()
 }
