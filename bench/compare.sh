@@ -78,6 +78,7 @@ done
 # (their times are microseconds). The other collectives at 1 MiB and above.
 if [ "$QUICK" = 1 ]; then
 	AR_SWEEPS=("-b 1K -e 16K -f 4 -n 20 -w 2" "-b 1M -e 1M -f 4 -n 3 -w 1")
+	ALT_SWEEPS=("${AR_SWEEPS[@]}")
 	BIG_SWEEPS=("-b 1M -e 1M -f 4 -n 3 -w 1")
 else
 	# Iterations sized so each timed loop lasts milliseconds, not
@@ -89,6 +90,11 @@ else
 	# iterations of 1 MiB (the 01:39 run) were a 3-5 ms loop, and its
 	# three runs of one all-gather gave 86, 155 and 194 us.
 	BIG_SWEEPS=("${AR_SWEEPS[@]:1}")
+	# Telemetry on/off: ten times the calls below 1 MiB, five above, so each
+	# of the ten alternating blocks lasts milliseconds too (200 calls of
+	# 1 KiB were a 0.25 ms block, which one wake-up of another thread on
+	# these 2 cores moves by 5%, the size of the target).
+	ALT_SWEEPS=("-b 1K -e 256K -f 4 -n 20000 -w 200" "-b 1M -e 4M -f 4 -n 1000 -w 20" "-b 16M -e 64M -f 4 -n 100 -w 3")
 fi
 
 # run NAME CMD...: one measurement, its output in $RAW/NAME.REP.txt. A failed
@@ -149,7 +155,8 @@ for rep in $(seq 1 "$REPEAT"); do
 				run "allreduce.n$n.vccl-$tr-off.s$i" vccl "$n" "$tr" off allreduce "$@"
 				# Telemetry off and on alternately within one launch: separate
 				# launches each drew their own slow spells.
-				run "allreduce.n$n.vccl-$tr-alt.s$i" vccl "$n" "$tr" alternate allreduce "$@"
+				# shellcheck disable=SC2086
+				run "allreduce.n$n.vccl-$tr-alt.s$i" vccl "$n" "$tr" alternate allreduce ${ALT_SWEEPS[$i]}
 			done
 		done
 		for c in allgather reducescatter broadcast; do

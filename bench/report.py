@@ -290,7 +290,8 @@ def section(a, data, failures):
             "nccl-tests' factor (all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n, broadcast 1). "
             "float32, sum. Every result is checked (#wrong 0 unless marked ⚠). Open MPI and VCCL out of place; "
             "Gloo in place (torch.distributed has no other form), against VCCL in place. All-reduce: 1 KiB–256 KiB 2000 "
-            f"iterations, 1–4 MiB 200, 16–64 MiB 20; the other collectives (1–64 MiB) the same. Each measurement ran {a.repeat} time(s), interleaved with the others; "
+            f"iterations, 1–4 MiB 200, 16–64 MiB 20; the other collectives (1–64 MiB) the same; telemetry on/off 10× those "
+            f"counts below 1 MiB, 5× above. Each measurement ran {a.repeat} time(s), interleaved with the others; "
             "the tables show the median per size. Ratios are VCCL/peer busbw: above 1 VCCL is faster.", ""]
     if failures:
         out += [f"**Failed runs:** {', '.join(failures)} (see the raw outputs).", ""]
