@@ -124,47 +124,6 @@ func (pa *path) shut() {
 	})
 }
 
-// tcpInfo returns the kernel's view of the connection, or nil.
-func (pa *path) tcpInfo() *unix.TCPInfo {
-	rc, err := pa.conn.SyscallConn()
-	if err != nil {
-		return nil
-	}
-	var info *unix.TCPInfo
-	rc.Control(func(fd uintptr) {
-		info, err = unix.GetsockoptTCPInfo(int(fd), unix.IPPROTO_TCP, unix.TCP_INFO)
-	})
-	if err != nil || pa.blackhole.Load() {
-		return nil
-	}
-	return info
-}
-
-// kernelSilence returns how long ago the kernel last received data on the
-// connection (which our reader may not have read yet), or -1 if unknown.
-func kernelSilence(info *unix.TCPInfo) time.Duration {
-	if info == nil {
-		return -1
-	}
-	return time.Duration(info.Last_data_recv) * time.Millisecond
-}
-
-// acked reports whether the peer's kernel acknowledged everything sent on
-// the connection, or something within d: then packets cross the path,
-// whatever the peer's process is doing.
-func acked(info *unix.TCPInfo, d time.Duration) bool {
-	if info == nil {
-		return false
-	}
-	// Nothing in flight (everything acknowledged) is a path that works. A
-	// peer whose receive window is full also leaves nothing in flight, and
-	// its kernel answers the zero-window probes, which are acknowledgements;
-	// probes left unanswered (Probes > 0) mean the path is gone, not the
-	// window: a rank whose peer's window was full when that peer's network
-	// died waited out the whole call deadline here.
-	return (info.Unacked == 0 && info.Probes == 0) || time.Duration(info.Last_ack_recv)*time.Millisecond < d
-}
-
 // flushPartial writes what is left of a heartbeat. pa.wmu held.
 func (pa *path) flushPartial() error {
 	for len(pa.partial) > 0 {

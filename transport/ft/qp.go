@@ -11,8 +11,6 @@ import (
 	"syscall"
 	"time"
 
-	"golang.org/x/sys/unix"
-
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 )
@@ -656,38 +654,6 @@ func (q *QP) probe() {
 		case <-q.ctx.Done():
 		}
 	}
-}
-
-// ifRunning reports whether the named interface is up and running (has its
-// carrier); true when none is named or it cannot be read.
-// It asks with one ioctl (SIOCGIFFLAGS), which unlike a netlink dump does
-// not wait for the kernel's routing lock, so the monitor can ask.
-func ifRunning(name string) bool {
-	if name == "" {
-		return true
-	}
-	ifSock.once.Do(func() {
-		ifSock.fd, ifSock.err = unix.Socket(unix.AF_INET, unix.SOCK_DGRAM|unix.SOCK_CLOEXEC, 0)
-	})
-	if ifSock.err != nil {
-		return true
-	}
-	ifr, err := unix.NewIfreq(name)
-	if err != nil {
-		return true
-	}
-	if err := unix.IoctlIfreq(ifSock.fd, unix.SIOCGIFFLAGS, ifr); err != nil {
-		return true
-	}
-	f := ifr.Uint16()
-	return f&unix.IFF_UP != 0 && f&unix.IFF_RUNNING != 0
-}
-
-// ifSock is the socket ifRunning asks through, opened once.
-var ifSock struct {
-	once sync.Once
-	fd   int
-	err  error
 }
 
 // acceptLoop installs the reconnections of path i that the dialler makes.
