@@ -47,6 +47,8 @@ run: build
 lint:
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
+	GOOS=darwin $(GO) vet $(PKGS)   # builds off Linux too (shm, CMA and tcp_info have fallbacks)
+	GOARCH=arm64 $(GO) vet $(CORE)   # and off amd64 (pure-Go kernels, no TSC)
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')
