@@ -647,6 +647,7 @@ func (e *engine) startPrim(t *task, i int32) {
 			err = qp.PostSend(wr)
 		} else {
 			wr.Buf = p.dst.slice(t.bufs, p.n)
+			wr.Stream = p.stream
 			if p.fuse {
 				wr.Reduce, wr.Src = t.reducer(), p.a.slice(t.bufs, p.n)
 			}

@@ -55,7 +55,8 @@ type prim struct {
 	upTo bool    // recv: n is the most it accepts (a signature header)
 	deps []int32 // primitives that must complete first
 
-	fuse bool // recv: dst = message op a, reduced on arrival (recvReduce)
+	fuse   bool // recv: dst = message op a, reduced on arrival (recvReduce)
+	stream bool // recv: nothing reads dst again in this call (transport.WR.Stream)
 }
 
 // schedule is one rank's program for one collective call.
@@ -90,6 +91,15 @@ func (s *schedule) recv(peer int, dst ref, n int, step uint32, deps ...int32) in
 // that reduce on receive (call.fuse).
 func (s *schedule) recvReduce(peer int, dst, src ref, n int, step uint32, deps ...int32) int32 {
 	return s.add(prim{kind: primRecv, peer: peer, dst: dst, a: src, fuse: true, n: n, step: step, deps: deps})
+}
+
+// streamed marks receive i as the call's last touch of its bytes when the
+// call's output is large (streamFrom): the transport may write them past
+// the caches.
+func (s *schedule) streamed(i int32, outBytes int) {
+	if outBytes >= streamFrom {
+		s.prims[i].stream = true
+	}
 }
 
 func (s *schedule) reduce(dst, a, b ref, n int, step uint32, deps ...int32) int32 {

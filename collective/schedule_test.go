@@ -520,3 +520,52 @@ func TestMismatchSimulated(t *testing.T) {
 		}
 	}
 }
+
+// Over shared memory (fuse) the ring all-reduce posts chunk-major: the
+// all-gather forwards chunk i ringLag chunks after the reduce-scatter sent
+// it, while it is still cached; otherwise step-major. Only the last
+// landing of a large output is streamed past the caches.
+func TestRingAllReduceOrder(t *testing.T) {
+	steps := func(s *schedule) (sends, recvs string) {
+		for _, p := range s.prims {
+			switch p.kind {
+			case primSend:
+				sends += fmt.Sprint(p.step)
+			case primRecv:
+				recvs += fmt.Sprint(p.step)
+			}
+		}
+		return sends, recvs
+	}
+	for _, tc := range []struct {
+		fuse bool
+		want string
+	}{{true, "00010111"}, {false, "00001111"}} {
+		c := &call{op: OpAllReduce, rank: 1, n: 2, count: 8 * 1024, esize: 4, redop: Sum, chunk: 4096, fuse: tc.fuse}
+		s := &schedule{}
+		ringAllReduce(c, s)
+		if sends, recvs := steps(s); sends != tc.want || recvs != tc.want {
+			t.Errorf("fuse=%v: sends by step %s, receives %s, want %s", tc.fuse, sends, recvs, tc.want)
+		}
+	}
+	for _, count := range []int{streamFrom / 4, streamFrom/4 - 1} {
+		c := &call{op: OpAllReduce, rank: 0, n: 3, count: count, esize: 4, redop: Sum, chunk: 512 << 10, fuse: true}
+		s := &schedule{}
+		ringAllReduce(c, s)
+		streamed, last := 0, 0
+		for _, p := range s.prims {
+			if p.stream && (p.kind != primRecv || p.step != 3) {
+				t.Fatalf("count %d: a %s of step %d streamed; only the last step's receives may be", count, p.kind, p.step)
+			}
+			if p.stream {
+				streamed++
+			}
+			if p.kind == primRecv && p.step == 3 {
+				last++
+			}
+		}
+		if want := map[bool]int{true: last, false: 0}[count*4 >= streamFrom]; streamed != want || last == 0 {
+			t.Errorf("count %d: %d of %d last-step receives streamed, want %d", count, streamed, last, want)
+		}
+	}
+}

@@ -52,6 +52,13 @@ type WR struct {
 	// does not implement Reducer ignores both fields.
 	Reduce ReduceFunc
 	Src    []byte
+
+	// Stream, on a receive, says that nothing reads Buf again soon (a
+	// large collective's last landing of that part of its output): a
+	// backend that copies into Buf may write it with non-temporal
+	// stores, past the caches, and so skip reading every line from
+	// memory before overwriting it. A hint; backends may ignore it.
+	Stream bool
 }
 
 // ReduceFunc combines a piece of a received message with the matching

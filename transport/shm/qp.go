@@ -54,6 +54,7 @@ const (
 	sleepMax    = 100 * time.Millisecond // futex timeout with the flag up, a backstop: closure and peer death ring the bell
 	spinFor     = 20 * time.Microsecond  // peer-word polling before the background goroutine sleeps, owner away
 	headBatch   = 4 << 10                // a consumed record this large publishes head at once
+	streamMin   = 4 << 10                // a WR.Stream record this large is copied past the caches
 )
 
 type sendOp struct {
@@ -590,6 +591,8 @@ func (q *QP) recvPass(budget *int) bool {
 			// are cut to multiples of recAlign-recHdr (see sendPass), so
 			// r.off is a multiple of transport.ReducePiece.
 			r.wr.Reduce(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n], r.wr.Src[r.off:r.off+n])
+		} else if r.wr.Stream && n >= streamMin {
+			copyStream(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n])
 		} else {
 			copy(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n])
 		}
