@@ -2,5 +2,6 @@
 
 package tcp
 
-// readable reports true: without a lock-free readiness check, Poll reads.
-func readable(int) bool { return true }
+// ready reports true for both: without a lock-free readiness check, Poll
+// reads, and writes a parked batch.
+func ready(_ int, out bool) (in, room bool) { return true, out }
