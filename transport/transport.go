@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
 )
@@ -77,6 +78,43 @@ type Reducer interface {
 	QP
 	// ReducesOnReceive reports whether this QP honours WR.Reduce.
 	ReducesOnReceive() bool
+}
+
+// Mailboxer is implemented by QPs whose two ends share memory (shm): each
+// end owns a mailbox of two slots that the other end reads in place, for
+// callers that exchange small messages in lockstep without WRs
+// (collective's small all-reduce). The protocol is the caller's: write the
+// slot of call k (parity k&1), Publish(k, tag), wait until the peer has
+// published k, check its tag, read its slot; rewrite slot k&1 at call k+2
+// only after the peer has published k+1, which a lockstep peer does only
+// after it finished reading call k. A mailbox lives as long as its QP: stop
+// using it before Close.
+type Mailboxer interface {
+	QP
+	Mailbox() Mailbox
+}
+
+// Mailbox is one end's view of a QP's mailboxes (see Mailboxer).
+type Mailbox interface {
+	// Slot returns this end's slot for call k; PeerSlot the peer's, to be
+	// read only once Arrived(k). Both have the same fixed size.
+	Slot(k uint32) []byte
+	PeerSlot(k uint32) []byte
+	// Publish tells the peer that this end is done with call k, whose slot
+	// (if the call wrote one) is ready, and what the call was (tag).
+	Publish(k uint32, tag uint32)
+	// PeerTag returns the tag of the peer's call k; ok is false until the
+	// peer published k, and again once it has gone many calls further.
+	PeerTag(k uint32) (tag uint32, ok bool)
+	// Arrived reports whether the peer has published call k or a later one.
+	Arrived(k uint32) bool
+	// Sleep blocks until the peer publishes call k, at most d, or earlier
+	// (callers check Arrived again); it is for waits that have stopped
+	// spinning.
+	Sleep(k uint32, d time.Duration)
+	// Err returns why the peer is gone once it is (what it published
+	// before stays readable), else nil.
+	Err() error
 }
 
 // WC is a work completion.

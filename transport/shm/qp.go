@@ -159,6 +159,7 @@ type QP struct {
 	cmaSkip   int      // sender: single-copy sends since the last one sent through the ring to measure it
 
 	gone atomic.Pointer[goneReason]
+	mbox *Mailbox
 
 	kick   chan struct{}
 	stop   chan struct{}
@@ -176,6 +177,7 @@ func newQP(seg *segment, side int, conn *net.UnixConn, cfg transport.Config, loc
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		cma: openCMAPeer(peerPid),
 	}
+	q.mbox = newMailbox(q)
 	q.wg.Add(2)
 	go q.run()
 	go q.watch()

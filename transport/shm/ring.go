@@ -19,12 +19,14 @@ import (
 //	1536   side 1: the same
 //	4096   direction 0: tail | head | posted | read | single copies done, failed | sizes[slots] | ring
 //	...    direction 1: the same
+//	...    mailbox of side 0: sequence | waiting | two slots (mailbox.go)
+//	...    mailbox of side 1: the same
 //
 // Every word one side writes and the other reads sits on its own 128-byte
 // line (two 64-byte lines: the adjacent-line prefetcher pairs them).
 const (
 	segMagic   = 0x314d48534c434356 // "VCCLSHM1", little endian
-	segVersion = 3                  // 2: eager sends and the read word; 3: single copy
+	segVersion = 4                  // 2: eager sends and the read word; 3: single copy; 4: mailboxes
 
 	line    = 128
 	hdrSize = 4096
@@ -112,7 +114,9 @@ func (g geometry) ctlSize() int {
 
 func (g geometry) dirBase(d int) int { return hdrSize + d*(g.ctlSize()+g.ring) }
 
-func (g geometry) segSize() int { return g.dirBase(2) }
+func (g geometry) mailboxBase(side int) int { return g.dirBase(2) + side*mbStride }
+
+func (g geometry) segSize() int { return g.mailboxBase(2) }
 
 func (g geometry) check() error {
 	pow2 := func(n int) bool { return n > 0 && n&(n-1) == 0 }
