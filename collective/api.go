@@ -42,6 +42,7 @@ type Handle struct {
 	err    error
 	waited bool
 	dev    *deviceWait // a device operation: the engine waits
+	small  *smallWait  // a call on the mailbox path (small.go)
 	inline bool        // a blocking call's, never seen by the caller: reused once waited
 }
 
@@ -53,6 +54,16 @@ func (h *Handle) Wait(ctx context.Context) error {
 		return h.dev.Wait(ctx)
 	}
 	if h.waited {
+		return h.err
+	}
+	if w := h.small; w != nil {
+		select {
+		case <-w.done:
+		case <-ctx.Done():
+			return fmt.Errorf("collective: waiting for %v: %w", OpAllReduce, ctx.Err())
+		}
+		h.waited, h.err = true, w.err
+		h.comm.pending.Done()
 		return h.err
 	}
 	for _, t := range h.tasks {
@@ -86,6 +97,9 @@ func (h *Handle) Done() <-chan struct{} {
 	if h.dev != nil {
 		return h.dev.Done()
 	}
+	if h.small != nil {
+		return h.small.done
+	}
 	return h.tasks[len(h.tasks)-1].doneChan()
 }
 
@@ -105,6 +119,7 @@ type request struct {
 	dt      Datatype
 	in, out []byte
 	extra   [][]byte // grouped point-to-point buffers, bufID numBufs on
+	seq     uint64   // set: the sequence number of a mailbox call run again on the engine (small.go)
 }
 
 func (c *Comm) check(b Buffer, what string) error {
@@ -145,12 +160,13 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 		c.mu.Unlock()
 		return nil, err
 	}
-	var seq uint64
+	seq := rq.seq
 	p2p := rq.call.op == OpSend || rq.call.op == OpRecv || rq.call.op == OpGroup
-	if p2p {
+	switch {
+	case p2p:
 		c.p2pSeq++
 		seq = 1<<63 | c.p2pSeq
-	} else {
+	case seq == 0:
 		c.seq++
 		seq = c.seq
 	}
@@ -187,6 +203,14 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 		h.tasks = append(h.tasks, t)
 	}
 	c.pending.Add(1)
+	if c.small != nil {
+		if !p2p && rq.seq == 0 {
+			c.small.engineTicket()
+		}
+		if !inline {
+			c.small.noteAsync(h)
+		}
+	}
 	inline = inline && len(h.tasks) == 1
 	for ch, t := range h.tasks {
 		t.eng = c.engines[ch]
@@ -354,18 +378,32 @@ func sameType(a, b Buffer, op Op) error {
 // AllReduceAsync starts an all-reduce of send into recv (the same buffer for
 // in place).
 func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	if c.takesSmall(send, recv) {
+		return c.smallAllReduceAsync(ctx, send, recv, op)
+	}
 	return c.allReduce(ctx, false, send, recv, op)
+}
+
+// checkAllReduce validates an all-reduce of host buffers.
+func (c *Comm) checkAllReduce(send, recv Buffer, op ReduceOp) error {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllReduce)); err != nil {
+		return err
+	}
+	if len(send.Data) != len(recv.Data) {
+		return fmt.Errorf("collective: allreduce send has %d elements but receive has %d", send.Len(), recv.Len())
+	}
+	if !op.Valid() {
+		return fmt.Errorf("collective: %v with invalid reduction %v", OpAllReduce, op)
+	}
+	return nil
 }
 
 func (c *Comm) allReduce(ctx context.Context, inline bool, send, recv Buffer, op ReduceOp) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllReduce, Send: send, Recv: recv, Reduce: op})
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllReduce)); err != nil {
+	if err := c.checkAllReduce(send, recv, op); err != nil {
 		return nil, err
-	}
-	if len(send.Data) != len(recv.Data) {
-		return nil, fmt.Errorf("collective: allreduce send has %d elements but receive has %d", send.Len(), recv.Len())
 	}
 	return c.start(ctx, inline, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
 		dt: send.Type, in: send.Data, out: recv.Data})

@@ -23,6 +23,9 @@ func (c *Comm) wait(ctx context.Context, h *Handle, err error) error {
 
 // AllReduce reduces send across ranks into recv (the same buffer for in place).
 func (c *Comm) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	if c.takesSmall(send, recv) {
+		return c.smallAllReduce(ctx, send, recv, op)
+	}
 	h, err := c.allReduce(ctx, true, send, recv, op)
 	return c.wait(ctx, h, err)
 }

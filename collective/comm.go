@@ -44,7 +44,8 @@ type Comm struct {
 	overTCP      bool             // some link is TCP, so on every rank (chunkFor)
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
-	fuseRecv     bool // every QP reduces receives on arrival: schedules fuse receive and reduce
+	fuseRecv     bool       // every QP reduces receives on arrival: schedules fuse receive and reduce
+	small        *smallPath // small all-reduces over shared memory (small.go); nil: none
 
 	mu         sync.Mutex
 	schedCache map[schedKey]*schedule
@@ -469,6 +470,11 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	for ch := range c.engines {
 		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch])
 	}
+	var smallRec *flowtel.Recorder
+	if c.collector != nil {
+		smallRec = c.collector.NewRecorderClock(c.clock)
+	}
+	c.small = c.newSmallPath(smallRec)
 	return nil
 }
 
@@ -543,6 +549,9 @@ func (c *Comm) SetTelemetry(on bool) error {
 	for _, e := range c.engines {
 		e.rec.SetPaused(!on)
 	}
+	if c.small != nil {
+		c.small.rec.SetPaused(!on)
+	}
 	return nil
 }
 
@@ -588,6 +597,9 @@ func (c *Comm) Abort() error {
 func (c *Comm) teardown(reason error) error {
 	if c.stopWatch != nil {
 		c.stopWatch()
+	}
+	if c.small != nil {
+		c.small.stop()
 	}
 	for _, e := range c.engines {
 		e.shutdown(reason)

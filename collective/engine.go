@@ -654,7 +654,7 @@ func (e *engine) startPrim(t *task, i int32) {
 			err = qp.PostRecv(wr)
 		}
 		if err != nil {
-			e.fail(t, fmt.Errorf("%v seq %d: posting %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, e.peerError(p.peer, err)), true)
+			e.fail(t, fmt.Errorf("%v seq %d: posting %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, peerError(p.peer, err)), true)
 			return
 		}
 		t.posted++
@@ -705,7 +705,7 @@ func (e *engine) completion(peer int, wc transport.WC) {
 	t.posted--
 	p := &t.sched.prims[i]
 	if wc.Status != flowtel.StatusOK {
-		e.fail(t, fmt.Errorf("%v seq %d: %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, e.peerError(peer, wc.Err)), true)
+		e.fail(t, fmt.Errorf("%v seq %d: %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, peerError(peer, wc.Err)), true)
 		return
 	}
 	if p.kind == primRecv && (wc.Bytes != p.n && !p.upTo || p.upTo && wc.Bytes < hdrSize) {
@@ -717,7 +717,7 @@ func (e *engine) completion(peer int, wc transport.WC) {
 }
 
 // peerError names the peer in a transfer error.
-func (e *engine) peerError(peer int, err error) error {
+func peerError(peer int, err error) error {
 	if errors.Is(err, transport.ErrPeerDead) {
 		return fmt.Errorf("collective: rank %d is unreachable (dead or disconnected): %w", peer, err)
 	}
@@ -806,7 +806,7 @@ func (e *engine) checkDeadlines() bool {
 				continue
 			}
 			if err := h.Err(); err != nil {
-				e.fail(e.active[0], fmt.Errorf("no progress for %v: %w", deadPeerGrace, e.peerError(peer, err)), true)
+				e.fail(e.active[0], fmt.Errorf("no progress for %v: %w", deadPeerGrace, peerError(peer, err)), true)
 				e.finish()
 				return true
 			}

@@ -1,0 +1,570 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"sync"
+	"sync/atomic"
+	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+)
+
+// The small all-reduce over shared memory. On a communicator whose ranks
+// all reach each other over shm, an all-reduce of at most smallMax bytes
+// per rank skips the progress engine: the caller writes its input into its
+// mailbox slot of every peer's queue pair (transport.Mailboxer), publishes
+// the call's number, waits for every peer's number, and reduces the peers'
+// slots and its own copy, in rank order, into the output. No task, no
+// engine token, no schedule, no signature header, no WR: one cache-line
+// hand-off each way carries the call, where the engine's path costs about
+// 0.3 us of bookkeeping on top of the transport's exchange (docs/design.md,
+// "Small all-reduce over shared memory").
+//
+// Every rank takes this path for the same calls: the choice depends only on
+// what every rank knows alike (the ranks' hosts and processes, the forced
+// transport and algorithm, the call's size), never on local state such as
+// a busy engine. Calls on the path run one at a time, in the order they were
+// made (a ticket taken with the call's sequence number), and each waits
+// first for the async calls the engine still runs that were made before it,
+// so it overtakes no earlier work; the engine's later calls do not wait for
+// a path call still in flight (they share no queue with it).
+//
+// Slot reuse needs no acknowledgement: slot k&1 is rewritten at call k+2
+// only after every peer published k+1, which it does after it finished
+// reading call k. A call that fails after taking its ticket leaves the
+// mailboxes out of step with the peers, so it fails the communicator, like
+// an engine call that fails with transfers out.
+
+// smallMax is the largest all-reduce, in bytes per rank, that takes the
+// mailbox path. Above it the engine's pipelined exchange wins (see
+// docs/design.md for the measurements).
+const smallMax = 8 << 10
+
+// Waiting for a peer: poll without pause for smallSpin, then yield the core
+// between polls until smallYield, then sleep on the peer's sequence word in
+// slices of smallNap, checking the deadline, the abort board and the peer's
+// connection between slices.
+const (
+	smallSpin  = 20 * time.Microsecond
+	smallYield = 200 * time.Microsecond
+	smallNap   = time.Millisecond
+)
+
+type smallPath struct {
+	boxes []transport.Mailbox // by peer rank; nil for this rank
+	own   transport.Mailbox   // the first peer's: its slot holds this rank's input
+	qpids []uint32            // telemetry QP id of each peer's mailbox
+	rec   *flowtel.Recorder   // the path's own: its calls run one at a time
+	comm  uint32
+
+	// Under Comm.mu.
+	issued uint32    // tickets handed out, to every collective call
+	async  []*Handle // engine calls started async, maybe unfinished
+
+	// The turn: tickets finish in order. done is written under turnMu.
+	turnMu   sync.Mutex
+	turn     *sync.Cond
+	done     atomic.Uint32
+	deferred []uint32 // engine calls' tickets to publish once the turn reaches them
+	waiters  int
+
+	// Under the turn.
+	lastBox uint32 // the last ticket that was a mailbox call
+	wrs     uint64 // telemetry WR sequence
+
+	// live is held while a call touches the mailboxes; teardown takes it
+	// (after raising stopping) before the QPs unmap them.
+	live     sync.Mutex
+	dead     bool
+	stopping atomic.Bool
+}
+
+// newSmallPath returns the path of a communicator whose every pair of ranks
+// is joined over shm with mailboxes, or nil. The caller holds the QPs.
+func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
+	if c.size < 2 || c.opts.algo != AlgoAuto && c.opts.algo != AlgoDirect {
+		return nil
+	}
+	// Every pair, not only this rank's: ranks that disagreed would wait
+	// for each other on different paths.
+	for i := range c.peers {
+		for j := range i {
+			if c.chooseBackend(c.peers[i], c.peers[j]) != "shm" {
+				return nil
+			}
+		}
+	}
+	s := &smallPath{boxes: make([]transport.Mailbox, c.size), qpids: make([]uint32, c.size), rec: rec, comm: c.id}
+	for p, qp := range c.qps[0] {
+		if p == c.rank {
+			continue
+		}
+		mb, ok := qp.(transport.Mailboxer)
+		if !ok {
+			return nil
+		}
+		s.boxes[p] = mb.Mailbox()
+		if len(s.boxes[p].Slot(0)) < smallMax {
+			return nil
+		}
+		if s.own == nil {
+			s.own = s.boxes[p]
+		}
+		s.qpids[p] = nextQPID.Add(1)
+	}
+	s.turn = sync.NewCond(&s.turnMu)
+	return s
+}
+
+// takesSmall reports whether an all-reduce of these buffers takes the
+// mailbox path. Validation comes after, on the path.
+func (c *Comm) takesSmall(send, recv Buffer) bool {
+	return c.small != nil && send.Dev == nil && recv.Dev == nil && len(send.Data) > 0 && len(send.Data) <= smallMax
+}
+
+// smallAllReduce runs a blocking all-reduce on the mailbox path.
+func (c *Comm) smallAllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
+	if err := c.checkAllReduce(send, recv, op); err != nil {
+		return err
+	}
+	k, seq, prev, deadline, err := c.smallIssue(ctx)
+	if err != nil {
+		return err
+	}
+	err = c.smallExec(ctx, k, seq, prev, deadline, send, recv, op)
+	c.pending.Done()
+	return err
+}
+
+// smallAllReduceAsync starts an all-reduce on the mailbox path; a goroutine
+// runs it when its turn comes.
+func (c *Comm) smallAllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
+	if err := c.checkAllReduce(send, recv, op); err != nil {
+		return nil, err
+	}
+	k, seq, prev, deadline, err := c.smallIssue(ctx)
+	if err != nil {
+		return nil, err
+	}
+	w := &smallWait{done: make(chan struct{})}
+	go func() {
+		w.err = c.smallExec(ctx, k, seq, prev, deadline, send, recv, op)
+		close(w.done)
+	}()
+	return &Handle{comm: c, small: w}, nil
+}
+
+// smallWait is an async mailbox call.
+type smallWait struct {
+	done chan struct{}
+	err  error
+}
+
+// smallIssue numbers a call: its sequence number, its ticket, the async
+// engine calls it must not overtake, and its deadline (monotonic ns, 0:
+// the context's).
+func (c *Comm) smallIssue(ctx context.Context) (k uint32, seq uint64, prev []*Handle, deadline int64, err error) {
+	if _, ok := ctx.Deadline(); !ok {
+		deadline = flowtel.Monotonic() + int64(c.opts.timeout)
+	}
+	s := c.small
+	c.mu.Lock()
+	defer c.mu.Unlock()
+	if c.closed {
+		return 0, 0, nil, 0, errEngineStopped
+	}
+	if err := c.failed(); err != nil {
+		return 0, 0, nil, 0, err
+	}
+	c.seq++
+	s.issued++
+	if len(s.async) > 0 {
+		s.pruneAsync()
+		prev = append(prev, s.async...)
+	}
+	c.pending.Add(1)
+	return s.issued, c.seq, prev, deadline, nil
+}
+
+// noteAsync keeps an async engine call for the mailbox calls made after it
+// to wait for. The caller holds Comm.mu.
+func (s *smallPath) noteAsync(h *Handle) {
+	s.pruneAsync()
+	s.async = append(s.async, h)
+}
+
+// pruneAsync forgets the async calls that finished (and with them the
+// caller's buffers). The caller holds Comm.mu.
+func (s *smallPath) pruneAsync() {
+	kept := s.async[:0]
+	for _, h := range s.async {
+		if !h.finished() {
+			kept = append(kept, h)
+		}
+	}
+	clear(s.async[len(kept):])
+	s.async = kept
+}
+
+// finished reports whether every task of an engine handle finished.
+func (h *Handle) finished() bool {
+	for _, t := range h.tasks {
+		if !t.finished() {
+			return false
+		}
+	}
+	return true
+}
+
+// engineTicket gives an engine call its ticket and publishes it ("not a
+// mailbox call") to the peers, now if the turn has come, else when it
+// does: a peer whose mailbox call meets it at the same ticket falls back to
+// the engine too, whose signature check then names the mismatch on every
+// rank. The caller holds Comm.mu.
+func (s *smallPath) engineTicket() {
+	s.issued++
+	k := s.issued
+	s.turnMu.Lock()
+	if s.done.Load() == k-1 {
+		s.publishEngine(k)
+		if s.waiters > 0 {
+			s.turn.Broadcast()
+		}
+	} else {
+		s.deferred = append(s.deferred, k)
+	}
+	s.turnMu.Unlock()
+}
+
+// publishEngine publishes engine ticket k and finishes it. The caller
+// holds turnMu, with the mailboxes mapped.
+func (s *smallPath) publishEngine(k uint32) {
+	for _, b := range s.boxes {
+		if b != nil {
+			b.Publish(k, 0)
+		}
+	}
+	s.done.Store(k)
+}
+
+// await waits until ticket k finished.
+func (s *smallPath) await(k uint32) {
+	if s.done.Load() == k {
+		return
+	}
+	s.turnMu.Lock()
+	s.waiters++
+	for s.done.Load() != k {
+		s.turn.Wait()
+	}
+	s.waiters--
+	s.turnMu.Unlock()
+}
+
+// pass finishes mailbox ticket k, and the engine tickets that waited for
+// it (published only while the mailboxes are mapped: publish).
+func (s *smallPath) pass(k uint32, publish bool) {
+	s.turnMu.Lock()
+	s.done.Store(k)
+	n := 0
+	for _, j := range s.deferred {
+		if j != s.done.Load()+1 {
+			break
+		}
+		if publish {
+			s.publishEngine(j)
+		} else {
+			s.done.Store(j)
+		}
+		n++
+	}
+	s.deferred = append(s.deferred[:0], s.deferred[n:]...)
+	if s.waiters > 0 {
+		s.turn.Broadcast()
+	}
+	s.turnMu.Unlock()
+}
+
+// errFallback is smallRun's answer when the ranks did not all make the
+// same mailbox call at this ticket.
+var errFallback = errors.New("collective: mailbox call falls back to the engine")
+
+// smallExec runs call k when its turn comes and hands the turn on.
+func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Handle, deadline int64, send, recv Buffer, op ReduceOp) error {
+	s := c.small
+	s.await(k - 1)
+	err := c.smallPrev(ctx, prev, seq)
+	s.live.Lock()
+	switch {
+	case s.dead:
+		err = errAborted
+	case err == nil:
+		err = c.smallRun(ctx, k, seq, deadline, send.Data, recv.Data, send.Type, op)
+	}
+	var h *Handle
+	if err == errFallback {
+		// Some rank made another call at this ticket: run this one on the
+		// engine under the same sequence number, where the signature
+		// check names every rank's call (the mailboxes stay in step: every
+		// rank published this ticket).
+		h, err = c.start(ctx, false, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
+			dt: send.Type, in: send.Data, out: recv.Data, seq: seq})
+	} else if err != nil {
+		// This rank's mailboxes are now out of step with its peers':
+		// the communicator is done for, as after an engine call that
+		// failed with transfers out.
+		c.poison(fmt.Errorf("collective: %v seq %d (mailbox path) failed: %w", OpAllReduce, seq, err))
+	}
+	s.pass(k, !s.dead)
+	s.live.Unlock()
+	if h != nil {
+		err = h.Wait(ctx)
+	}
+	return err
+}
+
+// smallPrev waits for the async engine calls made before call seq.
+func (c *Comm) smallPrev(ctx context.Context, prev []*Handle, seq uint64) error {
+	for _, h := range prev {
+		for _, t := range h.tasks {
+			if t.finished() {
+				continue
+			}
+			select {
+			case <-t.doneChan():
+			case <-ctx.Done():
+				return fmt.Errorf("collective: %v seq %d on rank %d: %w; still waiting for the earlier %v seq %d", OpAllReduce, seq, c.rank, ctx.Err(), t.call.op, t.seq)
+			}
+		}
+	}
+	return nil
+}
+
+// poison fails the communicator with err and, unless another rank's
+// failure caused it, posts it on the abort board.
+func (c *Comm) poison(err error) {
+	first := false
+	for i, e := range c.engines {
+		if e.setFailed(err) && i == 0 {
+			first = true
+		}
+		e.notify.Signal()
+		e.wake()
+	}
+	if first && c.engines[0].onFail != nil {
+		c.engines[0].onFail(err)
+	}
+}
+
+// smallTag describes a mailbox call in its publication, so that ranks that
+// do not all make it at the same ticket fall back to the engine together
+// (an engine call's tag is 0).
+func smallTag(dt Datatype, op ReduceOp, n int) uint32 {
+	return 1<<31 | uint32(dt)<<24 | uint32(op)<<16 | uint32(n)
+}
+
+// smallRun is call k on the mailboxes. The caller holds s.live and the
+// turn.
+func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline int64, send, recv []byte, dt Datatype, op ReduceOp) error {
+	s := c.small
+	if err := c.failed(); err != nil {
+		return err
+	}
+	n := len(send)
+	// Slot k&1 held call k-2, which the peers may read until they publish
+	// k-1. After a mailbox call k-1 this rank saw them do so; after an
+	// engine call it did not wait.
+	if s.lastBox != k-1 {
+		for p, b := range s.boxes {
+			if b != nil && !b.Arrived(k-1) {
+				if err := c.smallWait(ctx, b, k-1, p, seq, deadline); err != nil {
+					return err
+				}
+			}
+		}
+	}
+	tag := smallTag(dt, op, n)
+	for _, b := range s.boxes {
+		if b != nil {
+			copy(b.Slot(k), send)
+			b.Publish(k, tag)
+		}
+	}
+	s.lastBox = k
+	// Telemetry after the publication: the peers' data is a cache-line
+	// trip away, so the clock read and the records fit in the wait.
+	tel := s.rec.Enabled()
+	if tel {
+		s.begin(c, seq, dt, n)
+	}
+	st := flowtel.StatusOK
+	err := c.smallGather(ctx, k, seq, deadline, tag)
+	switch {
+	case err == errFallback:
+		st = flowtel.StatusFlushed // the call runs again on the engine
+	case err != nil:
+		st = flowtel.StatusError
+	default:
+		// In rank order, so that every rank computes the same bits.
+		var acc []byte
+		for r := range c.size {
+			src := s.own.Slot(k)[:n]
+			if r != c.rank {
+				src = s.boxes[r].PeerSlot(k)[:n]
+			}
+			if acc == nil {
+				acc = src
+				continue
+			}
+			reduceInto(dt, op, recv, acc, src)
+			acc = recv
+		}
+		if op == Avg {
+			scaleDiv(dt, recv, c.size)
+		}
+	}
+	if tel {
+		s.end(c, seq, dt, n, st)
+	}
+	return err
+}
+
+// smallGather waits until every peer has published call k, and returns
+// errFallback unless each made the same mailbox call (tag).
+func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline int64, tag uint32) error {
+	fallback := false
+	for p, b := range c.small.boxes {
+		if b == nil {
+			continue
+		}
+		if !b.Arrived(k) {
+			if err := c.smallWait(ctx, b, k, p, seq, deadline); err != nil {
+				return err
+			}
+		}
+		// A tag overwritten (the peer went mbTags engine calls further)
+		// cannot have been this call: it would still wait for this rank.
+		if got, ok := b.PeerTag(k); !ok || got != tag {
+			fallback = true
+		}
+	}
+	if fallback {
+		return errFallback
+	}
+	return nil
+}
+
+// smallWait waits until the peer p has published call k: spinning, then
+// yielding, then sleeping, and failing on the call's deadline, the abort
+// board, teardown or the peer's end.
+func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline int64) error {
+	spin := c.engines[0].spins()
+	start := flowtel.Monotonic()
+	for i := 1; ; i++ {
+		if b.Arrived(k) {
+			return nil
+		}
+		if i&63 != 0 {
+			continue
+		}
+		now := flowtel.Monotonic()
+		waited := time.Duration(now - start)
+		if spin && waited < smallSpin {
+			continue
+		}
+		if i&1023 == 0 || waited >= smallYield {
+			if err := c.smallCheck(ctx, b, k, p, seq, deadline, now); err != nil {
+				return err
+			}
+			if b.Arrived(k) {
+				return nil
+			}
+		}
+		if waited < smallYield {
+			osYield()
+			continue
+		}
+		b.Sleep(k, smallNap)
+	}
+}
+
+// smallCheck returns why a wait for peer p must end, or nil.
+func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline, now int64) error {
+	if c.small.stopping.Load() {
+		return errAborted
+	}
+	if err := c.failed(); err != nil {
+		return err
+	}
+	err := ctx.Err()
+	if err == nil && deadline != 0 && now > deadline {
+		err = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
+	}
+	if err == nil {
+		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
+			err = context.DeadlineExceeded
+		}
+	}
+	if err != nil {
+		return fmt.Errorf("collective: %v seq %d on rank %d: %w; still waiting on rank %d", OpAllReduce, seq, c.rank, err, p)
+	}
+	if perr := b.Err(); perr != nil && !b.Arrived(k) {
+		return fmt.Errorf("collective: %v seq %d: %w", OpAllReduce, seq, peerError(p, perr))
+	}
+	return nil
+}
+
+// stop ends the path's calls before the QPs unmap the mailboxes.
+func (s *smallPath) stop() {
+	s.stopping.Store(true)
+	s.live.Lock()
+	s.dead = true
+	s.live.Unlock()
+}
+
+// begin writes the records a work request's start writes: coll_begin, and
+// a post of the send (this rank's slot) and of the receive (the peer's) on
+// each peer's mailbox, all at one clock reading.
+func (s *smallPath) begin(c *Comm, seq uint64, dt Datatype, n int) {
+	ts := s.rec.Now()
+	s.rec.Record(&flowtel.Record{TsNs: ts, Kind: flowtel.KindCollBegin, Rank: int32(c.rank), Peer: -1, Comm: s.comm,
+		CollSeq: seq, Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(dt), Bytes: uint64(n), Step: 1})
+	for p, b := range s.boxes {
+		if b == nil {
+			continue
+		}
+		r := s.wr(c, p, seq, dt, n)
+		r.TsNs, r.Kind, r.WrID, r.Depth = ts, flowtel.KindWRPost, flowtel.WRID(s.wrs, false), 1
+		s.rec.Record(&r)
+		r.WrID, r.Depth = flowtel.WRID(s.wrs, true), 2
+		s.rec.Record(&r)
+	}
+}
+
+// end writes the completions of the sends and receives and coll_end, at
+// one clock reading taken after the reduction: the receives reduce as
+// they complete, as a fused receive does on the engine's path.
+func (s *smallPath) end(c *Comm, seq uint64, dt Datatype, n int, st flowtel.Status) {
+	ts := s.rec.Now()
+	for p, b := range s.boxes {
+		if b == nil {
+			continue
+		}
+		r := s.wr(c, p, seq, dt, n)
+		r.TsNs, r.Kind, r.Status, r.WrID, r.Depth = ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), 1
+		s.rec.Record(&r)
+		r.WrID, r.Depth = flowtel.WRID(s.wrs, true), 0
+		s.rec.Record(&r)
+	}
+	s.wrs++
+	s.rec.Record(&flowtel.Record{TsNs: ts, Kind: flowtel.KindCollEnd, Status: st, Rank: int32(c.rank), Peer: -1, Comm: s.comm,
+		CollSeq: seq, Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(dt), Bytes: uint64(n), Step: 1})
+}
+
+func (s *smallPath) wr(c *Comm, p int, seq uint64, dt Datatype, n int) flowtel.Record {
+	return flowtel.Record{Rank: int32(c.rank), Peer: int32(p), QP: s.qpids[p], Comm: s.comm, CollSeq: seq,
+		Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(dt), Bytes: uint64(n)}
+}

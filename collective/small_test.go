@@ -1,0 +1,259 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/flowtel/flowteltest"
+)
+
+// mailboxCalls returns the ticket of the last call c made on the mailbox
+// path; it changes when a call took it.
+func mailboxCalls(c *Comm) uint32 { return c.small.lastBox }
+
+// Every datatype and reduction, in and out of place, on both sides of the
+// size threshold: up to smallMax bytes the call takes the mailbox path,
+// one element more takes the engine, and both give the reference result.
+func TestSmallAllReduceMatrix(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
+			defer cancel()
+			comms := newLocal(t, n, WithTransport("shm"))
+			if comms[0].small == nil {
+				t.Fatal("a communicator joined over shm has no mailbox path")
+			}
+			cases := 0
+			for _, dt := range Datatypes() {
+				edge := smallMax / dt.Size()
+				counts := []int{1, 13, edge, edge + 1}
+				if n > 2 {
+					counts = []int{13, edge}
+				}
+				for _, redop := range ReduceOps() {
+					for _, count := range counts {
+						for _, inPlace := range []bool{false, true} {
+							mc := matrixCase{op: OpAllReduce, dt: dt, redop: redop, count: count, inPlace: inPlace}
+							before := mailboxCalls(comms[0])
+							if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+								t.Fatalf("%v: %v", mc, err)
+							}
+							took := mailboxCalls(comms[0]) != before
+							if want := count*dt.Size() <= smallMax; took != want {
+								t.Fatalf("%v (%d bytes): mailbox path taken %v, want %v (threshold %d bytes)", mc, count*dt.Size(), took, want, smallMax)
+							}
+							cases++
+						}
+					}
+				}
+			}
+			t.Logf("%d cases", cases)
+		})
+	}
+}
+
+// Mailbox calls mixed with engine calls, blocking and async, on a parent
+// communicator and its Split children at once: each call gets the right
+// answer, so tickets, slot reuse and the deferred publication of engine
+// calls keep every rank in step.
+func TestSmallAllReduceInterleaved(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
+	defer cancel()
+	const n = 4
+	comms := newLocal(t, n, WithTransport("shm"))
+	err := runOnAll(comms, func(c *Comm) error {
+		sub, err := c.Split(ctx, c.Rank()%2, c.Rank())
+		if err != nil {
+			return err
+		}
+		defer sub.Close()
+		if sub.small == nil {
+			return errors.New("the Split child has no mailbox path")
+		}
+		subErr := make(chan error, 1)
+		go func() { subErr <- smallRounds(ctx, sub, 200) }()
+		err = smallRounds(ctx, c, 200)
+		return errors.Join(err, <-subErr)
+	})
+	if err != nil {
+		t.Fatal(err)
+	}
+}
+
+// smallRounds runs rounds of a fixed mix of calls on c and checks them.
+func smallRounds(ctx context.Context, c *Comm, rounds int) error {
+	r, n := c.Rank(), c.Size()
+	sum := float32(n * (n - 1) / 2)
+	big := make([]float32, 1<<14)
+	for i := range rounds {
+		// An async engine call, then mailbox calls that must not overtake it.
+		for j := range big {
+			big[j] = float32(r)
+		}
+		h, err := c.AllReduceAsync(ctx, Buf(big), Buf(big), Sum)
+		if err != nil {
+			return err
+		}
+		small := []float32{float32(r), float32(i)}
+		if err := AllReduce(ctx, c, small, small, Sum); err != nil {
+			return fmt.Errorf("round %d: %w", i, err)
+		}
+		select {
+		case <-h.Done():
+		default:
+			return fmt.Errorf("round %d: the mailbox call returned before the async all-reduce made before it", i)
+		}
+		if err := h.Wait(ctx); err != nil {
+			return err
+		}
+		if big[0] != sum || big[len(big)-1] != sum || small[0] != sum || small[1] != float32(n*i) {
+			return fmt.Errorf("round %d: big %v…%v, small %v; want %v and [%v %v]", i, big[0], big[len(big)-1], small, sum, sum, n*i)
+		}
+		// Async mailbox calls in a row (more than the two slots), waited
+		// together, then a blocking engine call between mailbox calls.
+		var hs []*Handle
+		outs := make([][]int64, 3)
+		for j := range outs {
+			outs[j] = make([]int64, 3)
+			h, err := c.AllReduceAsync(ctx, Buf([]int64{int64(r), int64(j), 1}), Buf(outs[j]), Max)
+			if err != nil {
+				return err
+			}
+			hs = append(hs, h)
+		}
+		root := []int32{int32(i)}
+		if err := Broadcast(ctx, c, root, i%n); err != nil {
+			return err
+		}
+		for j, h := range hs {
+			if err := h.Wait(ctx); err != nil {
+				return err
+			}
+			if want := []int64{int64(n - 1), int64(j), 1}; fmt.Sprint(outs[j]) != fmt.Sprint(want) {
+				return fmt.Errorf("round %d: async call %d gave %v, want %v", i, j, outs[j], want)
+			}
+		}
+		if root[0] != int32(i) {
+			return fmt.Errorf("round %d: broadcast gave %d", i, root[0])
+		}
+	}
+	return nil
+}
+
+// A rank whose peer is gone fails its mailbox call with an error naming
+// the peer, soon, not at its deadline.
+func TestSmallAllReduceDeadPeer(t *testing.T) {
+	comms := newLocal(t, 2, WithTransport("shm"))
+	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancel()
+	buf := []float32{1}
+	if err := runOnAll(comms, func(c *Comm) error { return AllReduce(ctx, c, []float32{1}, make([]float32, 1), Sum) }); err != nil {
+		t.Fatal(err)
+	}
+	comms[1].Abort()
+	start := time.Now()
+	err := AllReduce(ctx, comms[0], buf, buf, Sum)
+	if err == nil || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("all-reduce with rank 1 gone: %v, want an error naming rank 1", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the dead peer surfaced after %v", d)
+	}
+	if comms[0].Err() == nil {
+		t.Error("the communicator is still usable after a failed mailbox call")
+	}
+}
+
+// A mailbox call honours its deadline, fails the communicator, and the
+// peer that makes the call later learns why from the abort board.
+func TestSmallAllReduceDeadline(t *testing.T) {
+	comms := newLocal(t, 2, WithTransport("shm"))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	buf := []float32{1}
+	start := time.Now()
+	err := AllReduce(ctx, comms[0], buf, buf, Sum)
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
+		t.Fatalf("lone all-reduce: %v, want a deadline error naming rank 1", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("deadline of 200ms honoured after %v", d)
+	}
+	late, cancel2 := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel2()
+	var pf *PeerFailedError
+	for err = nil; err == nil || !errors.As(err, &pf); {
+		if late.Err() != nil {
+			t.Fatalf("rank 1's call: %v, want a PeerFailedError", err)
+		}
+		// Until the abort board reaches rank 1, its call waits for a
+		// rank that gave up; with the board it fails at once.
+		c, cancel := context.WithTimeout(late, time.Second)
+		err = AllReduce(c, comms[1], buf, buf, Sum)
+		cancel()
+	}
+	if pf.Rank != 0 {
+		t.Fatalf("PeerFailedError names rank %d, want 0", pf.Rank)
+	}
+}
+
+// A mailbox call writes what an engine call writes: coll_begin, a post and
+// a completion of each send and receive (matched by WR id on the
+// mailbox's own queue pair id), coll_end.
+func TestSmallAllReduceRecords(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	col := flowtel.NewCollector()
+	sink := flowteltest.NewMemorySink()
+	col.AddSink(sink)
+	col.Start()
+	const n = 3
+	comms := newLocal(t, n, WithCollector(col), WithTransport("shm"))
+	if err := runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, 64)
+		return AllReduce(ctx, c, buf, buf, Sum)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	if err := col.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	kinds := map[int32]map[flowtel.Kind]int{}
+	posts := map[[3]uint64]int64{}
+	for _, r := range sink.Records() {
+		if r.Comm != comms[0].ID() || r.CollSeq != 1 {
+			continue
+		}
+		if kinds[r.Rank] == nil {
+			kinds[r.Rank] = map[flowtel.Kind]int{}
+		}
+		kinds[r.Rank][r.Kind]++
+		if r.Algo != uint8(AlgoDirect) || r.Op != uint8(OpAllReduce) || r.Dtype != uint8(Float32) || r.Bytes != 256 {
+			t.Errorf("record %+v: want a 256-byte float32 direct all-reduce", r)
+		}
+		key := [3]uint64{uint64(r.Rank), uint64(r.QP), r.WrID}
+		switch r.Kind {
+		case flowtel.KindWRPost:
+			posts[key] = r.TsNs
+		case flowtel.KindWC:
+			ts, ok := posts[key]
+			if !ok || r.TsNs < ts || r.Status != flowtel.StatusOK {
+				t.Errorf("completion %+v: post at %d (found %v)", r, ts, ok)
+			}
+			if r.QP == 0 || r.Peer < 0 || r.Peer == r.Rank {
+				t.Errorf("completion %+v: want a peer and the mailbox's QP id", r)
+			}
+		}
+	}
+	for rank := range int32(n) {
+		want := map[flowtel.Kind]int{flowtel.KindCollBegin: 1, flowtel.KindWRPost: 2 * (n - 1), flowtel.KindWC: 2 * (n - 1), flowtel.KindCollEnd: 1}
+		if fmt.Sprint(kinds[rank]) != fmt.Sprint(want) {
+			t.Errorf("rank %d wrote %v, want %v", rank, kinds[rank], want)
+		}
+	}
+}

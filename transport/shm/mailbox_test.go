@@ -1,0 +1,83 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"errors"
+	"testing"
+	"time"
+
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/transporttest"
+)
+
+// Each end reads what the other wrote into its slot and published, with
+// its tag; slots alternate by parity; a tag is kept for mbTags calls.
+func TestMailboxExchange(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	if len(a.Slot(1)) != MailboxSlot || &a.Slot(1)[0] == &a.Slot(2)[0] || &a.Slot(1)[0] != &a.Slot(3)[0] {
+		t.Fatal("slots are not two alternating buffers of MailboxSlot bytes")
+	}
+	if a.Arrived(1) || b.Arrived(1) {
+		t.Fatal("call 1 arrived before anyone published it")
+	}
+	for k := uint32(1); k <= 3*mbTags; k++ {
+		msg := patternOf(100+int(k), byte(k))
+		copy(a.Slot(k), msg)
+		a.Publish(k, k*7)
+		if !b.Arrived(k) || b.Arrived(k+1) {
+			t.Fatalf("call %d: Arrived(k) %v, Arrived(k+1) %v", k, b.Arrived(k), b.Arrived(k+1))
+		}
+		if tag, ok := b.PeerTag(k); !ok || tag != k*7 {
+			t.Fatalf("call %d: tag %d (ok %v), want %d", k, tag, ok, k*7)
+		}
+		if !bytes.Equal(b.PeerSlot(k)[:len(msg)], msg) {
+			t.Fatalf("call %d: the peer's slot does not hold what was written", k)
+		}
+		if k > mbTags {
+			if _, ok := b.PeerTag(k - mbTags); ok {
+				t.Fatalf("call %d: the tag of call %d is still there", k, k-mbTags)
+			}
+		}
+	}
+}
+
+// Sleep returns when the peer publishes, long before its timeout, and
+// Err reports the peer's end once it is gone.
+func TestMailboxSleepAndPeerGone(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	go func() {
+		time.Sleep(20 * time.Millisecond) // let b go to sleep first
+		a.Publish(1, 1)
+	}()
+	start := time.Now()
+	for !b.Arrived(1) {
+		b.Sleep(1, 10*time.Second)
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the publication did not wake the sleeper")
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("woken after %v", d)
+	}
+	if err := b.Err(); err != nil {
+		t.Fatalf("Err with the peer alive: %v", err)
+	}
+	p.A.Close()
+	deadline := time.Now().Add(5 * time.Second)
+	for b.Err() == nil {
+		if time.Now().After(deadline) {
+			t.Fatal("Err still nil 5 s after the peer closed")
+		}
+		b.Sleep(2, time.Millisecond)
+	}
+	if !errors.Is(b.Err(), transport.ErrPeerDead) {
+		t.Fatalf("Err = %v, want ErrPeerDead", b.Err())
+	}
+	if !b.Arrived(1) {
+		t.Fatal("what the peer published before it went is gone")
+	}
+}
