@@ -130,11 +130,11 @@ func (c *Comm) smallAllReduce(ctx context.Context, send, recv Buffer, op ReduceO
 	if err := c.checkAllReduce(send, recv, op); err != nil {
 		return err
 	}
-	k, seq, prev, deadline, err := c.smallIssue(ctx)
+	k, seq, prev, timeout, err := c.smallIssue(ctx)
 	if err != nil {
 		return err
 	}
-	err = c.smallExec(ctx, k, seq, prev, deadline, send, recv, op)
+	err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, send, recv, op)
 	c.pending.Done()
 	return err
 }
@@ -145,13 +145,13 @@ func (c *Comm) smallAllReduceAsync(ctx context.Context, send, recv Buffer, op Re
 	if err := c.checkAllReduce(send, recv, op); err != nil {
 		return nil, err
 	}
-	k, seq, prev, deadline, err := c.smallIssue(ctx)
+	k, seq, prev, timeout, err := c.smallIssue(ctx)
 	if err != nil {
 		return nil, err
 	}
 	w := &smallWait{done: make(chan struct{})}
 	go func() {
-		w.err = c.smallExec(ctx, k, seq, prev, deadline, send, recv, op)
+		w.err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, send, recv, op)
 		close(w.done)
 	}()
 	return &Handle{comm: c, small: w}, nil
@@ -164,11 +164,11 @@ type smallWait struct {
 }
 
 // smallIssue numbers a call: its sequence number, its ticket, the async
-// engine calls it must not overtake, and its deadline (monotonic ns, 0:
-// the context's).
-func (c *Comm) smallIssue(ctx context.Context) (k uint32, seq uint64, prev []*Handle, deadline int64, err error) {
+// engine calls it must not overtake, and the communicator's timeout when
+// the context has no deadline.
+func (c *Comm) smallIssue(ctx context.Context) (k uint32, seq uint64, prev []*Handle, timeout time.Duration, err error) {
 	if _, ok := ctx.Deadline(); !ok {
-		deadline = flowtel.Monotonic() + int64(c.opts.timeout)
+		timeout = c.opts.timeout
 	}
 	s := c.small
 	c.mu.Lock()
@@ -186,7 +186,7 @@ func (c *Comm) smallIssue(ctx context.Context) (k uint32, seq uint64, prev []*Ha
 		prev = append(prev, s.async...)
 	}
 	c.pending.Add(1)
-	return s.issued, c.seq, prev, deadline, nil
+	return s.issued, c.seq, prev, timeout, nil
 }
 
 // noteAsync keeps an async engine call for the mailbox calls made after it
@@ -293,7 +293,7 @@ func (s *smallPath) pass(k uint32, publish bool) {
 var errFallback = errors.New("collective: mailbox call falls back to the engine")
 
 // smallExec runs call k when its turn comes and hands the turn on.
-func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Handle, deadline int64, send, recv Buffer, op ReduceOp) error {
+func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Handle, deadline *smallDeadline, send, recv Buffer, op ReduceOp) error {
 	s := c.small
 	s.await(k - 1)
 	err := c.smallPrev(ctx, prev, seq)
@@ -368,7 +368,7 @@ func smallTag(dt Datatype, op ReduceOp, n int) uint32 {
 
 // smallRun is call k on the mailboxes. The caller holds s.live and the
 // turn.
-func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline int64, send, recv []byte, dt Datatype, op ReduceOp) error {
+func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, send, recv []byte, dt Datatype, op ReduceOp) error {
 	s := c.small
 	if err := c.failed(); err != nil {
 		return err
@@ -434,7 +434,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline int6
 
 // smallGather waits until every peer has published call k, and returns
 // errFallback unless each made the same mailbox call (tag).
-func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline int64, tag uint32) error {
+func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, tag uint32) error {
 	fallback := false
 	for p, b := range c.small.boxes {
 		if b == nil {
@@ -460,9 +460,9 @@ func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline i
 // smallWait waits until the peer p has published call k: spinning, then
 // yielding, then sleeping, and failing on the call's deadline, the abort
 // board, teardown or the peer's end.
-func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline int64) error {
+func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline *smallDeadline) error {
 	spin := c.engines[0].spins()
-	start := flowtel.Monotonic()
+	var start int64 // read at the 64th poll: most waits end before
 	for i := 1; ; i++ {
 		if b.Arrived(k) {
 			return nil
@@ -471,6 +471,9 @@ func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p i
 			continue
 		}
 		now := flowtel.Monotonic()
+		if start == 0 {
+			start = now
+		}
 		waited := time.Duration(now - start)
 		if spin && waited < smallSpin {
 			continue
@@ -491,8 +494,26 @@ func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p i
 	}
 }
 
+// smallDeadline is the communicator's timeout of a call whose context has
+// none, counted from the first time its waits read the clock (a wait that
+// ends within its first polls reads none; the call did not wait before).
+type smallDeadline struct {
+	timeout time.Duration // 0: the context's deadline governs
+	at      int64         // monotonic ns; 0: not started
+}
+
+func (d *smallDeadline) passed(now int64) bool {
+	if d.timeout == 0 {
+		return false
+	}
+	if d.at == 0 {
+		d.at = now + int64(d.timeout)
+	}
+	return now > d.at
+}
+
 // smallCheck returns why a wait for peer p must end, or nil.
-func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline, now int64) error {
+func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline *smallDeadline, now int64) error {
 	if c.small.stopping.Load() {
 		return errAborted
 	}
@@ -500,7 +521,7 @@ func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p 
 		return err
 	}
 	err := ctx.Err()
-	if err == nil && deadline != 0 && now > deadline {
+	if err == nil && deadline.passed(now) {
 		err = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
 	}
 	if err == nil {

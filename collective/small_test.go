@@ -257,3 +257,18 @@ func TestSmallAllReduceRecords(t *testing.T) {
 		}
 	}
 }
+
+// Without a context deadline the communicator's timeout bounds a mailbox
+// call's wait.
+func TestSmallAllReduceTimeout(t *testing.T) {
+	comms := newLocal(t, 2, WithTransport("shm"), WithTimeout(300*time.Millisecond))
+	start := time.Now()
+	buf := []float32{1}
+	err := AllReduce(context.Background(), comms[0], buf, buf, Sum) // rank 1 never calls
+	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "VCCL_TIMEOUT") {
+		t.Fatalf("call without a deadline: %v, want the communicator timeout", err)
+	}
+	if d := time.Since(start); d < 300*time.Millisecond || d > 5*time.Second {
+		t.Fatalf("a 300ms communicator timeout fired after %v", d)
+	}
+}
