@@ -144,6 +144,9 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 	if rq.call.op.rooted() && (rq.call.root < 0 || rq.call.root >= c.size) {
 		return nil, fmt.Errorf("collective: %v root %d out of range for %d ranks", rq.call.op, rq.call.root, c.size)
 	}
+	if c.takesSmall(&rq) {
+		return c.smallStart(ctx, inline, rq)
+	}
 	// A call whose context has no deadline gets the communicator's timeout,
 	// kept in the task rather than in a derived context (one allocation and
 	// timer fewer per call); the engine starts it when it admits the task.
@@ -378,32 +381,18 @@ func sameType(a, b Buffer, op Op) error {
 // AllReduceAsync starts an all-reduce of send into recv (the same buffer for
 // in place).
 func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
-	if c.takesSmall(send, recv) {
-		return c.smallAllReduceAsync(ctx, send, recv, op)
-	}
 	return c.allReduce(ctx, false, send, recv, op)
-}
-
-// checkAllReduce validates an all-reduce of host buffers.
-func (c *Comm) checkAllReduce(send, recv Buffer, op ReduceOp) error {
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllReduce)); err != nil {
-		return err
-	}
-	if len(send.Data) != len(recv.Data) {
-		return fmt.Errorf("collective: allreduce send has %d elements but receive has %d", send.Len(), recv.Len())
-	}
-	if !op.Valid() {
-		return fmt.Errorf("collective: %v with invalid reduction %v", OpAllReduce, op)
-	}
-	return nil
 }
 
 func (c *Comm) allReduce(ctx context.Context, inline bool, send, recv Buffer, op ReduceOp) (*Handle, error) {
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllReduce, Send: send, Recv: recv, Reduce: op})
 	}
-	if err := c.checkAllReduce(send, recv, op); err != nil {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllReduce)); err != nil {
 		return nil, err
+	}
+	if len(send.Data) != len(recv.Data) {
+		return nil, fmt.Errorf("collective: allreduce send has %d elements but receive has %d", send.Len(), recv.Len())
 	}
 	return c.start(ctx, inline, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
 		dt: send.Type, in: send.Data, out: recv.Data})

@@ -9,9 +9,10 @@ import (
 )
 
 // wait finishes a blocking call. A handle whose tasks all finished is
-// reused; one whose caller gave up waiting stays with the engine.
+// reused; one whose caller gave up waiting stays with the engine. A call
+// on the mailbox path has no handle: it is over.
 func (c *Comm) wait(ctx context.Context, h *Handle, err error) error {
-	if err != nil {
+	if err != nil || h == nil {
 		return err
 	}
 	err = h.Wait(ctx)
@@ -23,9 +24,6 @@ func (c *Comm) wait(ctx context.Context, h *Handle, err error) error {
 
 // AllReduce reduces send across ranks into recv (the same buffer for in place).
 func (c *Comm) AllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	if c.takesSmall(send, recv) {
-		return c.smallAllReduce(ctx, send, recv, op)
-	}
 	h, err := c.allReduce(ctx, true, send, recv, op)
 	return c.wait(ctx, h, err)
 }

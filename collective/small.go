@@ -119,39 +119,39 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 	return s
 }
 
-// takesSmall reports whether an all-reduce of these buffers takes the
-// mailbox path. Validation comes after, on the path.
-func (c *Comm) takesSmall(send, recv Buffer) bool {
-	return c.small != nil && send.Dev == nil && recv.Dev == nil && len(send.Data) > 0 && len(send.Data) <= smallMax
+// takesSmall reports whether a call takes the mailbox path: an
+// all-reduce, broadcast or all-gather of at most smallMax bytes per rank,
+// or a barrier, on a communicator that has the path. rq is validated.
+func (c *Comm) takesSmall(rq *request) bool {
+	if c.small == nil || rq.seq != 0 {
+		return false
+	}
+	switch rq.call.op {
+	case OpAllReduce, OpAllGather:
+		return len(rq.in) > 0 && len(rq.in) <= smallMax
+	case OpBroadcast:
+		return len(rq.out) > 0 && len(rq.out) <= smallMax && rq.call.root < 1<<7
+	case OpBarrier:
+		return true
+	}
+	return false
 }
 
-// smallAllReduce runs a blocking all-reduce on the mailbox path.
-func (c *Comm) smallAllReduce(ctx context.Context, send, recv Buffer, op ReduceOp) error {
-	if err := c.checkAllReduce(send, recv, op); err != nil {
-		return err
-	}
+// smallStart runs rq on the mailbox path: at once for a blocking call
+// (inline; no handle), else on a goroutine when its turn comes.
+func (c *Comm) smallStart(ctx context.Context, inline bool, rq request) (*Handle, error) {
 	k, seq, prev, timeout, err := c.smallIssue(ctx)
 	if err != nil {
-		return err
-	}
-	err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, send, recv, op)
-	c.pending.Done()
-	return err
-}
-
-// smallAllReduceAsync starts an all-reduce on the mailbox path; a goroutine
-// runs it when its turn comes.
-func (c *Comm) smallAllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
-	if err := c.checkAllReduce(send, recv, op); err != nil {
 		return nil, err
 	}
-	k, seq, prev, timeout, err := c.smallIssue(ctx)
-	if err != nil {
+	if inline {
+		err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
+		c.pending.Done()
 		return nil, err
 	}
 	w := &smallWait{done: make(chan struct{})}
 	go func() {
-		w.err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, send, recv, op)
+		w.err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
 		close(w.done)
 	}()
 	return &Handle{comm: c, small: w}, nil
@@ -293,7 +293,7 @@ func (s *smallPath) pass(k uint32, publish bool) {
 var errFallback = errors.New("collective: mailbox call falls back to the engine")
 
 // smallExec runs call k when its turn comes and hands the turn on.
-func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Handle, deadline *smallDeadline, send, recv Buffer, op ReduceOp) error {
+func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Handle, deadline *smallDeadline, rq *request) error {
 	s := c.small
 	s.await(k - 1)
 	err := c.smallPrev(ctx, prev, seq)
@@ -302,7 +302,7 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 	case s.dead:
 		err = errAborted
 	case err == nil:
-		err = c.smallRun(ctx, k, seq, deadline, send.Data, recv.Data, send.Type, op)
+		err = c.smallRun(ctx, k, seq, deadline, rq)
 	}
 	var h *Handle
 	if err == errFallback {
@@ -310,13 +310,14 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 		// engine under the same sequence number, where the signature
 		// check names every rank's call (the mailboxes stay in step: every
 		// rank published this ticket).
-		h, err = c.start(ctx, false, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
-			dt: send.Type, in: send.Data, out: recv.Data, seq: seq})
+		again := *rq
+		again.seq = seq
+		h, err = c.start(ctx, false, again)
 	} else if err != nil {
 		// This rank's mailboxes are now out of step with its peers':
 		// the communicator is done for, as after an engine call that
 		// failed with transfers out.
-		c.poison(fmt.Errorf("collective: %v seq %d (mailbox path) failed: %w", OpAllReduce, seq, err))
+		c.poison(fmt.Errorf("collective: %v seq %d (mailbox path) failed: %w", rq.call.op, seq, err))
 	}
 	s.pass(k, !s.dead)
 	s.live.Unlock()
@@ -361,19 +362,27 @@ func (c *Comm) poison(err error) {
 
 // smallTag describes a mailbox call in its publication, so that ranks that
 // do not all make it at the same ticket fall back to the engine together
-// (an engine call's tag is 0).
-func smallTag(dt Datatype, op ReduceOp, n int) uint32 {
-	return 1<<31 | uint32(dt)<<24 | uint32(op)<<16 | uint32(n)
+// (an engine call's tag is 0): operation, datatype, reduction or root, and
+// bytes per rank.
+func smallTag(rq *request) uint32 {
+	arg, n := uint32(rq.call.redop), len(rq.in)
+	switch rq.call.op {
+	case OpBroadcast:
+		arg, n = uint32(rq.call.root), len(rq.out)
+	case OpBarrier:
+		n = 0
+	}
+	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | arg<<16 | uint32(n)
 }
 
 // smallRun is call k on the mailboxes. The caller holds s.live and the
 // turn.
-func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, send, recv []byte, dt Datatype, op ReduceOp) error {
+func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	s := c.small
 	if err := c.failed(); err != nil {
 		return err
 	}
-	n := len(send)
+	op := rq.call.op
 	// Slot k&1 held call k-2, which the peers may read until they publish
 	// k-1. After a mailbox call k-1 this rank saw them do so; after an
 	// engine call it did not wait.
@@ -386,10 +395,17 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 			}
 		}
 	}
-	tag := smallTag(dt, op, n)
+	// What this rank puts in its slots: its input, but a broadcast's only
+	// from the root and a barrier's nothing.
+	in := rq.in
+	switch {
+	case op == OpBarrier, op == OpBroadcast && c.rank != rq.call.root:
+		in = nil
+	}
+	tag := smallTag(rq)
 	for _, b := range s.boxes {
 		if b != nil {
-			copy(b.Slot(k), send)
+			copy(b.Slot(k), in)
 			b.Publish(k, tag)
 		}
 	}
@@ -398,7 +414,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	// trip away, so the clock read and the records fit in the wait.
 	tel := s.rec.Enabled()
 	if tel {
-		s.begin(c, seq, dt, n)
+		s.begin(c, seq, rq, len(in))
 	}
 	st := flowtel.StatusOK
 	err := c.smallGather(ctx, k, seq, deadline, tag)
@@ -408,28 +424,46 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	case err != nil:
 		st = flowtel.StatusError
 	default:
-		// In rank order, so that every rank computes the same bits.
-		var acc []byte
-		for r := range c.size {
-			src := s.own.Slot(k)[:n]
-			if r != c.rank {
-				src = s.boxes[r].PeerSlot(k)[:n]
-			}
-			if acc == nil {
-				acc = src
-				continue
-			}
-			reduceInto(dt, op, recv, acc, src)
-			acc = recv
-		}
-		if op == Avg {
-			scaleDiv(dt, recv, c.size)
-		}
+		c.smallCombine(k, rq, in)
 	}
 	if tel {
-		s.end(c, seq, dt, n, st)
+		s.end(c, seq, rq, len(in), st)
 	}
 	return err
+}
+
+// smallCombine makes call k's output from the slots.
+func (c *Comm) smallCombine(k uint32, rq *request, in []byte) {
+	s := c.small
+	n := len(in)
+	slot := func(r int) []byte {
+		if r == c.rank {
+			return s.own.Slot(k)[:n] // a copy of the input, whatever the output overlaps
+		}
+		return s.boxes[r].PeerSlot(k)[:n]
+	}
+	switch rq.call.op {
+	case OpAllReduce:
+		// In rank order, so that every rank computes the same bits.
+		dt, redop, acc := rq.dt, rq.call.redop, slot(0)
+		for r := 1; r < c.size; r++ {
+			reduceInto(dt, redop, rq.out, acc, slot(r))
+			acc = rq.out
+		}
+		if redop == Avg {
+			scaleDiv(dt, rq.out, c.size)
+		}
+	case OpAllGather:
+		for r := range c.size {
+			copy(rq.out[r*n:], slot(r))
+		}
+	case OpBroadcast:
+		if root := rq.call.root; root != c.rank {
+			copy(rq.out, s.boxes[root].PeerSlot(k)[:len(rq.out)])
+		} else if !rq.call.inPlace {
+			copy(rq.out, rq.in)
+		}
+	}
 }
 
 // smallGather waits until every peer has published call k, and returns
@@ -547,45 +581,62 @@ func (s *smallPath) stop() {
 }
 
 // begin writes the records a work request's start writes: coll_begin, and
-// a post of the send (this rank's slot) and of the receive (the peer's) on
-// each peer's mailbox, all at one clock reading.
-func (s *smallPath) begin(c *Comm, seq uint64, dt Datatype, n int) {
+// a post of the send (this rank's slot: sent bytes) and of the receive (the
+// peer's) on each peer's mailbox, all at one clock reading.
+func (s *smallPath) begin(c *Comm, seq uint64, rq *request, sent int) {
 	ts := s.rec.Now()
-	s.rec.Record(&flowtel.Record{TsNs: ts, Kind: flowtel.KindCollBegin, Rank: int32(c.rank), Peer: -1, Comm: s.comm,
-		CollSeq: seq, Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(dt), Bytes: uint64(n), Step: 1})
+	s.rec.Record(s.coll(c, seq, rq, ts, flowtel.KindCollBegin, flowtel.StatusOK))
 	for p, b := range s.boxes {
 		if b == nil {
 			continue
 		}
-		r := s.wr(c, p, seq, dt, n)
+		r := s.wr(c, p, seq, rq, sent)
 		r.TsNs, r.Kind, r.WrID, r.Depth = ts, flowtel.KindWRPost, flowtel.WRID(s.wrs, false), 1
 		s.rec.Record(&r)
-		r.WrID, r.Depth = flowtel.WRID(s.wrs, true), 2
+		r.WrID, r.Depth, r.Bytes = flowtel.WRID(s.wrs, true), 2, uint64(recvBytes(rq, p))
 		s.rec.Record(&r)
 	}
 }
 
 // end writes the completions of the sends and receives and coll_end, at
-// one clock reading taken after the reduction: the receives reduce as
-// they complete, as a fused receive does on the engine's path.
-func (s *smallPath) end(c *Comm, seq uint64, dt Datatype, n int, st flowtel.Status) {
+// one clock reading taken after the output was made (the receives complete
+// reduced or copied, as a fused receive does on the engine's path).
+func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.Status) {
 	ts := s.rec.Now()
 	for p, b := range s.boxes {
 		if b == nil {
 			continue
 		}
-		r := s.wr(c, p, seq, dt, n)
+		r := s.wr(c, p, seq, rq, sent)
 		r.TsNs, r.Kind, r.Status, r.WrID, r.Depth = ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), 1
 		s.rec.Record(&r)
-		r.WrID, r.Depth = flowtel.WRID(s.wrs, true), 0
+		r.WrID, r.Depth, r.Bytes = flowtel.WRID(s.wrs, true), 0, uint64(recvBytes(rq, p))
 		s.rec.Record(&r)
 	}
 	s.wrs++
-	s.rec.Record(&flowtel.Record{TsNs: ts, Kind: flowtel.KindCollEnd, Status: st, Rank: int32(c.rank), Peer: -1, Comm: s.comm,
-		CollSeq: seq, Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(dt), Bytes: uint64(n), Step: 1})
+	s.rec.Record(s.coll(c, seq, rq, ts, flowtel.KindCollEnd, st))
 }
 
-func (s *smallPath) wr(c *Comm, p int, seq uint64, dt Datatype, n int) flowtel.Record {
+// recvBytes is what a call reads from peer p's slot.
+func recvBytes(rq *request, p int) int {
+	switch rq.call.op {
+	case OpBroadcast:
+		if p == rq.call.root {
+			return len(rq.out)
+		}
+		return 0
+	case OpBarrier:
+		return 0
+	}
+	return len(rq.in)
+}
+
+func (s *smallPath) coll(c *Comm, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status) *flowtel.Record {
+	return &flowtel.Record{TsNs: ts, Kind: kind, Status: st, Rank: int32(c.rank), Peer: -1, Comm: s.comm, CollSeq: seq,
+		Op: uint8(rq.call.op), Algo: uint8(AlgoDirect), Dtype: uint8(rq.dt), Bytes: uint64(len(rq.out)), Step: 1}
+}
+
+func (s *smallPath) wr(c *Comm, p int, seq uint64, rq *request, sent int) flowtel.Record {
 	return flowtel.Record{Rank: int32(c.rank), Peer: int32(p), QP: s.qpids[p], Comm: s.comm, CollSeq: seq,
-		Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(dt), Bytes: uint64(n)}
+		Op: uint8(rq.call.op), Algo: uint8(AlgoDirect), Dtype: uint8(rq.dt), Bytes: uint64(sent)}
 }

@@ -17,9 +17,10 @@ import (
 func mailboxCalls(c *Comm) uint32 { return c.small.lastBox }
 
 // Every datatype and reduction, in and out of place, on both sides of the
-// size threshold: up to smallMax bytes the call takes the mailbox path,
-// one element more takes the engine, and both give the reference result.
-func TestSmallAllReduceMatrix(t *testing.T) {
+// size threshold, for every operation the path takes: up to smallMax bytes
+// per rank the call takes the mailbox path, one element more takes the
+// engine, and both give the reference result.
+func TestSmallMatrix(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
 			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
@@ -29,25 +30,34 @@ func TestSmallAllReduceMatrix(t *testing.T) {
 				t.Fatal("a communicator joined over shm has no mailbox path")
 			}
 			cases := 0
-			for _, dt := range Datatypes() {
-				edge := smallMax / dt.Size()
-				counts := []int{1, 13, edge, edge + 1}
-				if n > 2 {
-					counts = []int{13, edge}
-				}
-				for _, redop := range ReduceOps() {
-					for _, count := range counts {
-						for _, inPlace := range []bool{false, true} {
-							mc := matrixCase{op: OpAllReduce, dt: dt, redop: redop, count: count, inPlace: inPlace}
-							before := mailboxCalls(comms[0])
-							if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
-								t.Fatalf("%v: %v", mc, err)
+			for _, op := range []Op{OpAllReduce, OpBroadcast, OpAllGather, OpBarrier} {
+				for _, dt := range Datatypes() {
+					edge := smallMax / dt.Size()
+					counts := []int{1, 13, edge, edge + 1}
+					if n > 2 {
+						counts = []int{13, edge}
+					}
+					redops := []ReduceOp{0}
+					if op == OpAllReduce {
+						redops = ReduceOps()
+					}
+					if op == OpBarrier {
+						counts = counts[:1]
+					}
+					for _, redop := range redops {
+						for _, count := range counts {
+							for _, inPlace := range []bool{false, true} {
+								mc := matrixCase{op: op, dt: dt, redop: redop, count: count, inPlace: inPlace, root: (count + 1) % n}
+								before := mailboxCalls(comms[0])
+								if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+									t.Fatalf("%v: %v", mc, err)
+								}
+								took := mailboxCalls(comms[0]) != before
+								if want := op == OpBarrier || count*dt.Size() <= smallMax; took != want {
+									t.Fatalf("%v (%d bytes a rank): mailbox path taken %v, want %v (threshold %d bytes)", mc, count*dt.Size(), took, want, smallMax)
+								}
+								cases++
 							}
-							took := mailboxCalls(comms[0]) != before
-							if want := count*dt.Size() <= smallMax; took != want {
-								t.Fatalf("%v (%d bytes): mailbox path taken %v, want %v (threshold %d bytes)", mc, count*dt.Size(), took, want, smallMax)
-							}
-							cases++
 						}
 					}
 				}
@@ -128,6 +138,14 @@ func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 		}
 		root := []int32{int32(i)}
 		if err := Broadcast(ctx, c, root, i%n); err != nil {
+			return err
+		}
+		if err := c.Barrier(ctx); err != nil {
+			return err
+		}
+		// A blocking engine call between mailbox calls.
+		a2a := make([]int32, n)
+		if err := AllToAll(ctx, c, a2a, make([]int32, n)); err != nil {
 			return err
 		}
 		for j, h := range hs {
