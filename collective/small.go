@@ -144,17 +144,23 @@ func (c *Comm) smallStart(ctx context.Context, inline bool, rq request) (*Handle
 	if err != nil {
 		return nil, err
 	}
-	if inline {
-		err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
-		c.pending.Done()
-		return nil, err
+	if !inline {
+		return c.smallAsync(ctx, k, seq, prev, timeout, rq), nil
 	}
+	err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
+	c.pending.Done()
+	return nil, err
+}
+
+// smallAsync runs an async call on a goroutine. Its own function: a blocking
+// call's request, which the goroutine would capture, stays on the stack.
+func (c *Comm) smallAsync(ctx context.Context, k uint32, seq uint64, prev []*Handle, timeout time.Duration, rq request) *Handle {
 	w := &smallWait{done: make(chan struct{})}
 	go func() {
 		w.err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
 		close(w.done)
 	}()
-	return &Handle{comm: c, small: w}, nil
+	return &Handle{comm: c, small: w}
 }
 
 // smallWait is an async mailbox call.
