@@ -588,20 +588,25 @@ func (s *smallPath) stop() {
 
 // begin writes the records a work request's start writes: coll_begin, and
 // a post of the send (this rank's slot: sent bytes) and of the receive (the
-// peer's) on each peer's mailbox, all at one clock reading.
+// peer's) on each peer's mailbox, all at one clock reading, in place in the
+// ring and published together.
 func (s *smallPath) begin(c *Comm, seq uint64, rq *request, sent int) {
 	ts := s.rec.Now()
-	s.rec.Record(s.coll(c, seq, rq, ts, flowtel.KindCollBegin, flowtel.StatusOK))
+	if r := s.rec.Reserve(); r != nil {
+		s.coll(r, c, seq, rq, ts, flowtel.KindCollBegin, flowtel.StatusOK)
+	}
 	for p, b := range s.boxes {
 		if b == nil {
 			continue
 		}
-		r := s.wr(c, p, seq, rq, sent)
-		r.TsNs, r.Kind, r.WrID, r.Depth = ts, flowtel.KindWRPost, flowtel.WRID(s.wrs, false), 1
-		s.rec.Record(&r)
-		r.WrID, r.Depth, r.Bytes = flowtel.WRID(s.wrs, true), 2, uint64(recvBytes(rq, p))
-		s.rec.Record(&r)
+		if r := s.rec.Reserve(); r != nil {
+			s.wr(r, c, p, seq, rq, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), 1, sent)
+		}
+		if r := s.rec.Reserve(); r != nil {
+			s.wr(r, c, p, seq, rq, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), 2, recvBytes(rq, p))
+		}
 	}
+	s.rec.Commit()
 }
 
 // end writes the completions of the sends and receives and coll_end, at
@@ -613,14 +618,18 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 		if b == nil {
 			continue
 		}
-		r := s.wr(c, p, seq, rq, sent)
-		r.TsNs, r.Kind, r.Status, r.WrID, r.Depth = ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), 1
-		s.rec.Record(&r)
-		r.WrID, r.Depth, r.Bytes = flowtel.WRID(s.wrs, true), 0, uint64(recvBytes(rq, p))
-		s.rec.Record(&r)
+		if r := s.rec.Reserve(); r != nil {
+			s.wr(r, c, p, seq, rq, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), 1, sent)
+		}
+		if r := s.rec.Reserve(); r != nil {
+			s.wr(r, c, p, seq, rq, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, true), 0, recvBytes(rq, p))
+		}
 	}
 	s.wrs++
-	s.rec.Record(s.coll(c, seq, rq, ts, flowtel.KindCollEnd, st))
+	if r := s.rec.Reserve(); r != nil {
+		s.coll(r, c, seq, rq, ts, flowtel.KindCollEnd, st)
+	}
+	s.rec.Commit()
 }
 
 // recvBytes is what a call reads from peer p's slot.
@@ -637,12 +646,12 @@ func recvBytes(rq *request, p int) int {
 	return len(rq.in)
 }
 
-func (s *smallPath) coll(c *Comm, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status) *flowtel.Record {
-	return &flowtel.Record{TsNs: ts, Kind: kind, Status: st, Rank: int32(c.rank), Peer: -1, Comm: s.comm, CollSeq: seq,
+func (s *smallPath) coll(r *flowtel.Record, c *Comm, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status) {
+	*r = flowtel.Record{TsNs: ts, Kind: kind, Status: st, Rank: int32(c.rank), Peer: -1, Comm: s.comm, CollSeq: seq,
 		Op: uint8(rq.call.op), Algo: uint8(AlgoDirect), Dtype: uint8(rq.dt), Bytes: uint64(len(rq.out)), Step: 1}
 }
 
-func (s *smallPath) wr(c *Comm, p int, seq uint64, rq *request, sent int) flowtel.Record {
-	return flowtel.Record{Rank: int32(c.rank), Peer: int32(p), QP: s.qpids[p], Comm: s.comm, CollSeq: seq,
-		Op: uint8(rq.call.op), Algo: uint8(AlgoDirect), Dtype: uint8(rq.dt), Bytes: uint64(sent)}
+func (s *smallPath) wr(r *flowtel.Record, c *Comm, p int, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status, id uint64, depth uint32, bytes int) {
+	*r = flowtel.Record{TsNs: ts, Kind: kind, Status: st, WrID: id, Depth: depth, Rank: int32(c.rank), Peer: int32(p), QP: s.qpids[p],
+		Comm: s.comm, CollSeq: seq, Op: uint8(rq.call.op), Algo: uint8(AlgoDirect), Dtype: uint8(rq.dt), Bytes: uint64(bytes)}
 }

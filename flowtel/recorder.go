@@ -133,6 +133,24 @@ func (r *Recorder) stamp() int64 {
 	return r.passTs
 }
 
+// Reserve returns a ring slot for a record the caller writes in place,
+// every field, TsNs included (Ring.Reserve); nil when the recorder is nil or
+// paused, or the ring is full (the record is dropped and counted). Commit
+// publishes what was reserved. Owner only.
+func (r *Recorder) Reserve() *Record {
+	if r == nil || r.paused.Load() {
+		return nil
+	}
+	return r.ring.Reserve()
+}
+
+// Commit publishes the records reserved since the last Commit. Owner only.
+func (r *Recorder) Commit() {
+	if r != nil {
+		r.ring.Commit()
+	}
+}
+
 // Dropped returns how many records this recorder has dropped.
 func (r *Recorder) Dropped() uint64 {
 	if r == nil {

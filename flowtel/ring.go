@@ -26,7 +26,9 @@ type Ring struct {
 	// Producer-local state.
 	cachedHead  uint64 // producer's last view of head
 	pendingLost uint64 // dropped records not yet reported in band
-	_           [cacheLine - 16]byte
+	next        uint64 // next slot Reserve hands out (tail while none is reserved)
+	lostAt      uint64 // 1 + the slot of a reserved KindLost record, to complete at Commit; 0: none
+	_           [cacheLine - 32]byte
 
 	dropped atomic.Uint64 // total records dropped by the producer
 	wake    func()        // called when the ring crosses half full; may be nil
@@ -86,7 +88,15 @@ func (r *Ring) Push(rec *Record) bool {
 		t++
 	}
 	r.buf[t&r.mask] = *rec
-	r.tail.Store(t + 1)
+	r.next = t + 1
+	r.publish(t0, t+1)
+	return true
+}
+
+// publish moves tail from t0 to t and wakes the consumer when that crosses
+// half full.
+func (r *Ring) publish(t0, t uint64) {
+	r.tail.Store(t)
 	if r.wake != nil {
 		// Wake the consumer when the ring crosses half full. The producer's
 		// view of head is stale (it overestimates the fill), so on an
@@ -94,15 +104,62 @@ func (r *Ring) Push(rec *Record) bool {
 		// check runs at most once per half ring of pushes. (A plain
 		// equality test would miss the crossing when a KindLost record
 		// and a record are written together.)
-		half := size / 2
-		if t0-r.cachedHead < half && t+1-r.cachedHead >= half {
+		half := uint64(len(r.buf)) / 2
+		if t0-r.cachedHead < half && t-r.cachedHead >= half {
 			r.cachedHead = r.head.Load()
-			if t+1-r.cachedHead >= half {
+			if t-r.cachedHead >= half {
 				r.wake()
 			}
 		}
 	}
-	return true
+}
+
+// Reserve returns the next free slot for the producer to fill in place, or
+// nil when the ring is full (the record is then dropped and counted, as by
+// Push). The caller must write every field (the slot holds a record of the
+// previous lap); reserved slots reach the consumer at Commit. A producer
+// writing several records at once (a small collective's begin and posts)
+// saves building each on its stack, copying it, and publishing it alone.
+// Producer only, with no Push between Reserve and Commit.
+func (r *Ring) Reserve() *Record {
+	t := r.next
+	need := uint64(1)
+	if r.pendingLost != 0 {
+		need = 2
+	}
+	size := uint64(len(r.buf))
+	if t+need-r.cachedHead > size {
+		r.cachedHead = r.head.Load()
+		if t+need-r.cachedHead > size {
+			r.pendingLost++
+			r.dropped.Add(1)
+			return nil
+		}
+	}
+	if r.pendingLost != 0 {
+		r.buf[t&r.mask] = Record{Kind: KindLost, Peer: -1, Bytes: r.pendingLost}
+		r.pendingLost = 0
+		r.lostAt = t + 1
+		t++
+	}
+	r.next = t + 1
+	return &r.buf[t&r.mask]
+}
+
+// Commit publishes the slots reserved since the last Commit. Producer only.
+func (r *Ring) Commit() {
+	t0 := r.tail.Load()
+	if r.next == t0 {
+		return
+	}
+	if r.lostAt != 0 {
+		// The loss record takes its time and identity from the record
+		// after it, as Push's does.
+		lost, after := &r.buf[(r.lostAt-1)&r.mask], &r.buf[r.lostAt&r.mask]
+		lost.TsNs, lost.Rank, lost.Comm = after.TsNs, after.Rank, after.Comm
+		r.lostAt = 0
+	}
+	r.publish(t0, r.next)
 }
 
 // Drain moves up to len(dst) records into dst, oldest first, and returns how

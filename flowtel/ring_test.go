@@ -1,6 +1,7 @@
 package flowtel
 
 import (
+	"fmt"
 	"testing"
 	"time"
 )
@@ -128,50 +129,61 @@ func TestRingFullDropsAndLost(t *testing.T) {
 			dropped: 3,
 		},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			r, _ := NewRing(tc.cap)
-			var got []Record
-			var seq uint64
-			for _, s := range tc.steps {
-				for range s.push {
-					x := rec(seq)
-					r.Push(&x)
-					seq++
+		// Every case twice: records pushed one by one, and written in place
+		// (Reserve) and published once per step (Commit).
+		for _, inPlace := range []bool{false, true} {
+			t.Run(fmt.Sprintf("%s/in-place=%v", tc.name, inPlace), func(t *testing.T) {
+				r, _ := NewRing(tc.cap)
+				var got []Record
+				var seq uint64
+				for _, s := range tc.steps {
+					for range s.push {
+						x := rec(seq)
+						if !inPlace {
+							r.Push(&x)
+						} else if p := r.Reserve(); p != nil {
+							*p = x
+						}
+						seq++
+					}
+					if inPlace {
+						r.Commit()
+					}
+					dst := make([]Record, s.drain)
+					n := r.Drain(dst)
+					got = append(got, dst[:n]...)
 				}
-				dst := make([]Record, s.drain)
-				n := r.Drain(dst)
-				got = append(got, dst[:n]...)
-			}
-			if len(got) != len(tc.want) {
-				t.Fatalf("got %d records %v, want %d", len(got), got, len(tc.want))
-			}
-			var lostSum uint64
-			for i, w := range tc.want {
-				switch w := w.(type) {
-				case uint64:
-					if got[i].Kind != KindWRPost || got[i].CollSeq != w {
-						t.Errorf("record %d: got %v, want seq %d", i, got[i], w)
-					}
-				case lost:
-					if got[i].Kind != KindLost || got[i].Bytes != uint64(w) {
-						t.Errorf("record %d: got %v, want lost(%d)", i, got[i], w)
-					}
-					if got[i].Rank != 3 || got[i].Peer != -1 {
-						t.Errorf("lost record %d: rank %d peer %d, want 3 and -1", i, got[i].Rank, got[i].Peer)
-					}
-					if got[i].TsNs != got[i+1].TsNs {
-						t.Errorf("lost record %d: ts %d, want the next record's %d", i, got[i].TsNs, got[i+1].TsNs)
-					}
-					lostSum += uint64(w)
+				if len(got) != len(tc.want) {
+					t.Fatalf("got %d records %v, want %d", len(got), got, len(tc.want))
 				}
-			}
-			if r.Dropped() != tc.dropped {
-				t.Errorf("Dropped() = %d, want %d", r.Dropped(), tc.dropped)
-			}
-			if lostSum > r.Dropped() {
-				t.Errorf("in-band loss %d exceeds Dropped() %d", lostSum, r.Dropped())
-			}
-		})
+				var lostSum uint64
+				for i, w := range tc.want {
+					switch w := w.(type) {
+					case uint64:
+						if got[i].Kind != KindWRPost || got[i].CollSeq != w {
+							t.Errorf("record %d: got %v, want seq %d", i, got[i], w)
+						}
+					case lost:
+						if got[i].Kind != KindLost || got[i].Bytes != uint64(w) {
+							t.Errorf("record %d: got %v, want lost(%d)", i, got[i], w)
+						}
+						if got[i].Rank != 3 || got[i].Peer != -1 {
+							t.Errorf("lost record %d: rank %d peer %d, want 3 and -1", i, got[i].Rank, got[i].Peer)
+						}
+						if got[i].TsNs != got[i+1].TsNs {
+							t.Errorf("lost record %d: ts %d, want the next record's %d", i, got[i].TsNs, got[i+1].TsNs)
+						}
+						lostSum += uint64(w)
+					}
+				}
+				if r.Dropped() != tc.dropped {
+					t.Errorf("Dropped() = %d, want %d", r.Dropped(), tc.dropped)
+				}
+				if lostSum > r.Dropped() {
+					t.Errorf("in-band loss %d exceeds Dropped() %d", lostSum, r.Dropped())
+				}
+			})
+		}
 	}
 }
 
@@ -299,5 +311,30 @@ func TestRingWakeWithLost(t *testing.T) {
 	r.Push(&x)
 	if wakes != 1 {
 		t.Fatalf("wakes = %d, want 1", wakes)
+	}
+}
+
+// Reserved records reach the consumer at Commit, not before.
+func TestRingReserveCommit(t *testing.T) {
+	r, _ := NewRing(8)
+	for i := range 3 {
+		p := r.Reserve()
+		if p == nil {
+			t.Fatalf("Reserve %d on an empty ring returned nil", i)
+		}
+		*p = rec(uint64(i))
+	}
+	dst := make([]Record, 8)
+	if n := r.Drain(dst); n != 0 {
+		t.Fatalf("drained %d records before Commit, want 0", n)
+	}
+	r.Commit()
+	if n := r.Drain(dst); n != 3 || dst[2].CollSeq != 2 {
+		t.Fatalf("drained %d records after Commit (last seq %d), want 3 ending with seq 2", n, dst[max(n-1, 0)].CollSeq)
+	}
+	x := rec(3)
+	r.Push(&x) // Push and Reserve share the producer's position
+	if n := r.Drain(dst); n != 1 || dst[0].CollSeq != 3 {
+		t.Fatalf("after a Push: drained %d (seq %d), want 1 with seq 3", n, dst[0].CollSeq)
 	}
 }
