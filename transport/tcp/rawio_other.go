@@ -2,6 +2,5 @@
 
 package tcp
 
-// ready reports true for both: without a lock-free readiness check, Poll
-// reads, and writes a parked batch.
-func ready(_ int, out bool) (in, room bool) { return true, out }
+// readable reports true: without a lock-free readiness check, Poll reads.
+func readable(int) bool { return true }

@@ -438,66 +438,6 @@ func TestSpinning(t *testing.T) {
 	}
 }
 
-// A send the socket does not take whole stays with a spinning owner, whose
-// Polls write the rest as room comes; once spinning stops, the writer
-// goroutine finishes it while nobody polls the sender.
-func TestSpinningParksFullWrites(t *testing.T) {
-	p := connect(t, Backend{SockBuf: 16 << 10}, "")
-	qa, qb := p.A.(*QP), p.B.(*QP)
-	qa.SetSpinning(true)
-	qb.SetSpinning(true) // nobody reads B's socket but B's Polls
-	const size = 4 << 20
-	wcs := make([]transport.WC, 2)
-	dst := make([]byte, size)
-	for round := byte(1); round <= 2; round++ {
-		msg := patternOf(size, round)
-		clear(dst)
-		p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
-		p.A.PostSend(transport.WR{ID: 2, Buf: msg})
-		deadline := time.Now().Add(transporttest.Deadline)
-		// B's Poll writes its credit, A's reads it and starts the send,
-		// which the socket cannot take whole.
-		for !qa.parked.Load() {
-			qb.Poll(wcs[:0])
-			if qa.Poll(wcs) != 0 {
-				t.Fatalf("round %d: the send completed (%v) before the receiver read anything", round, wcs[0].Err)
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: the send was not parked with its owner", round)
-			}
-		}
-		sent, got := round == 2, false // round 2: A's send is waited for below
-		if round == 2 {
-			qa.SetSpinning(false)
-			if qa.parked.Load() {
-				t.Fatal("SetSpinning(false) left the batch parked")
-			}
-		}
-		for !sent || !got {
-			if round == 1 && qa.Poll(wcs) == 1 {
-				if wcs[0].Err != nil || wcs[0].Bytes != size {
-					t.Fatalf("send: %d bytes, %v", wcs[0].Bytes, wcs[0].Err)
-				}
-				sent = true
-			}
-			if qb.Poll(wcs) == 1 {
-				if wcs[0].Err != nil || wcs[0].Bytes != size || !bytes.Equal(dst, msg) {
-					t.Fatalf("round %d: receive: %d bytes, %v, data equal %v", round, wcs[0].Bytes, wcs[0].Err, bytes.Equal(dst, msg))
-				}
-				got = true
-			}
-			if time.Now().After(deadline) {
-				t.Fatalf("round %d: sent %v, received %v", round, sent, got)
-			}
-		}
-		if round == 2 {
-			if wc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]; wc.Err != nil || wc.Bytes != size {
-				t.Fatalf("send after spinning stopped: %d bytes, %v", wc.Bytes, wc.Err)
-			}
-		}
-	}
-}
-
 func TestResolve(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), transporttest.Deadline)
 	defer cancel()
