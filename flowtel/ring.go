@@ -69,6 +69,24 @@ func (r *Ring) Dropped() uint64 { return r.dropped.Load() }
 func (r *Ring) Push(rec *Record) bool {
 	t := r.tail.Load()
 	t0 := t
+	if !r.room(t) {
+		return false
+	}
+	if r.pendingLost != 0 {
+		r.buf[t&r.mask] = Record{TsNs: rec.TsNs, Kind: KindLost, Rank: rec.Rank, Peer: -1, Comm: rec.Comm, Bytes: r.pendingLost}
+		r.pendingLost = 0
+		t++
+	}
+	r.buf[t&r.mask] = *rec
+	r.next = t + 1
+	r.publish(t0, t+1)
+	return true
+}
+
+// room reports whether the record the producer writes at slot t fits,
+// with the KindLost record that must precede it after a loss; when not, it
+// counts the record dropped.
+func (r *Ring) room(t uint64) bool {
 	need := uint64(1)
 	if r.pendingLost != 0 {
 		need = 2
@@ -82,14 +100,6 @@ func (r *Ring) Push(rec *Record) bool {
 			return false
 		}
 	}
-	if r.pendingLost != 0 {
-		r.buf[t&r.mask] = Record{TsNs: rec.TsNs, Kind: KindLost, Rank: rec.Rank, Peer: -1, Comm: rec.Comm, Bytes: r.pendingLost}
-		r.pendingLost = 0
-		t++
-	}
-	r.buf[t&r.mask] = *rec
-	r.next = t + 1
-	r.publish(t0, t+1)
 	return true
 }
 
@@ -123,18 +133,8 @@ func (r *Ring) publish(t0, t uint64) {
 // Producer only, with no Push between Reserve and Commit.
 func (r *Ring) Reserve() *Record {
 	t := r.next
-	need := uint64(1)
-	if r.pendingLost != 0 {
-		need = 2
-	}
-	size := uint64(len(r.buf))
-	if t+need-r.cachedHead > size {
-		r.cachedHead = r.head.Load()
-		if t+need-r.cachedHead > size {
-			r.pendingLost++
-			r.dropped.Add(1)
-			return nil
-		}
+	if !r.room(t) {
+		return nil
 	}
 	if r.pendingLost != 0 {
 		r.buf[t&r.mask] = Record{Kind: KindLost, Peer: -1, Bytes: r.pendingLost}
