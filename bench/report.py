@@ -249,8 +249,11 @@ def others_table(data, n, targets):
     for coll in ("allgather", "reducescatter", "broadcast"):
         for size in sorted(set(sizes_of(data, coll, n, "mpi-shm")) | set(sizes_of(data, coll, n, "vccl-shm-off"))):
             cells, tg = [coll, hsize(size)], []
+            # MPI_Bcast has one buffer: its equivalent is VCCL's in-place
+            # broadcast (out of place, the root also copies its input).
+            which = "ip" if coll == "broadcast" else "oop"
             for tr in ("shm", "tcp"):
-                p, v = get(data, coll, n, f"mpi-{tr}", size), get(data, coll, n, f"vccl-{tr}-off", size)
+                p, v = get(data, coll, n, f"mpi-{tr}", size), get(data, coll, n, f"vccl-{tr}-off", size, which)
                 r = ratio(v, p)
                 cells += [fbw(p), fbw(v), fr(r)]
                 if targets:
@@ -288,7 +291,8 @@ def section(a, data, failures):
             f"- **Method:** every tool runs the same sizes the way nccl-tests does: warm-up, a barrier, N timed "
             "iterations of the blocking call, mean time per iteration averaged over ranks; busbw = size/time × "
             "nccl-tests' factor (all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n, broadcast 1). "
-            "float32, sum. Every result is checked (#wrong 0 unless marked ⚠). Open MPI and VCCL out of place; "
+            "float32, sum. Every result is checked (#wrong 0 unless marked ⚠). Open MPI and VCCL out of place (broadcast: "
+            "VCCL in place, as MPI_Bcast is); "
             "Gloo in place (torch.distributed has no other form), against VCCL in place. All-reduce: 1 KiB–256 KiB 2000 "
             f"iterations, 1–4 MiB 200, 16–64 MiB 20; the other collectives (1–64 MiB) the same; telemetry on/off 10× those "
             f"counts below 1 MiB, 5× above. Each measurement ran {a.repeat} time(s), interleaved with the others; "
@@ -304,7 +308,7 @@ def section(a, data, failures):
         out += [f"All-reduce over TCP on loopback:", ""] + allreduce_table(data, n, "tcp", tg) + [""]
         out += [f"All-reduce against Gloo:", ""] + gloo_table(data, n, tg) + [""]
         out += [f"Telemetry on against off (VCCL all-reduce, out of place; `vccl-bench --telemetry alternate`: off and on in alternating blocks of each launch; on/off is the median over runs of each run's ratio; negative: on is slower):", ""] + telemetry_table(data, n, tg) + [""]
-        out += [f"All-gather, reduce-scatter and broadcast (size is the whole buffer: receive for all-gather, send for reduce-scatter):", ""] + others_table(data, n, tg) + [""]
+        out += [f"All-gather, reduce-scatter and broadcast (size is the whole buffer: receive for all-gather, send for reduce-scatter; broadcast: VCCL in place, as MPI_Bcast):", ""] + others_table(data, n, tg) + [""]
     out += ["### Targets (issue 4; 2 ranks, this run)", ""] + targets.summary() + [""]
     out.append(END)
     return "\n".join(out) + "\n"
