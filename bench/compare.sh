@@ -155,8 +155,12 @@ for rep in $(seq 1 "$REPEAT"); do
 				run "allreduce.n$n.vccl-$tr-off.s$i" vccl "$n" "$tr" off allreduce "$@"
 				# Telemetry off and on alternately within one launch: separate
 				# launches each drew their own slow spells.
+				# More ranks than cores: no target, all-reduce's own counts
+				# (the longer blocks would take minutes there).
+				alt=${ALT_SWEEPS[$i]}
+				((n > $(nproc))) && alt=${AR_SWEEPS[$i]}
 				# shellcheck disable=SC2086
-				run "allreduce.n$n.vccl-$tr-alt.s$i" vccl "$n" "$tr" alternate allreduce ${ALT_SWEEPS[$i]}
+				run "allreduce.n$n.vccl-$tr-alt.s$i" vccl "$n" "$tr" alternate allreduce $alt
 			done
 		done
 		for c in allgather reducescatter broadcast; do

@@ -295,7 +295,7 @@ def section(a, data, failures):
             "VCCL in place, as MPI_Bcast is); "
             "Gloo in place (torch.distributed has no other form), against VCCL in place. All-reduce: 1 KiB–256 KiB 2000 "
             f"iterations, 1–4 MiB 200, 16–64 MiB 20; the other collectives (1–64 MiB) the same; telemetry on/off 10× those "
-            f"counts below 1 MiB, 5× above. Each measurement ran {a.repeat} time(s), interleaved with the others; "
+            f"counts below 1 MiB, 5× above (where ranks ≤ cores). Each measurement ran {a.repeat} time(s), interleaved with the others; "
             "the tables show the median per size. Ratios are VCCL/peer busbw: above 1 VCCL is faster.", ""]
     if failures:
         out += [f"**Failed runs:** {', '.join(failures)} (see the raw outputs).", ""]
