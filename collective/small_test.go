@@ -9,7 +9,6 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
-	"github.com/vccl-go/vccl/flowtel/flowteltest"
 )
 
 // mailboxCalls returns the ticket of the last call c made on the mailbox
@@ -226,10 +225,7 @@ func TestSmallAllReduceDeadline(t *testing.T) {
 func TestSmallAllReduceRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	col := flowtel.NewCollector()
-	sink := flowteltest.NewMemorySink()
-	col.AddSink(sink)
-	col.Start()
+	col, sink := memoryCollector()
 	const n = 3
 	comms := newLocal(t, n, WithCollector(col), WithTransport("shm"))
 	if err := runOnAll(comms, func(c *Comm) error {

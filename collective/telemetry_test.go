@@ -10,6 +10,16 @@ import (
 	"github.com/vccl-go/vccl/flowtel/flowteltest"
 )
 
+// memoryCollector returns a started collector whose records a memory sink
+// keeps, for tests that read what a call recorded.
+func memoryCollector() (*flowtel.Collector, *flowteltest.MemorySink) {
+	col := flowtel.NewCollector()
+	sink := flowteltest.NewMemorySink()
+	col.AddSink(sink)
+	col.Start()
+	return col, sink
+}
+
 func TestBusBWFactor(t *testing.T) {
 	for _, tc := range []struct {
 		op    Op
@@ -32,10 +42,7 @@ func TestBusBWFactor(t *testing.T) {
 func TestCollectiveRecords(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	col := flowtel.NewCollector()
-	sink := flowteltest.NewMemorySink()
-	col.AddSink(sink)
-	col.Start()
+	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col), WithChannels(2))
 	if err := runOnAll(comms, func(c *Comm) error {
 		buf := make([]float32, 1<<16)
@@ -102,10 +109,7 @@ func TestCollectiveRecords(t *testing.T) {
 func TestRecordTimesOrdered(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	col := flowtel.NewCollector()
-	sink := flowteltest.NewMemorySink()
-	col.AddSink(sink)
-	col.Start()
+	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col))
 	if err := runOnAll(comms, func(c *Comm) error {
 		for _, n := range []int{256, 1 << 16, 256, 1 << 16} {
@@ -173,10 +177,7 @@ func TestRecordTimesOrdered(t *testing.T) {
 func TestSetTelemetry(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	col := flowtel.NewCollector()
-	sink := flowteltest.NewMemorySink()
-	col.AddSink(sink)
-	col.Start()
+	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col))
 	if err := runOnAll(comms, func(c *Comm) error {
 		buf := make([]float32, 256)
