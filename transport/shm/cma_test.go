@@ -4,7 +4,9 @@ package shm
 
 import (
 	"bytes"
+	"runtime"
 	"testing"
+	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
@@ -148,5 +150,50 @@ func TestChooseCMA(t *testing.T) {
 	}
 	if q.chooseCMA() {
 		t.Fatalf("single copy still chosen after fast copies (%.1f bytes/ns)", q.copyRate)
+	}
+}
+
+// A receiver that reads a send by address, acknowledges it and closes at
+// once (a rank leaving after its last collective) has taken the message:
+// the send completes, though the sender learns of the close before it
+// looks at the acknowledgement.
+func TestCMASendAcknowledgedThenPeerClosed(t *testing.T) {
+	cmaAlways.Store(true)
+	defer cmaAlways.Store(false)
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	a, b := p.A.(*QP), p.B.(*QP)
+	big := patternOf(cmaMin+4096, 3)
+	dst := make([]byte, len(big))
+	if err := b.PostRecv(transport.WR{ID: 1, Buf: dst}); err != nil {
+		t.Fatal(err)
+	}
+	if err := a.PostSend(transport.WR{ID: 2, Buf: big}); err != nil {
+		t.Fatal(err)
+	}
+	deadline := time.Now().Add(transporttest.Deadline)
+	for sent, _, _, _ := cmaCounts(a); sent == 0; sent, _, _, _ = cmaCounts(a) {
+		if time.Now().After(deadline) {
+			t.Fatal("the sender never published the message by address")
+		}
+		runtime.Gosched()
+	}
+	// Hold the sender's progress until the receiver is gone.
+	a.mu.Lock()
+	rc := transporttest.WaitN(t, b, p.NotB, 1)[0]
+	if rc.Status != flowtel.StatusOK || !bytes.Equal(dst, big) {
+		a.mu.Unlock()
+		t.Fatalf("receive: %v (%v), data equal %v", rc.Status, rc.Err, bytes.Equal(dst, big))
+	}
+	b.Close()
+	for a.gone.Load() == nil {
+		if time.Now().After(deadline) {
+			a.mu.Unlock()
+			t.Fatal("the sender never saw the receiver close")
+		}
+		runtime.Gosched()
+	}
+	a.mu.Unlock()
+	if sc := transporttest.WaitN(t, a, p.NotA, 1)[0]; sc.Status != flowtel.StatusOK {
+		t.Fatalf("send read and acknowledged before the receiver closed: %v (%v), want ok", sc.Status, sc.Err)
 	}
 }

@@ -991,6 +991,14 @@ func (q *QP) failAll(g *goneReason) bool {
 		// receives before it went: a rank leaving after its last
 		// collective.
 		q.settleEager()
+		// Or read the send it was given by address, and acknowledged it.
+		if q.sends.len() > 0 {
+			out := &q.seg.out
+			if s := q.sends.front(); s.cma && out.cmaDone.Load() == q.cmaSent && out.cmaFail.Load() == q.cmaFails {
+				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(s.wr.Buf), nil)
+				q.sends.pop()
+			}
+		}
 	}
 	err := g.err
 	for q.eager.len() > 0 {
