@@ -122,6 +122,7 @@ type QP struct {
 	txIdx     int   // the path data left on last
 	txEpoch   uint32
 	sends     queue[sendWR] // posted, not acknowledged; sends.at(0) is message sendBase
+	allAcked  chan struct{} // Close's linger: signalled when sends empties
 	sendBase  uint64
 	sendNext  uint64 // next message to transmit on tx
 	sendOff   uint64 // bytes of message sendNext already transmitted on tx
@@ -159,7 +160,7 @@ type qpSetup struct {
 }
 
 func newQP(cfg transport.Config, s qpSetup) (*QP, error) {
-	q := &QP{core: transport.NewCore(Name, cfg), b: s.b, prm: s.prm, key: s.key, token: cfg.Token,
+	q := &QP{core: transport.NewCore(Name, cfg), b: s.b, prm: s.prm, key: s.key, token: cfg.Token, allAcked: make(chan struct{}, 1),
 		dialer: s.dialer, remote: s.remote, ifnames: s.ifnames, accs: s.accs, release: s.release,
 		probeNow: make(chan struct{}, 1)}
 	q.claimed.L = &q.mu
@@ -284,6 +285,26 @@ func (q *QP) Close() error {
 		q.wg.Wait()
 		return nil
 	}
+	// Linger until the peer has acknowledged what was sent: a message on a
+	// path that goes down now can still be replayed on another, which it
+	// cannot once the goodbye has gone (bounded by the link timeout).
+	deadline := time.Now().Add(q.prm.LinkTimeout)
+	q.mu.Lock()
+	for q.err == nil && q.sends.len() > 0 {
+		left := time.Until(deadline)
+		if left <= 0 {
+			break
+		}
+		q.mu.Unlock()
+		t := time.NewTimer(left)
+		select {
+		case <-q.allAcked:
+		case <-t.C:
+		}
+		t.Stop()
+		q.mu.Lock()
+	}
+	q.mu.Unlock()
 	// Say goodbye on every path, so the peer ends the link at once rather
 	// than failing over, then wait (briefly) for the writers to send it.
 	q.mu.Lock()
@@ -814,6 +835,14 @@ func (q *QP) onAck(pa *path, n uint64) error {
 	if top := q.sendBase + uint64(q.sends.len()); n > top {
 		return fmt.Errorf("protocol error: acknowledgement of %d messages, only %d sent", n, top)
 	}
+	defer func() {
+		if q.sends.len() == 0 {
+			select {
+			case q.allAcked <- struct{}{}:
+			default:
+			}
+		}
+	}()
 	for q.sendBase < n {
 		s := q.sends.pop()
 		credit := q.credits.pop()
