@@ -20,6 +20,17 @@ func cmaCounts(q *QP) (sent, in, inFail uint64, readable bool) {
 	return q.cmaSent, q.cmaIn, q.cmaInFail, q.cma != nil
 }
 
+// cmaPair connects a pair of shm QPs that take single copy for every
+// message it applies to, whatever the sender's copy rate (until the test
+// ends).
+func cmaPair(t *testing.T) (*transporttest.Pair, *QP, *QP) {
+	t.Helper()
+	cmaAlways.Store(true)
+	t.Cleanup(func() { cmaAlways.Store(false) })
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	return p, p.A.(*QP), p.B.(*QP)
+}
+
 // exchangeOne sends msg from p.A to a receive of len(msg)+100 bytes on p.B
 // (reducing with sum when given) and checks both completions and the data.
 func exchangeOne(t *testing.T, p *transporttest.Pair, msg []byte, reduce transport.ReduceFunc, what string) {
@@ -58,10 +69,7 @@ func addBytes(dst, msg, src []byte) {
 // TestCMA: a large plain receive is filled by single copy, a small one and
 // a reducing one through the ring.
 func TestCMA(t *testing.T) {
-	cmaAlways.Store(true)
-	defer cmaAlways.Store(false)
-	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
-	a, b := p.A.(*QP), p.B.(*QP)
+	p, a, b := cmaPair(t)
 	big := patternOf(cmaMin+4096, 7)
 	exchangeOne(t, p, big, nil, "single copy")
 	if sent, _, _, _ := cmaCounts(a); sent != 1 {
@@ -80,10 +88,7 @@ func TestCMA(t *testing.T) {
 // TestCMAFallback makes single-copy reads fail: the message must arrive
 // intact through the ring and the QP keep to the ring afterwards.
 func TestCMAFallback(t *testing.T) {
-	cmaAlways.Store(true)
-	defer cmaAlways.Store(false)
-	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
-	a, b := p.A.(*QP), p.B.(*QP)
+	p, a, b := cmaPair(t)
 	msg := patternOf(cmaMin+4096, 3)
 	exchangeOne(t, p, msg, nil, "single copy") // the probe passes
 	cmaFault.Store(true)
@@ -102,12 +107,9 @@ func TestCMAFallback(t *testing.T) {
 // TestCMARefused: a receiver whose probe of the peer's memory fails (no
 // permission, say) never offers single copy; messages go through the ring.
 func TestCMARefused(t *testing.T) {
-	cmaAlways.Store(true)
-	defer cmaAlways.Store(false)
 	cmaFault.Store(true)
 	defer cmaFault.Store(false)
-	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
-	a, b := p.A.(*QP), p.B.(*QP)
+	p, a, b := cmaPair(t)
 	msg := patternOf(cmaMin+4096, 5)
 	exchangeOne(t, p, msg, nil, "probe refused")
 	if _, _, _, readable := cmaCounts(b); readable {
@@ -158,10 +160,7 @@ func TestChooseCMA(t *testing.T) {
 // the send completes, though the sender learns of the close before it
 // looks at the acknowledgement.
 func TestCMASendAcknowledgedThenPeerClosed(t *testing.T) {
-	cmaAlways.Store(true)
-	defer cmaAlways.Store(false)
-	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
-	a, b := p.A.(*QP), p.B.(*QP)
+	p, a, b := cmaPair(t)
 	big := patternOf(cmaMin+4096, 3)
 	dst := make([]byte, len(big))
 	if err := b.PostRecv(transport.WR{ID: 1, Buf: dst}); err != nil {
