@@ -30,7 +30,7 @@
 // Flow control is credit based. Posting a receive sends the peer a credit
 // frame carrying the receive buffer's size; the k-th send is matched with the
 // k-th credit. A send posted before its credit records credit_wait and
-// credit_grant when the credit arrives. Small sends (up to 64 KiB, at most
+// credit_grant when the credit arrives. Small sends (up to 68 KiB, at most
 // 16 ahead of their credits) do not wait for it: they go at once, flagged
 // eager, and the receiver keeps such a message until its receive is posted
 // (a bounded buffer: at most 16 of them); the send completes once written

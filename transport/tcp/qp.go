@@ -38,8 +38,11 @@ const (
 	// eagerMax is the largest send that may go before its credit, and
 	// eagerWindow how many may be ahead of their credits at once: the
 	// receiver keeps at most eagerWindow such messages (each at most
-	// eagerMax) for receives not yet posted.
-	eagerMax    = 64 << 10
+	// eagerMax) for receives not yet posted. eagerMax leaves room for a
+	// header in front of 64 KiB: the collective's signature check sends a
+	// 64 KiB payload behind 64 bytes, and at 64 KiB flat that message
+	// waited for its credit, a round trip in a 2-rank 64 KiB all-reduce.
+	eagerMax    = 68 << 10
 	eagerWindow = 16
 	// pollBudget bounds the bytes one Poll reads from the socket, so a poll
 	// during a large transfer returns to its caller (who may have reductions

@@ -265,7 +265,7 @@ func TestProtocolError(t *testing.T) {
 		{"data without receive", true, AppendHeader(nil, Header{Type: FrameData, Len: 1}), "no receive posted"},
 		{"credit out of sequence", false, AppendHeader(nil, Header{Type: FrameCredit, Seq: 5}), "credit frame 5, want 0"},
 		{"data longer than its credited receive", false, AppendHeader(nil, Header{Type: FrameData, Len: 9}), "for a receive of 8 bytes"},
-		{"eager over the limit", true, eager(0, eagerMax+1), "over the 65536-byte limit"},
+		{"eager over the limit", true, eager(0, eagerMax+1), "over the 69632-byte limit"},
 		{"too many eager", true, tooMany, "over 16 messages ahead"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
