@@ -14,10 +14,11 @@ func TestParseArgs(t *testing.T) {
 		want    Config
 		wantErr string
 	}{
-		{args: []string{"-n", "4", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: true, Prog: "prog", Args: []string{}}},
-		{args: []string{"-n=2", "--grace", "1s", "--timeout=1m", "--tag-output=false", "--", "prog", "-n", "9", "--x"},
-			want: Config{N: 2, Grace: time.Second, Timeout: time.Minute, Prog: "prog", Args: []string{"-n", "9", "--x"}}},
-		{args: []string{"-n", "1", "prog", "--", "a"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: true, Prog: "prog", Args: []string{"--", "a"}}},
+		{args: []string{"-n", "4", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: true, Bind: BindCore, Prog: "prog", Args: []string{}}},
+		{args: []string{"-n=2", "--grace", "1s", "--timeout=1m", "--tag-output=false", "--bind-to", "none", "--", "prog", "-n", "9", "--x"},
+			want: Config{N: 2, Grace: time.Second, Timeout: time.Minute, Bind: BindNone, Prog: "prog", Args: []string{"-n", "9", "--x"}}},
+		{args: []string{"-n", "1", "prog", "--", "a"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: true, Bind: BindCore, Prog: "prog", Args: []string{"--", "a"}}},
+		{args: []string{"-n", "2", "--bind-to", "socket", "p"}, wantErr: `--bind-to "socket": want core or none`},
 		{args: []string{"prog"}, wantErr: "-n is required"},
 		{args: []string{"-n", "0", "prog"}, wantErr: "-n 0: need at least one rank"},
 		{args: []string{"-n", "four", "prog"}, wantErr: `invalid value "four" for flag -n`},
@@ -51,7 +52,7 @@ func TestHelp(t *testing.T) {
 	if code := Main(t.Context(), []string{"-h"}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("-h: status %d", code)
 	}
-	for _, want := range []string{"usage: vcclrun -n N", "-grace", "-timeout", "-tag-output"} {
+	for _, want := range []string{"usage: vcclrun -n N", "-grace", "-timeout", "-tag-output", "-bind-to"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, stdout.String())
 		}

@@ -10,6 +10,7 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
+	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -90,6 +91,20 @@ func helper(mode string) int {
 		return block()
 	case "rendezvous":
 		return rendezvous()
+	case "cpus":
+		b, err := os.ReadFile("/proc/self/status")
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		m := regexp.MustCompile(`(?m)^Cpus_allowed_list:\s*(\S+)$`).FindSubmatch(b)
+		if m == nil {
+			fmt.Fprintln(os.Stderr, "no Cpus_allowed_list in /proc/self/status")
+			return 1
+		}
+		fmt.Printf("cpus %s\n", m[1])
+		fmt.Printf("gomaxprocs %d\n", runtime.GOMAXPROCS(0))
+		return 0
 	case "sigint":
 		c := make(chan os.Signal, 1)
 		signal.Notify(c, syscall.SIGINT)

@@ -1,0 +1,97 @@
+package launch
+
+import (
+	"fmt"
+	"regexp"
+	"slices"
+	"testing"
+
+	"golang.org/x/sys/unix"
+)
+
+// myCPUs lists the CPUs this process may run on.
+func myCPUs(t *testing.T) []int {
+	var set unix.CPUSet
+	if err := unix.SchedGetaffinity(0, &set); err != nil {
+		t.Fatal(err)
+	}
+	var cpus []int
+	for id := 0; id < len(set)*64; id++ {
+		if set.IsSet(id) {
+			cpus = append(cpus, id)
+		}
+	}
+	return cpus
+}
+
+// ranksCPUs runs n "cpus" ranks with bind and returns what each reported
+// as its Cpus_allowed_list, and its GOMAXPROCS.
+func ranksCPUs(t *testing.T, n int, bind string, env ...string) (cpus, procs map[string]string) {
+	cfg, stdout, stderr := job(t, n, "cpus", env...)
+	cfg.Bind = bind
+	if err, _ := runJob(t, testCtx(t), cfg); err != nil {
+		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr)
+	}
+	cpus, procs = map[string]string{}, map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\[(\d+)\] (cpus|gomaxprocs) (\S+)$`).FindAllStringSubmatch(stdout.String(), -1) {
+		if m[2] == "cpus" {
+			cpus[m[1]] = m[3]
+		} else {
+			procs[m[1]] = m[3]
+		}
+	}
+	if len(cpus) != n || len(procs) != n {
+		t.Fatalf("want %d ranks' CPU lists and GOMAXPROCS, got:\n%s", n, stdout)
+	}
+	return cpus, procs
+}
+
+func TestBindToCore(t *testing.T) {
+	mine := myCPUs(t)
+	if len(mine) < 2 {
+		t.Skipf("needs 2 CPUs, this process may use %v", mine)
+	}
+	cpus, err := allowedCPUs()
+	if err != nil {
+		t.Fatal(err)
+	}
+	plan := planBinding(2, cpus)
+	got, procs := ranksCPUs(t, 2, BindCore)
+	for r := range 2 {
+		if want := cpuList(plan[r]); got[fmt.Sprint(r)] != want {
+			t.Errorf("rank %d runs on CPUs %s, want %s (all: %v)", r, got[fmt.Sprint(r)], want, mine)
+		}
+		// Two Ps even on one CPU, so that telemetry's collector runs
+		// while the rank spins.
+		if want := fmt.Sprint(max(len(plan[r]), 2)); procs[fmt.Sprint(r)] != want {
+			t.Errorf("rank %d on CPUs %v has GOMAXPROCS %s, want %s", r, plan[r], procs[fmt.Sprint(r)], want)
+		}
+	}
+	// A GOMAXPROCS the user set is theirs.
+	if _, procs := ranksCPUs(t, 2, BindCore, "GOMAXPROCS=1"); procs["0"] != "1" || procs["1"] != "1" {
+		t.Errorf("GOMAXPROCS=1 set by the user: ranks run with %v", procs)
+	}
+	if got["0"] == got["1"] {
+		t.Errorf("both ranks on CPUs %s", got["0"])
+	}
+	// The forking thread got its own mask back.
+	if after := myCPUs(t); !slices.Equal(after, mine) {
+		t.Errorf("vcclrun's CPUs after the start: %v, before: %v", after, mine)
+	}
+}
+
+func TestBindNoneAndOversubscribed(t *testing.T) {
+	all := cpuList(myCPUs(t))
+	n := len(myCPUs(t)) + 1
+	for name, c := range map[string]struct {
+		n    int
+		bind string
+	}{"none": {2, BindNone}, "oversubscribed": {n, BindCore}} {
+		cpus, _ := ranksCPUs(t, c.n, c.bind)
+		for r, cpus := range cpus {
+			if cpus != all {
+				t.Errorf("%s: rank %s runs on CPUs %s, want all of %s", name, r, cpus, all)
+			}
+		}
+	}
+}
