@@ -18,7 +18,9 @@
 #   OUT=BENCHMARKS.md   the file whose section is replaced
 #   RAW=bench/out/DATE  where the raw outputs go (kept; bench/out is ignored)
 #   QUICK=1        small sizes and few iterations: checks the script, not the library
-#   MPI_EXTRA=""   more mpirun arguments (default: --bind-to none, as vcclrun's ranks)
+#   BIND=core      core: both launchers bind ranks to cores when they fit
+#                  (their defaults); none: neither does
+#   MPI_EXTRA=""   more mpirun arguments
 #   BUILD_REF=HEAD build VCCL from this commit (git archive) instead of the working tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -30,7 +32,13 @@ OUT=${OUT:-BENCHMARKS.md}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW=${RAW:-bench/out/$STAMP}
 QUICK=${QUICK:-0}
-MPI_EXTRA=${MPI_EXTRA:---bind-to none}
+BIND=${BIND:-core}
+case $BIND in
+core) MPI_BIND="" ;; # Open MPI's default: cores for np <= 2, none when oversubscribed
+none) MPI_BIND="--bind-to none" ;;
+*) echo "BIND=$BIND: want core or none" >&2; exit 2 ;;
+esac
+MPI_EXTRA="$MPI_BIND ${MPI_EXTRA:-}"
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 BUILD_REF=${BUILD_REF:-}
 
@@ -124,17 +132,17 @@ mpi() { # mpi N TRANSPORT PROG ARGS...
 vccl() { # vccl N TRANSPORT TELEMETRY COLLECTIVE ARGS...
 	local n=$1 tr=$2 tel=$3
 	shift 3
-	VCCL_TRANSPORT=$tr "$BIN/vcclrun" -n "$n" --tag-output=false -- "$BIN/vccl-bench" "$@" -c 1 --telemetry "$tel" --progress off
+	VCCL_TRANSPORT=$tr "$BIN/vcclrun" -n "$n" --bind-to "$BIND" --tag-output=false -- "$BIN/vccl-bench" "$@" -c 1 --telemetry "$tel" --progress off
 }
 
 gloo() { # gloo N ARGS...
 	local n=$1
 	shift
-	GLOO_SOCKET_IFNAME=lo "$BIN/vcclrun" -n "$n" --tag-output=false -- /usr/bin/python3 bench/gloo/bench.py "$@" -c 1
+	GLOO_SOCKET_IFNAME=lo "$BIN/vcclrun" -n "$n" --bind-to "$BIND" --tag-output=false -- /usr/bin/python3 bench/gloo/bench.py "$@" -c 1
 }
 
 export -f mpi vccl gloo
-export BIN MPI_EXTRA
+export BIN MPI_EXTRA BIND
 
 # cacheline: the CPU-to-CPU hand-off in ns (bench/cacheline.c says why),
 # at real-time priority where allowed so that other work does not stretch it.
@@ -185,6 +193,7 @@ END_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 cmdline="bench/compare.sh"
 [ "$RANKS" != "2 4" ] && cmdline="RANKS=\"$RANKS\" $cmdline"
 [ "$REPEAT" != 5 ] && cmdline="REPEAT=$REPEAT $cmdline"
+[ "$BIND" != core ] && cmdline="BIND=$BIND $cmdline"
 [ "$QUICK" = 1 ] && cmdline="QUICK=1 $cmdline"
 [ -n "$BUILD_REF" ] && cmdline="BUILD_REF=$BUILD_REF $cmdline"
 /usr/bin/python3 bench/report.py --raw "$RAW" --out "$OUT" --ranks "$RANKS" \
@@ -192,5 +201,5 @@ cmdline="bench/compare.sh"
 	--mpi-version "$(mpirun --version 2>/dev/null | head -1)" \
 	--torch-version "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)" \
 	--go-version "$(go version)" --repeat "$REPEAT" --mpi-args "--mca pml ob1 $MPI_EXTRA" \
-	--commit "$VERSION" --handoff "${HANDOFF[*]}"
+	--commit "$VERSION" --handoff "${HANDOFF[*]}" --bind "$BIND"
 log "wrote the comparison into $OUT (raw outputs in $RAW)"

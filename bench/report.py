@@ -265,6 +265,15 @@ def others_table(data, n, targets):
     return lines
 
 
+def bind_line(bind):
+    if bind == "core":
+        return ["- **Binding:** both launchers' defaults: mpirun and vcclrun bind each rank to a core of its own "
+                "when the ranks fit (2 ranks), and leave oversubscribed ranks (4) unbound; Gloo runs under vcclrun"]
+    if bind == "none":
+        return ["- **Binding:** none (`--bind-to none` for mpirun and vcclrun): the ranks float"]
+    return []
+
+
 def handoff_line(handoff):
     """The CPU 0 <-> 1 cache-line hand-off before each repeat and at the end
     (bench/cacheline.c): this VM's two CPUs measured either about 30 or about
@@ -288,6 +297,7 @@ def section(a, data, failures):
             *handoff_line(a.handoff),
             f"- **Software:** {a.go_version}; {a.mpi_version} (`mpirun {a.mpi_args}`, btl self,vader or "
             f"self,tcp with btl_tcp_if_include lo); Gloo from torch {a.torch_version} (`/usr/bin/python3`, GLOO_SOCKET_IFNAME=lo)",
+            *bind_line(a.bind),
             f"- **Method:** every tool runs the same sizes the way nccl-tests does: warm-up, a barrier, N timed "
             "iterations of the blocking call, mean time per iteration averaged over ranks; busbw = size/time × "
             "nccl-tests' factor (all-reduce 2(n−1)/n, all-gather and reduce-scatter (n−1)/n, broadcast 1). "
@@ -317,7 +327,7 @@ def section(a, data, failures):
 def main():
     ap = argparse.ArgumentParser()
     for f in ("raw", "out", "ranks", "command", "start-load", "end-load", "elapsed", "mpi-version",
-              "torch-version", "go-version", "mpi-args", "commit", "repeat", "handoff", "date"):
+              "torch-version", "go-version", "mpi-args", "commit", "repeat", "handoff", "date", "bind"):
         ap.add_argument("--" + f, required=f in ("raw", "out"), default="")
     a = ap.parse_args()
     a.ranks = a.ranks or "2 4"
