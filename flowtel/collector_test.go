@@ -3,6 +3,7 @@ package flowtel_test
 import (
 	"context"
 	"errors"
+	"runtime"
 	"sync"
 	"testing"
 	"time"
@@ -530,3 +531,29 @@ type sinkFunc func([]flowtel.Record)
 
 func (f sinkFunc) Consume(_ context.Context, recs []flowtel.Record) error { f(recs); return nil }
 func (f sinkFunc) Shutdown(context.Context) error                         { return nil }
+
+// TestCollectorOneP: with a single P, a producer that never blocks still
+// has its ring drained (it yields the P when the ring crosses half full),
+// so nothing is dropped; without the yield the collector would not run
+// until the runtime preempted the producer, 10 ms later, long after the
+// ring filled.
+func TestCollectorOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	const ringCap, n = 1024, 16 * 1024
+	c := flowtel.NewCollector(flowtel.WithRingCapacity(ringCap), flowtel.WithBatchSize(256),
+		flowtel.WithMaxIdle(time.Millisecond), flowtel.WithSinkQueue(1024))
+	sink := flowteltest.NewMemorySink()
+	c.AddSink(sink)
+	c.Start()
+	r := c.NewRecorder()
+	for i := range uint64(n) {
+		r.Record(post(0, i))
+	}
+	if err := c.Shutdown(deadlineCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	if st := c.Stats(); st.RingDropped != 0 {
+		t.Fatalf("one P: the ring dropped %d of %d records", st.RingDropped, n)
+	}
+	checkStreams(t, sink.Records(), []uint64{n})
+}

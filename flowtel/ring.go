@@ -119,6 +119,9 @@ func (r *Ring) publish(t0, t uint64) {
 			r.cachedHead = r.head.Load()
 			if t-r.cachedHead >= half {
 				r.wake()
+				// The hook may have yielded to the consumer (one P):
+				// look again, or the next crossing goes unseen.
+				r.cachedHead = r.head.Load()
 			}
 		}
 	}
