@@ -157,6 +157,8 @@ type QP struct {
 	cmaInFail uint64   // receiver: of those, failed
 	copyRate  float64  // sender: its recent copies into the ring, bytes per ns (moving average; 0: none yet)
 	cmaSkip   int      // sender: single-copy sends since the last one sent through the ring to measure it
+	ntSkip    int      // sender: records streamed into the ring since the last timed one
+	quietCMA  int      // receiver: plain receives still to announce without single copy since a reducing one
 
 	gone atomic.Pointer[goneReason]
 	mbox *Mailbox
@@ -489,7 +491,16 @@ func (q *QP) drainPosts() {
 	for i := range pr {
 		w := uint64(len(pr[i].wr.Buf))
 		// A reducing receive combines as it copies: it keeps to the ring.
-		if q.probed && q.cma != nil && pr[i].wr.Reduce == nil {
+		// So do the next reduceQuiet plain receives after one (a ring
+		// all-reduce's link, its all-gather chunks): a single-copy
+		// message holds the ring behind it until it is read, and what
+		// waits there is the next chunks to reduce.
+		switch {
+		case pr[i].wr.Reduce != nil:
+			q.quietCMA = reduceQuiet
+		case q.quietCMA > 0:
+			q.quietCMA--
+		case q.probed && q.cma != nil:
 			w |= creditCMA
 			pr[i].cma = true
 		}
@@ -858,12 +869,19 @@ func (q *QP) sendPass(budget *int) bool {
 				flags |= fLast
 			}
 			putRec(rb, pos, flags, n, len(buf))
-			if n >= rateSample {
+			dst, src := rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n]
+			switch {
+			case n < rateSample:
+				copy(dst, src)
+			case !s.cmaOK && q.streamRing():
+				// (A send whose receive offered single copy and that
+				// came here anyway is the one that measures the rate
+				// for chooseCMA: copied plainly and timed.)
+				copyStream(dst, src)
+			default:
 				t0 := flowtel.Monotonic()
-				copy(rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n])
+				copy(dst, src)
 				q.noteCopy(n, flowtel.Monotonic()-t0)
-			} else {
-				copy(rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n])
 			}
 			q.otail += uint64(need)
 			out.tail.Store(q.otail)
@@ -902,6 +920,23 @@ func (q *QP) chooseCMA() bool {
 	q.cmaSkip++
 	if q.cmaSkip >= cmaRecheck {
 		q.cmaSkip = 0
+		return false
+	}
+	return true
+}
+
+// streamRing decides whether a record goes into the ring with
+// non-temporal stores: only while this side's timed copies run slow (the
+// far placement, where each plain store first waits for the line the
+// peer's core last read), and even then every ntRecheck-th record is
+// copied plainly and timed, so that the rate is measured again.
+func (q *QP) streamRing() bool {
+	if q.copyRate == 0 || q.copyRate >= cmaBelow {
+		return false
+	}
+	q.ntSkip++
+	if q.ntSkip >= ntRecheck {
+		q.ntSkip = 0
 		return false
 	}
 	return true

@@ -1,0 +1,105 @@
+//go:build linux
+
+package shm
+
+import (
+	"bytes"
+	"testing"
+
+	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/transporttest"
+)
+
+// TestStreamRing: records are streamed into the ring only while the timed
+// copies run slow, and one in ntRecheck is still copied plainly then.
+func TestStreamRing(t *testing.T) {
+	q := &QP{}
+	if q.streamRing() {
+		t.Fatal("streamed before any copy into the ring was timed")
+	}
+	for range 8 {
+		q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
+	}
+	if q.streamRing() {
+		t.Fatalf("streamed at %.1f bytes/ns", q.copyRate)
+	}
+	for range 8 {
+		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far cores
+	}
+	plain := 0
+	for range 4 * ntRecheck {
+		if !q.streamRing() {
+			plain++
+		}
+	}
+	if plain != 4 {
+		t.Fatalf("at %.1f bytes/ns, %d of %d records copied plainly, want 4", q.copyRate, plain, 4*ntRecheck)
+	}
+}
+
+// TestStreamedRecordsArrive: a sender whose copies ran slow streams a
+// message's records into the ring (non-temporal stores, an unaligned tail
+// too) and the reducing receive gets every byte.
+func TestStreamedRecordsArrive(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	a := p.A.(*QP)
+	a.mu.Lock()
+	a.copyRate = 0.5
+	a.mu.Unlock()
+	const records = 10
+	msg := patternOf(records*chunkMax+77, 9)
+	exchangeOne(t, p, msg, addBytes, "streamed")
+	a.mu.Lock()
+	streamed, rate := a.ntSkip, a.copyRate
+	a.mu.Unlock()
+	if streamed != records || rate != 0.5 {
+		t.Fatalf("%d records streamed (copy rate %.1f), want %d (0.5: no timed copy)", streamed, rate, records)
+	}
+}
+
+// TestNoCMAWhileReducing: on a link that carries reducing receives (a ring
+// all-reduce's), the plain receives posted after one do not offer single
+// copy, so the reduced chunks never wait behind a read by address; after
+// reduceQuiet of them, plain receives offer it again.
+func TestNoCMAWhileReducing(t *testing.T) {
+	p, a, _ := cmaPair(t)
+	big := patternOf(cmaMin+4096, 11)
+	exchangeOne(t, p, big, nil, "single copy") // the probe passes
+	sum := make([]byte, len(big))
+	plain := make([]byte, len(big))
+	src := bytes.Repeat([]byte{1}, len(big))
+	if err := p.B.PostRecv(transport.WR{ID: 1, Buf: sum, Src: src, Reduce: addBytes}); err != nil {
+		t.Fatal(err)
+	}
+	if err := p.B.PostRecv(transport.WR{ID: 2, Buf: plain}); err != nil {
+		t.Fatal(err)
+	}
+	for id := range uint64(2) {
+		if err := p.A.PostSend(transport.WR{ID: 10 + id, Buf: big}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for _, wc := range append(transporttest.WaitN(t, p.A, p.NotA, 2), transporttest.WaitN(t, p.B, p.NotB, 2)...) {
+		if wc.Status != flowtel.StatusOK {
+			t.Fatalf("wr %d: %v (%v)", wc.ID, wc.Status, wc.Err)
+		}
+	}
+	want := make([]byte, len(big))
+	for i := range big {
+		want[i] = big[i] + 1
+	}
+	if !bytes.Equal(sum, want) || !bytes.Equal(plain, big) {
+		t.Fatalf("data: reduced equal %v, plain equal %v", bytes.Equal(sum, want), bytes.Equal(plain, big))
+	}
+	if sent, _, _, _ := cmaCounts(a); sent != 1 {
+		t.Fatalf("%d single-copy records, want 1 (the probe's exchange only)", sent)
+	}
+	for range reduceQuiet - 1 {
+		exchangeOne(t, p, big[:100], nil, "small plain")
+	}
+	exchangeOne(t, p, big, nil, "single copy again")
+	if sent, _, _, _ := cmaCounts(a); sent != 2 {
+		t.Fatalf("%d single-copy records after %d plain receives, want 2", sent, reduceQuiet)
+	}
+}
