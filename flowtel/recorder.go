@@ -123,6 +123,11 @@ func (r *Recorder) Record(rec *Record) {
 	r.ring.Push(rec)
 }
 
+// Stamp returns the time Record would give a record with a zero TsNs:
+// now, or inside a pass (BeginPass) the pass's time. For a record written
+// in place (Reserve). Owner only; not on a nil recorder.
+func (r *Recorder) Stamp() int64 { return r.stamp() }
+
 func (r *Recorder) stamp() int64 {
 	if !r.inPass {
 		return r.clock.Now()

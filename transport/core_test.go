@@ -1,0 +1,59 @@
+package transport
+
+import (
+	"testing"
+
+	"github.com/vccl-go/vccl/flowtel"
+)
+
+// stale fills ring's slots with records of every field set, as a previous
+// lap leaves them, and drains them.
+func stale(t *testing.T, ring *flowtel.Ring) {
+	t.Helper()
+	junk := flowtel.Record{TsNs: -1, CollSeq: ^uint64(0), WrID: ^uint64(0), Bytes: ^uint64(0), Rank: -1, Peer: -1,
+		QP: ^uint32(0), Comm: ^uint32(0), Depth: ^uint32(0), Step: ^uint32(0), Channel: ^uint16(0),
+		Kind: 0xff, Status: 0xff, Op: 0xff, Algo: 0xff, Dtype: 0xff, Path: 0xff}
+	for range ring.Cap() {
+		if !ring.Push(&junk) {
+			t.Fatal("stale: ring full")
+		}
+	}
+	if n := ring.Drain(make([]flowtel.Record, ring.Cap())); n != ring.Cap() {
+		t.Fatalf("stale: drained %d of %d", n, ring.Cap())
+	}
+}
+
+// The core writes its records in place over the ring's previous lap: every
+// field must be its own, none left from the record the slot held.
+func TestCoreRecordsOverwriteSlots(t *testing.T) {
+	ring, err := flowtel.NewRing(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	stale(t, ring)
+	cfg := Config{Rank: 1, Peer: 2, QPID: 3, Comm: 4, Channel: 5, Path: 1, Recorder: flowtel.NewRecorder(ring, nil)}
+	c := NewCore("test", cfg)
+	wr := WR{Buf: make([]byte, 100), Tag: Tag{CollSeq: 6, Step: 7, Op: 8, Algo: 9, Dtype: 10}}
+	id := c.Posted(OpSend, &wr)
+	c.Complete(WC{Status: flowtel.StatusOK, Bytes: 100, TsNs: 12345}, id, wr.Tag)
+	if n := c.Poll(make([]WC, 1)); n != 1 {
+		t.Fatalf("polled %d completions, want 1", n)
+	}
+	got := make([]flowtel.Record, 4)
+	if n := ring.Drain(got); n != 2 {
+		t.Fatalf("drained %d records, want 2", n)
+	}
+	want := flowtel.Record{CollSeq: 6, WrID: id, Bytes: 100, Rank: 1, Peer: 2, QP: 3, Comm: 4, Depth: 1, Step: 7,
+		Channel: 5, Kind: flowtel.KindWRPost, Status: flowtel.StatusOK, Op: 8, Algo: 9, Dtype: 10, Path: 1}
+	if got[0].TsNs <= 0 {
+		t.Errorf("post stamped %d, want the time of the post", got[0].TsNs)
+	}
+	want.TsNs = got[0].TsNs
+	if got[0] != want {
+		t.Errorf("post record\n got %+v\nwant %+v", got[0], want)
+	}
+	want.TsNs, want.Kind, want.Depth = 12345, flowtel.KindWC, 0
+	if got[1] != want {
+		t.Errorf("completion record\n got %+v\nwant %+v", got[1], want)
+	}
+}
