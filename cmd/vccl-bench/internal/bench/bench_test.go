@@ -467,6 +467,13 @@ func TestRunAlternate(t *testing.T) {
 	if !strings.Contains(table.String(), "#  telem. on") || !strings.Contains(table.String(), "telemetry: alternate") {
 		t.Errorf("table without the telemetry-on row or mode:\n%s", table.String())
 	}
+	// Both ranks share the collector here, so each counts its records.
+	if rep.Records < int64(len(sink.Records())) || rep.RecordsDropped != 0 {
+		t.Errorf("report counts %d records kept and %d dropped; the sink got %d, none dropped", rep.Records, rep.RecordsDropped, len(sink.Records()))
+	}
+	if want := fmt.Sprintf("# Telemetry records    : %d kept, 0 dropped (all ranks)", rep.Records); !strings.Contains(table.String(), want) {
+		t.Errorf("table without %q:\n%s", want, table.String())
+	}
 }
 
 func TestMedian(t *testing.T) {

@@ -112,6 +112,9 @@ func writeFooter(w io.Writer, r *Report) {
 		fmt.Fprintf(w, "# Out of bounds values : %d FAILED\n", r.Wrong)
 	}
 	fmt.Fprintf(w, "# Avg bus bandwidth    : %.6g \n", r.AvgBusBW)
+	if r.Telemetry {
+		fmt.Fprintf(w, "# Telemetry records    : %d kept, %d dropped (all ranks)\n", r.Records, r.RecordsDropped)
+	}
 	fmt.Fprintln(w, "#")
 }
 

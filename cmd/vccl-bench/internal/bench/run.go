@@ -69,6 +69,31 @@ type Report struct {
 	Results    []Result   `json:"results"`
 	AvgBusBW   float64    `json:"avg_busbw_gbps"`
 	Wrong      int64      `json:"wrong"` // over every checked result; -1 without -c 1
+	// Records kept (drained by the collectors) and dropped (a ring was
+	// full) over all ranks, with telemetry on; a telemetry cost measured
+	// while records are dropped is not the cost of keeping them.
+	Records        int64 `json:"telemetry_records,omitempty"`
+	RecordsDropped int64 `json:"telemetry_records_dropped,omitempty"`
+}
+
+// countRecords fills rep's record counts with telemetry on: every rank
+// delivers what it recorded so far and the counts are summed (ranks that
+// share a collector, in one process, each count all of its records).
+func countRecords(ctx context.Context, comm *collective.Comm, rep *Report) error {
+	col := comm.Collector()
+	if col == nil {
+		return nil
+	}
+	if err := col.Flush(ctx); err != nil {
+		return fmt.Errorf("telemetry: %w", err)
+	}
+	st := col.Stats()
+	n := []int64{int64(st.Drained), int64(st.RingDropped)}
+	if err := collective.AllReduce(ctx, comm, n, n, collective.Sum); err != nil {
+		return err
+	}
+	rep.Records, rep.RecordsDropped = n[0], n[1]
+	return nil
 }
 
 // Options are the parts of a run that are not the command line.
@@ -175,6 +200,9 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 		}
 	}
 	rep.AvgBusBW = bwSum / float64(bwCount)
+	if err := countRecords(ctx, comm, rep); err != nil {
+		return rep, err
+	}
 	if opts.Progress != nil {
 		opts.Progress.Finish()
 	}
