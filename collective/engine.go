@@ -199,8 +199,28 @@ func (e *engine) setSpinning(on bool) {
 }
 
 func (e *engine) spins() bool {
-	return e.spin && int(liveEngines.Load())*e.procs <= runtime.NumCPU()
+	return e.spin && spinFits(int(liveEngines.Load()), e.procs, runtime.NumCPU(), boundShare())
 }
+
+// spinFits reports whether live engines in each of procs processes on the
+// host may spin, when this process may run on cpus CPUs (runtime.NumCPU:
+// its affinity mask). A process a launcher bound to CPUs of its own (bound)
+// has them to itself: its engines spin when they fit there, whatever the
+// other processes do on theirs. An unbound one shares its CPUs with the
+// host's other ranks: the engines of all of them must fit. Counting the
+// processes against a bound rank's own share (one CPU each for 2 ranks on
+// 2 cores) made nothing spin under vcclrun's and mpirun's binding: 2-rank
+// TCP broadcast of 1 MiB took 419/379 µs against 260/232 spinning.
+func spinFits(live, procs, cpus int, bound bool) bool {
+	if bound {
+		return live <= cpus
+	}
+	return live*procs <= cpus
+}
+
+// boundShare is launcherBound, asked once: the mask does not change under
+// a running job.
+var boundShare = sync.OnceValue(launcherBound)
 
 // errEngineStopped is what tasks submitted after Close get.
 var errEngineStopped = errors.New("collective: communicator closed")
