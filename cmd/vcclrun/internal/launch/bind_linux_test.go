@@ -25,25 +25,21 @@ func myCPUs(t *testing.T) []int {
 }
 
 // ranksCPUs runs n "cpus" ranks with bind and returns what each reported
-// as its Cpus_allowed_list, and its GOMAXPROCS.
-func ranksCPUs(t *testing.T, n int, bind string, env ...string) (cpus, procs map[string]string) {
-	cfg, stdout, stderr := job(t, n, "cpus", env...)
+// as its Cpus_allowed_list.
+func ranksCPUs(t *testing.T, n int, bind string) map[string]string {
+	cfg, stdout, stderr := job(t, n, "cpus")
 	cfg.Bind = bind
 	if err, _ := runJob(t, testCtx(t), cfg); err != nil {
 		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr)
 	}
-	cpus, procs = map[string]string{}, map[string]string{}
-	for _, m := range regexp.MustCompile(`(?m)^\[(\d+)\] (cpus|gomaxprocs) (\S+)$`).FindAllStringSubmatch(stdout.String(), -1) {
-		if m[2] == "cpus" {
-			cpus[m[1]] = m[3]
-		} else {
-			procs[m[1]] = m[3]
-		}
+	cpus := map[string]string{}
+	for _, m := range regexp.MustCompile(`(?m)^\[(\d+)\] cpus (\S+)$`).FindAllStringSubmatch(stdout.String(), -1) {
+		cpus[m[1]] = m[2]
 	}
-	if len(cpus) != n || len(procs) != n {
-		t.Fatalf("want %d ranks' CPU lists and GOMAXPROCS, got:\n%s", n, stdout)
+	if len(cpus) != n {
+		t.Fatalf("want %d ranks' CPU lists, got:\n%s", n, stdout)
 	}
-	return cpus, procs
+	return cpus
 }
 
 func TestBindToCore(t *testing.T) {
@@ -56,20 +52,11 @@ func TestBindToCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := planBinding(2, cpus)
-	got, procs := ranksCPUs(t, 2, BindCore)
+	got := ranksCPUs(t, 2, BindCore)
 	for r := range 2 {
 		if want := cpuList(plan[r]); got[fmt.Sprint(r)] != want {
 			t.Errorf("rank %d runs on CPUs %s, want %s (all: %v)", r, got[fmt.Sprint(r)], want, mine)
 		}
-		// Two Ps even on one CPU, so that telemetry's collector runs
-		// while the rank spins.
-		if want := fmt.Sprint(max(len(plan[r]), 2)); procs[fmt.Sprint(r)] != want {
-			t.Errorf("rank %d on CPUs %v has GOMAXPROCS %s, want %s", r, plan[r], procs[fmt.Sprint(r)], want)
-		}
-	}
-	// A GOMAXPROCS the user set is theirs.
-	if _, procs := ranksCPUs(t, 2, BindCore, "GOMAXPROCS=1"); procs["0"] != "1" || procs["1"] != "1" {
-		t.Errorf("GOMAXPROCS=1 set by the user: ranks run with %v", procs)
 	}
 	if got["0"] == got["1"] {
 		t.Errorf("both ranks on CPUs %s", got["0"])
@@ -80,15 +67,16 @@ func TestBindToCore(t *testing.T) {
 	}
 }
 
-func TestBindNoneAndOversubscribed(t *testing.T) {
+// By default, with --bind-to none, and when oversubscribed, every rank may
+// run on every CPU vcclrun may.
+func TestNotBound(t *testing.T) {
 	all := cpuList(myCPUs(t))
 	n := len(myCPUs(t)) + 1
 	for name, c := range map[string]struct {
 		n    int
 		bind string
-	}{"none": {2, BindNone}, "oversubscribed": {n, BindCore}} {
-		cpus, _ := ranksCPUs(t, c.n, c.bind)
-		for r, cpus := range cpus {
+	}{"default": {2, ""}, "none": {2, BindNone}, "oversubscribed": {n, BindCore}} {
+		for r, cpus := range ranksCPUs(t, c.n, c.bind) {
 			if cpus != all {
 				t.Errorf("%s: rank %s runs on CPUs %s, want all of %s", name, r, cpus, all)
 			}

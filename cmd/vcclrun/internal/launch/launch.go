@@ -29,9 +29,10 @@ type Config struct {
 	Grace     time.Duration // between SIGTERM and SIGKILL when stopping ranks
 	Timeout   time.Duration // stop the job after this long; 0 = never
 	TagOutput bool          // prefix each output line with "[rank] "
-	// Bind: how ranks are bound to CPUs, BindCore (Open MPI's default:
-	// each rank whole cores of its own, when the ranks fit in the CPUs
-	// vcclrun may use; Linux only) or BindNone. "" is BindCore.
+	// Bind: how ranks are bound to CPUs, BindNone (the default: the
+	// kernel places them) or BindCore (as Open MPI's default: each rank
+	// whole cores of its own, when the ranks fit in the CPUs vcclrun may
+	// use; Linux only). "" is BindNone.
 	Bind string
 	// StatusLine: Stderr is a terminal, on which the ranks' status lines
 	// (what a rank writes to stderr after a carriage return: a progress
@@ -187,7 +188,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var binding [][]int // each rank's CPUs; nil: not bound
 	switch cfg.Bind {
-	case "", BindCore:
+	case BindCore:
 		if bindingSupported {
 			cpus, err := allowedCPUs()
 			if err != nil {
@@ -195,7 +196,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			binding = planBinding(cfg.N, cpus)
 		}
-	case BindNone:
+	case "", BindNone:
 	default:
 		return fmt.Errorf("bind %q: want %s or %s", cfg.Bind, BindCore, BindNone)
 	}
@@ -239,15 +240,6 @@ func Run(ctx context.Context, cfg Config) error {
 			"MASTER_PORT="+strconv.Itoa(port),
 			tokenVar+"="+token,
 		)
-		if binding != nil && len(binding[i]) == 1 && !hasVar(base, "GOMAXPROCS") {
-			// Go sizes GOMAXPROCS by the affinity mask. With one P, a
-			// rank spinning in a collective keeps its telemetry
-			// collector (and any other goroutine) off the CPU until
-			// the runtime preempts it 10 ms later, and the ring
-			// overflows: 46% of the records of a 1 KiB all-reduce loop
-			// were lost, none with two Ps sharing the CPU.
-			cmd.Env = append(cmd.Env, "GOMAXPROCS=2")
-		}
 		cmd.SysProcAttr = sysProcAttr()
 		// A rank's children may keep its pipes open after it exits:
 		// stop waiting for them after this long.
@@ -395,16 +387,6 @@ func jobEnv(env []string) (base []string, token string) {
 		}
 	}
 	return base, token
-}
-
-// hasVar reports whether env sets the variable k.
-func hasVar(env []string, k string) bool {
-	for _, kv := range env {
-		if name, _, _ := strings.Cut(kv, "="); name == k {
-			return true
-		}
-	}
-	return false
 }
 
 // freePort asks the kernel for a free TCP port on the loopback interface.

@@ -10,7 +10,6 @@ import (
 	"path/filepath"
 	"reflect"
 	"regexp"
-	"runtime"
 	"strings"
 	"sync"
 	"syscall"
@@ -103,7 +102,6 @@ func helper(mode string) int {
 			return 1
 		}
 		fmt.Printf("cpus %s\n", m[1])
-		fmt.Printf("gomaxprocs %d\n", runtime.GOMAXPROCS(0))
 		return 0
 	case "sigint":
 		c := make(chan os.Signal, 1)
