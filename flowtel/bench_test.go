@@ -62,6 +62,18 @@ func BenchmarkRecord(b *testing.B) {
 			r.Record(&rec)
 		}
 	})
+	// A full ring: what a record costs the producer when it is dropped
+	// (a producer that outruns its collector pays it for every record).
+	b.Run("full", func(b *testing.B) {
+		ring, _ := NewRing(2)
+		r := NewRecorder(ring, nil)
+		rec := benchRecord()
+		rec.TsNs = 1
+		b.ReportAllocs()
+		for b.Loop() {
+			r.Record(&rec)
+		}
+	})
 	for _, stamped := range []string{"caller-stamped", "recorder-stamped", "pass-stamped"} {
 		b.Run(stamped+"/inline-drain", func(b *testing.B) {
 			const capacity = 1 << 12

@@ -96,7 +96,12 @@ func (r *Ring) room(t uint64) bool {
 		r.cachedHead = r.head.Load()
 		if t+need-r.cachedHead > size {
 			r.pendingLost++
-			r.dropped.Add(1)
+			// The producer is the only writer: a store, not a locked
+			// add, which is a full barrier: on a full ring it would wait,
+			// at every record of a small call, for the stores of the
+			// call's data copy to drain (BenchmarkRecord/full, where
+			// none are pending, is 3.6 ns a record either way).
+			r.dropped.Store(r.dropped.Load() + 1)
 			return false
 		}
 	}
