@@ -18,9 +18,8 @@
 #   OUT=BENCHMARKS.md   the file whose section is replaced
 #   RAW=bench/out/DATE  where the raw outputs go (kept; bench/out is ignored)
 #   QUICK=1        small sizes and few iterations: checks the script, not the library
-#   BIND=none      none: neither launcher binds ranks (vcclrun's default;
-#                  mpirun gets --bind-to none); core: both bind ranks to
-#                  cores when they fit (Open MPI's default)
+#   BIND=core      core: both launchers bind ranks to cores when they fit
+#                  (their defaults); none: neither does (--bind-to none)
 #   MPI_EXTRA=""   more mpirun arguments
 #   BUILD_REF=HEAD build VCCL from this commit (git archive) instead of the working tree
 set -euo pipefail
@@ -33,7 +32,7 @@ OUT=${OUT:-BENCHMARKS.md}
 STAMP=$(date -u +%Y%m%dT%H%M%SZ)
 RAW=${RAW:-bench/out/$STAMP}
 QUICK=${QUICK:-0}
-BIND=${BIND:-none}
+BIND=${BIND:-core}
 case $BIND in
 core) MPI_BIND="" ;; # Open MPI's default: cores for np <= 2, none when oversubscribed
 none) MPI_BIND="--bind-to none" ;;
@@ -194,7 +193,7 @@ END_LOAD=$(cut -d' ' -f1-3 /proc/loadavg)
 cmdline="bench/compare.sh"
 [ "$RANKS" != "2 4" ] && cmdline="RANKS=\"$RANKS\" $cmdline"
 [ "$REPEAT" != 5 ] && cmdline="REPEAT=$REPEAT $cmdline"
-[ "$BIND" != none ] && cmdline="BIND=$BIND $cmdline"
+[ "$BIND" != core ] && cmdline="BIND=$BIND $cmdline"
 [ "$QUICK" = 1 ] && cmdline="QUICK=1 $cmdline"
 [ -n "$BUILD_REF" ] && cmdline="BUILD_REF=$BUILD_REF $cmdline"
 /usr/bin/python3 bench/report.py --raw "$RAW" --out "$OUT" --ranks "$RANKS" \

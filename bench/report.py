@@ -267,10 +267,10 @@ def others_table(data, n, targets):
 
 def bind_line(bind):
     if bind == "core":
-        return ["- **Binding:** `--bind-to core` (Open MPI's default) for mpirun and vcclrun: each rank on a core of "
+        return ["- **Binding:** both launchers' defaults (mpirun's and vcclrun's): each rank on a core of "
                 "its own when the ranks fit (2 ranks), oversubscribed ranks (4) unbound; Gloo runs under vcclrun"]
     if bind == "none":
-        return ["- **Binding:** none (`--bind-to none` for mpirun, vcclrun's default): the kernel places the ranks"]
+        return ["- **Binding:** none (`--bind-to none` for mpirun and vcclrun): the kernel places the ranks"]
     return []
 
 

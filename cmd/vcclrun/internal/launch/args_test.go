@@ -14,10 +14,10 @@ func TestParseArgs(t *testing.T) {
 		want    Config
 		wantErr string
 	}{
-		{args: []string{"-n", "4", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: true, Bind: BindNone, Prog: "prog", Args: []string{}}},
-		{args: []string{"-n=2", "--grace", "1s", "--timeout=1m", "--tag-output=false", "--bind-to", "core", "--", "prog", "-n", "9", "--x"},
-			want: Config{N: 2, Grace: time.Second, Timeout: time.Minute, Bind: BindCore, Prog: "prog", Args: []string{"-n", "9", "--x"}}},
-		{args: []string{"-n", "1", "prog", "--", "a"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: true, Bind: BindNone, Prog: "prog", Args: []string{"--", "a"}}},
+		{args: []string{"-n", "4", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: true, Bind: BindCore, Prog: "prog", Args: []string{}}},
+		{args: []string{"-n=2", "--grace", "1s", "--timeout=1m", "--tag-output=false", "--bind-to", "none", "--", "prog", "-n", "9", "--x"},
+			want: Config{N: 2, Grace: time.Second, Timeout: time.Minute, Bind: BindNone, Prog: "prog", Args: []string{"-n", "9", "--x"}}},
+		{args: []string{"-n", "1", "prog", "--", "a"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: true, Bind: BindCore, Prog: "prog", Args: []string{"--", "a"}}},
 		{args: []string{"-n", "2", "--bind-to", "socket", "p"}, wantErr: `--bind-to "socket": want core or none`},
 		{args: []string{"prog"}, wantErr: "-n is required"},
 		{args: []string{"-n", "0", "prog"}, wantErr: "-n 0: need at least one rank"},

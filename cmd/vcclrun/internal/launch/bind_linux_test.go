@@ -52,7 +52,7 @@ func TestBindToCore(t *testing.T) {
 		t.Fatal(err)
 	}
 	plan := planBinding(2, cpus)
-	got := ranksCPUs(t, 2, BindCore)
+	got := ranksCPUs(t, 2, "") // the default
 	for r := range 2 {
 		if want := cpuList(plan[r]); got[fmt.Sprint(r)] != want {
 			t.Errorf("rank %d runs on CPUs %s, want %s (all: %v)", r, got[fmt.Sprint(r)], want, mine)
@@ -67,15 +67,15 @@ func TestBindToCore(t *testing.T) {
 	}
 }
 
-// By default, with --bind-to none, and when oversubscribed, every rank may
-// run on every CPU vcclrun may.
+// With --bind-to none, and when oversubscribed, every rank may run on every
+// CPU vcclrun may.
 func TestNotBound(t *testing.T) {
 	all := cpuList(myCPUs(t))
 	n := len(myCPUs(t)) + 1
 	for name, c := range map[string]struct {
 		n    int
 		bind string
-	}{"default": {2, ""}, "none": {2, BindNone}, "oversubscribed": {n, BindCore}} {
+	}{"none": {2, BindNone}, "oversubscribed": {n, BindCore}} {
 		for r, cpus := range ranksCPUs(t, c.n, c.bind) {
 			if cpus != all {
 				t.Errorf("%s: rank %s runs on CPUs %s, want all of %s", name, r, cpus, all)

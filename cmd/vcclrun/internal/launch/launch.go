@@ -29,10 +29,9 @@ type Config struct {
 	Grace     time.Duration // between SIGTERM and SIGKILL when stopping ranks
 	Timeout   time.Duration // stop the job after this long; 0 = never
 	TagOutput bool          // prefix each output line with "[rank] "
-	// Bind: how ranks are bound to CPUs, BindNone (the default: the
-	// kernel places them) or BindCore (as Open MPI's default: each rank
-	// whole cores of its own, when the ranks fit in the CPUs vcclrun may
-	// use; Linux only). "" is BindNone.
+	// Bind: how ranks are bound to CPUs, BindCore (Open MPI's default:
+	// each rank whole cores of its own, when the ranks fit in the CPUs
+	// vcclrun may use; Linux only) or BindNone. "" is BindCore.
 	Bind string
 	// StatusLine: Stderr is a terminal, on which the ranks' status lines
 	// (what a rank writes to stderr after a carriage return: a progress
@@ -188,7 +187,7 @@ func Run(ctx context.Context, cfg Config) error {
 	}
 	var binding [][]int // each rank's CPUs; nil: not bound
 	switch cfg.Bind {
-	case BindCore:
+	case "", BindCore:
 		if bindingSupported {
 			cpus, err := allowedCPUs()
 			if err != nil {
@@ -196,7 +195,7 @@ func Run(ctx context.Context, cfg Config) error {
 			}
 			binding = planBinding(cfg.N, cpus)
 		}
-	case "", BindNone:
+	case BindNone:
 	default:
 		return fmt.Errorf("bind %q: want %s or %s", cfg.Bind, BindCore, BindNone)
 	}

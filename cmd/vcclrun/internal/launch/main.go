@@ -17,9 +17,9 @@ const usage = `usage: vcclrun -n N [flags] [--] PROG [ARGS...]
 Starts N local ranks of PROG with the torchrun-style environment (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT
 set to a free port, VCCL_JOB_TOKEN set to a fresh token unless already set).
---bind-to core binds each rank to cores of its own when the ranks fit in
-the CPUs vcclrun may use, as Open MPI does by default; by default the
-kernel places them.
+Each rank is bound to cores of its own when the ranks fit in the CPUs
+vcclrun may use, as Open MPI binds (--bind-to none lets the kernel place
+them).
 If a rank fails, the others get SIGTERM and, after the grace period, SIGKILL.
 vcclrun exits 0 only if every rank exits 0.
 
@@ -37,7 +37,7 @@ func ParseArgs(args []string) (Config, error) {
 	fs.DurationVar(&cfg.Grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping ranks")
 	fs.DurationVar(&cfg.Timeout, "timeout", 0, "stop the job after this long (0: no limit)")
 	fs.BoolVar(&cfg.TagOutput, "tag-output", true, `prefix every output line with "[rank] " (--tag-output=false to turn off)`)
-	fs.StringVar(&cfg.Bind, "bind-to", BindNone, "bind each rank to cores of its own when the ranks fit (core), or not (none)")
+	fs.StringVar(&cfg.Bind, "bind-to", BindCore, "bind each rank to cores of its own when the ranks fit (core), or not (none)")
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -73,7 +73,7 @@ func Usage(w io.Writer) {
 	fs.DurationVar(&c.Grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping ranks")
 	fs.DurationVar(&c.Timeout, "timeout", 0, "stop the job after this long (0: no limit)")
 	fs.BoolVar(&c.TagOutput, "tag-output", true, `prefix every output line with "[rank] " (--tag-output=false to turn off)`)
-	fs.StringVar(&c.Bind, "bind-to", BindNone, "bind each rank to cores of its own when the ranks fit (core), or not (none)")
+	fs.StringVar(&c.Bind, "bind-to", BindCore, "bind each rank to cores of its own when the ranks fit (core), or not (none)")
 	fs.SetOutput(w)
 	fmt.Fprint(w, usage)
 	fs.PrintDefaults()
