@@ -111,6 +111,15 @@ int main(int argc, char **argv)
 		printf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s\n", "(B)", "(elements)", "", "", "", "(us)",
 		       "(GB/s)", "(GB/s)", "");
 	}
+	/* As nccl-tests (and vccl-bench) do: warm up at the largest and then
+	 * the smallest size before the sweep, so that the job's first
+	 * milliseconds are not timed in the first row. */
+	long ends[2] = {maxb, minb};
+	for (int e = 0; e < 2; e++) {
+		coll_layout(ends[e], &count, &sendn, &recvn);
+		for (int i = 0; i < warmup; i++)
+			coll_run(send, recv, count);
+	}
 	double bwsum = 0;
 	int nsizes = 0;
 	long total_wrong = 0;

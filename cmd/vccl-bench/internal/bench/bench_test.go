@@ -401,7 +401,7 @@ func TestRow(t *testing.T) {
 }
 
 // --telemetry alternate times every variant with telemetry off and on in
-// the same run: the off blocks write no records (only the warm-up, the on
+// the same run: the off blocks write no records (only the warm-ups, the on
 // blocks and the checked call of each variant do), both timings are
 // reported, and the table shows the on row under the off one.
 func TestRunAlternate(t *testing.T) {
@@ -452,7 +452,9 @@ func TestRunAlternate(t *testing.T) {
 			begins++
 		}
 	}
-	if want := 2 * (1 + 13 + 1); begins != want { // 2 variants × (warm-up, on blocks, check)
+	// The sweep's warm-up at both ends (one size: 2 calls), then 2
+	// variants × (warm-up, on blocks, check).
+	if want := 2 + 2*(1+13+1); begins != want {
 		t.Errorf("rank 0 recorded %d 1 KiB calls, want %d: the off blocks must record none", begins, want)
 	}
 	rep := reps[0]
