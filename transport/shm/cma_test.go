@@ -120,38 +120,50 @@ func TestCMARefused(t *testing.T) {
 	}
 }
 
-// TestChooseCMA: single copy only while the measured copy rate into the
-// ring is low, and one send in cmaRecheck through the ring then.
-func TestChooseCMA(t *testing.T) {
-	q := &QP{}
-	if q.chooseCMA() {
-		t.Fatal("single copy chosen before any copy into the ring was timed")
-	}
-	for range 8 {
-		q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
-	}
-	if q.chooseCMA() {
-		t.Fatalf("single copy chosen at %.1f bytes/ns", q.copyRate)
-	}
-	for range 8 {
-		q.noteCopy(64<<10, 21845) // far cores
-	}
-	ring := 0
-	for range 4 * cmaRecheck {
-		if !q.chooseCMA() {
-			ring++
-		}
-	}
-	if ring != 4 {
-		t.Fatalf("at %.1f bytes/ns, %d of %d sends through the ring, want 4", q.copyRate, ring, 4*cmaRecheck)
-	}
-	q.noteCopy(64<<10, 1<<30) // one descheduled copy
-	q.noteCopy(64<<10, 3277)
-	for range 8 {
-		q.noteCopy(64<<10, 3277)
-	}
-	if q.chooseCMA() {
-		t.Fatalf("single copy still chosen after fast copies (%.1f bytes/ns)", q.copyRate)
+// TestWhileSlow: single copy (chooseCMA) and streamed records
+// (streamRing) only while the measured copy rate into the ring is low, and
+// even then one in every recheck goes plainly through the ring; fast copies
+// after a slow spell turn them off again.
+func TestWhileSlow(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		decide  func(*QP) bool
+		recheck int
+	}{
+		{"chooseCMA", (*QP).chooseCMA, cmaRecheck},
+		{"streamRing", (*QP).streamRing, ntRecheck},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			q := &QP{}
+			if tc.decide(q) {
+				t.Fatal("yes before any copy into the ring was timed")
+			}
+			for range 8 {
+				q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
+			}
+			if tc.decide(q) {
+				t.Fatalf("yes at %.1f bytes/ns", q.copyRate)
+			}
+			for range 8 {
+				q.noteCopy(64<<10, 21845) // 3 bytes/ns: far cores
+			}
+			plain := 0
+			for range 4 * tc.recheck {
+				if !tc.decide(q) {
+					plain++
+				}
+			}
+			if plain != 4 {
+				t.Fatalf("at %.1f bytes/ns, %d of %d through the ring plainly, want 4", q.copyRate, plain, 4*tc.recheck)
+			}
+			q.noteCopy(64<<10, 1<<30) // one descheduled copy
+			for range 9 {
+				q.noteCopy(64<<10, 3277)
+			}
+			if tc.decide(q) {
+				t.Fatalf("still yes after fast copies (%.1f bytes/ns)", q.copyRate)
+			}
+		})
 	}
 }
 

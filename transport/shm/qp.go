@@ -911,18 +911,7 @@ func (q *QP) sendPass(budget *int) bool {
 // cma_linux.go), and even then every cmaRecheck-th such send goes through
 // the ring, so that the rate is measured again.
 func (q *QP) chooseCMA() bool {
-	if cmaAlways.Load() {
-		return true
-	}
-	if q.copyRate == 0 || q.copyRate >= cmaBelow {
-		return false
-	}
-	q.cmaSkip++
-	if q.cmaSkip >= cmaRecheck {
-		q.cmaSkip = 0
-		return false
-	}
-	return true
+	return cmaAlways.Load() || q.whileSlow(&q.cmaSkip, cmaRecheck)
 }
 
 // streamRing decides whether a record goes into the ring with
@@ -930,13 +919,18 @@ func (q *QP) chooseCMA() bool {
 // far placement, where each plain store first waits for the line the
 // peer's core last read), and even then every ntRecheck-th record is
 // copied plainly and timed, so that the rate is measured again.
-func (q *QP) streamRing() bool {
+func (q *QP) streamRing() bool { return q.whileSlow(&q.ntSkip, ntRecheck) }
+
+// whileSlow reports whether this side's timed copies into the ring run
+// below cmaBelow, saying no all the same every every-th time (counted in
+// *skip) so that a plain copy measures the rate again.
+func (q *QP) whileSlow(skip *int, every int) bool {
 	if q.copyRate == 0 || q.copyRate >= cmaBelow {
 		return false
 	}
-	q.ntSkip++
-	if q.ntSkip >= ntRecheck {
-		q.ntSkip = 0
+	*skip++
+	if *skip >= every {
+		*skip = 0
 		return false
 	}
 	return true

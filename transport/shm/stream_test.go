@@ -11,33 +11,6 @@ import (
 	"github.com/vccl-go/vccl/transport/transporttest"
 )
 
-// TestStreamRing: records are streamed into the ring only while the timed
-// copies run slow, and one in ntRecheck is still copied plainly then.
-func TestStreamRing(t *testing.T) {
-	q := &QP{}
-	if q.streamRing() {
-		t.Fatal("streamed before any copy into the ring was timed")
-	}
-	for range 8 {
-		q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
-	}
-	if q.streamRing() {
-		t.Fatalf("streamed at %.1f bytes/ns", q.copyRate)
-	}
-	for range 8 {
-		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far cores
-	}
-	plain := 0
-	for range 4 * ntRecheck {
-		if !q.streamRing() {
-			plain++
-		}
-	}
-	if plain != 4 {
-		t.Fatalf("at %.1f bytes/ns, %d of %d records copied plainly, want 4", q.copyRate, plain, 4*ntRecheck)
-	}
-}
-
 // TestStreamedRecordsArrive: a sender whose copies ran slow streams a
 // message's records into the ring (non-temporal stores, an unaligned tail
 // too) and the reducing receive gets every byte.
