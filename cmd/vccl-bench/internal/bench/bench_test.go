@@ -576,3 +576,23 @@ func TestMainExporters(t *testing.T) {
 		t.Errorf("exit %d, stderr %q", code, msg)
 	}
 }
+
+func TestCountCPUList(t *testing.T) {
+	for _, tc := range []struct {
+		list string
+		n    int
+		ok   bool
+	}{
+		{"0", 1, true},
+		{"0-1", 2, true},
+		{"0-3,8,10-11", 7, true},
+		{"", 0, false},
+		{"0-", 0, false},
+		{"3-1", 0, false},
+		{"a", 0, false},
+	} {
+		if n, ok := countCPUList(tc.list); n != tc.n || ok != tc.ok {
+			t.Errorf("countCPUList(%q) = %d, %v; want %d, %v", tc.list, n, ok, tc.n, tc.ok)
+		}
+	}
+}

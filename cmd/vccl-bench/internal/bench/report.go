@@ -18,7 +18,7 @@ func writeHeader(w io.Writer, r *Report) {
 	fmt.Fprintln(w, "#")
 	fmt.Fprintln(w, "# Using ranks")
 	for _, ri := range r.RankInfo {
-		fmt.Fprintf(w, "#  Rank %2d Pid %7d on %10s transport %s\n", ri.Rank, ri.Pid, ri.Host, ri.Transport)
+		fmt.Fprintf(w, "#  Rank %2d Pid %7d on %10s transport %s cpus %d\n", ri.Rank, ri.Pid, ri.Host, ri.Transport, ri.CPUs)
 	}
 	fmt.Fprintln(w, "#")
 	// The labels centred over their 33-column blocks, which start at 52 and 85.

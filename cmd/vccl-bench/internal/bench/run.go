@@ -8,6 +8,8 @@ import (
 	"os"
 	"runtime"
 	"slices"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -44,6 +46,7 @@ type RankInfo struct {
 	Pid       int    `json:"pid"`
 	Host      string `json:"host"`
 	Transport string `json:"transport"` // to the next rank
+	CPUs      int    `json:"cpus"`      // the CPUs the rank may run on (its affinity: 1 when a launcher bound it to one)
 }
 
 // Report is the whole run: what the JSON output holds.
@@ -63,7 +66,7 @@ type Report struct {
 	Alternate  bool       `json:"telemetry_alternate,omitempty"` // off and on alternately: see Measure.TelemetryOn
 	Date       string     `json:"date"`
 	Host       string     `json:"host"`
-	CPUs       int        `json:"cpus"`
+	CPUs       int        `json:"cpus"` // rank 0's host's online CPUs; each rank's own in RankInfo
 	GoVersion  string     `json:"go_version"`
 	RankInfo   []RankInfo `json:"rank_info"`
 	Results    []Result   `json:"results"`
@@ -130,7 +133,7 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 	rep := &Report{Collective: cfg.Coll.String(), Ranks: n, Type: cfg.Type.String(), RedOp: redopName(cfg), Root: rootOf(cfg),
 		MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, Factor: cfg.Factor, Iters: cfg.Iters, Warmup: cfg.Warmup,
 		Check: cfg.Check, Telemetry: opts.Telemetry, Alternate: opts.Alternate, Date: time.Now().Format(time.RFC3339), Host: host,
-		CPUs: runtime.NumCPU(), GoVersion: runtime.Version(), Wrong: -1, Results: []Result{}}
+		CPUs: hostCPUs(), GoVersion: runtime.Version(), Wrong: -1, Results: []Result{}}
 	if cfg.Check {
 		rep.Wrong = 0
 	}
@@ -418,9 +421,9 @@ func gatherInfo(ctx context.Context, comm *collective.Comm) ([]RankInfo, error) 
 	if n > 1 {
 		tr = comm.Transport((rank + 1) % n)
 	}
-	b, _ := json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Host: host, Transport: tr})
+	b, _ := json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Host: host, Transport: tr, CPUs: runtime.NumCPU()})
 	if len(b) > slot {
-		b, _ = json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Transport: tr})
+		b, _ = json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Transport: tr, CPUs: runtime.NumCPU()})
 	}
 	mine := make([]byte, slot)
 	copy(mine, b)
@@ -440,4 +443,42 @@ func gatherInfo(ctx context.Context, comm *collective.Comm) ([]RankInfo, error) 
 		}
 	}
 	return out, nil
+}
+
+// hostCPUs is the number of CPUs online on this host: runtime.NumCPU
+// counts only those the process may use, one for a rank a launcher bound
+// to a core. It reads Linux's /sys list and falls back to NumCPU elsewhere.
+func hostCPUs() int {
+	b, err := os.ReadFile("/sys/devices/system/cpu/online")
+	if err != nil {
+		return runtime.NumCPU()
+	}
+	n, ok := countCPUList(strings.TrimSpace(string(b)))
+	if !ok {
+		return runtime.NumCPU()
+	}
+	return n
+}
+
+// countCPUList counts the CPUs of a list such as "0-3,8,10-11"; ok is
+// false when the list does not parse.
+func countCPUList(list string) (n int, ok bool) {
+	if list == "" {
+		return 0, false
+	}
+	for part := range strings.SplitSeq(list, ",") {
+		lo, hi, isRange := strings.Cut(part, "-")
+		a, err := strconv.Atoi(lo)
+		if err != nil {
+			return 0, false
+		}
+		b := a
+		if isRange {
+			if b, err = strconv.Atoi(hi); err != nil || b < a {
+				return 0, false
+			}
+		}
+		n += b - a + 1
+	}
+	return n, true
 }
