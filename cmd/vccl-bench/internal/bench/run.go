@@ -165,7 +165,8 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 	// the first row (2 ranks over shm, 1 KiB: 0.9-1.0 µs a call there
 	// against 0.45 in the same launch's later rows).
 	for _, size := range []int64{sizes[len(sizes)-1], sizes[0]} {
-		if err := s.runner(ctx, comm, cfg.Coll.Layout(size, s.es, n), false)(cfg.Warmup); err != nil {
+		run, _, _ := s.prepare(ctx, comm, cfg.Coll.Layout(size, s.es, n), false)
+		if err := run(cfg.Warmup); err != nil {
 			return nil, fmt.Errorf("warm-up at %d bytes: %w", size, err)
 		}
 	}
@@ -268,14 +269,8 @@ func (s *setup) timed(ctx context.Context, comm *collective.Comm, elapsed time.D
 	return nil
 }
 
-// runner returns what runs k back-to-back calls of layout l's variant.
-func (s *setup) runner(ctx context.Context, comm *collective.Comm, l Layout, inPlace bool) func(k int) error {
-	run, _, _ := s.prepare(ctx, comm, l, inPlace)
-	return run
-}
-
-// prepare returns the runner of l's variant with its host buffers and, on
-// a device, its device call.
+// prepare returns what runs k back-to-back calls of l's variant, with its
+// host buffers and, on a device, its device call.
 func (s *setup) prepare(ctx context.Context, comm *collective.Comm, l Layout, inPlace bool) (func(k int) error, call, devCall) {
 	cl := s.buffers(l, inPlace)
 	var dc devCall
