@@ -139,10 +139,7 @@ func (c *cmaPeer) read(dst []byte, addr uint64) error {
 		return fmt.Errorf("process_vm_readv from pid %d: %w (injected)", c.pid, unix.EFAULT)
 	}
 	for len(dst) > 0 {
-		local := []unix.Iovec{{Base: &dst[0]}}
-		local[0].SetLen(len(dst))
-		remote := []unix.RemoteIovec{{Base: uintptr(addr), Len: len(dst)}}
-		n, err := unix.ProcessVMReadv(c.pid, local, remote, 0)
+		n, err := processVMReadv(c.pid, dst, addr)
 		if err != nil {
 			// An exiting process's memory may already be gone (EFAULT).
 			if err == unix.ESRCH || unix.PidfdSendSignal(c.pidfd, 0, nil, 0) != nil {
@@ -159,4 +156,23 @@ func (c *cmaPeer) read(dst []byte, addr uint64) error {
 		return errPeerExited
 	}
 	return nil
+}
+
+// processVMReadv copies len(dst) bytes at addr in process pid into dst
+// with one process_vm_readv. It is a raw system call, which the Go
+// scheduler does not see: a copy of a megabyte takes ~80 µs, and a rank
+// bound to one CPU (GOMAXPROCS=1) that enters a scheduler-visible call that
+// long has its P taken away by sysmon, which then keeps waking every 20 µs
+// on that CPU instead of backing off to 10 ms (as transport/tcp's socket
+// calls did). The call never waits for anything but the copy, as a raw
+// call must.
+func processVMReadv(pid int, dst []byte, addr uint64) (int, error) {
+	local := unix.Iovec{Base: &dst[0]}
+	local.SetLen(len(dst))
+	remote := unix.RemoteIovec{Base: uintptr(addr), Len: len(dst)}
+	n, _, e := unix.RawSyscall6(unix.SYS_PROCESS_VM_READV, uintptr(pid), uintptr(unsafe.Pointer(&local)), 1, uintptr(unsafe.Pointer(&remote)), 1, 0)
+	if e != 0 {
+		return 0, e
+	}
+	return int(n), nil
 }
