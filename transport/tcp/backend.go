@@ -30,6 +30,11 @@ type Backend struct {
 	// connection (the kernel caps it at net.core.{w,r}mem_max). Zero, the
 	// better choice on loopback, leaves the kernel's autotuning alone.
 	SockBuf int
+	// Congestion, when set, overrides VCCL_TCP_CONGESTION: the TCP
+	// congestion control of every connection (Linux). With neither set, a
+	// connection within the host uses reno and any other the kernel's
+	// default (see localReno).
+	Congestion string
 	// Logger receives refused connections (slog.Default when nil).
 	Logger *slog.Logger
 }
@@ -121,6 +126,11 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 func (b Backend) setup(conn *net.TCPConn) error {
 	if err := conn.SetNoDelay(true); err != nil {
 		return fmt.Errorf("tcp: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
+	}
+	if name := b.congestion(conn); name != "" {
+		if err := setCongestion(conn, name); err != nil {
+			return err
+		}
 	}
 	if b.SockBuf > 0 {
 		if err := conn.SetWriteBuffer(b.SockBuf); err != nil {

@@ -1,6 +1,8 @@
 // Package tcp is the TCP transport: one TCP connection per QP (TCP_NODELAY,
 // IPv4 or IPv6), set up with the job-token handshake of transport.Acceptor
-// and transport.DialHandshake.
+// and transport.DialHandshake. A connection within the host uses reno
+// congestion control, whatever the kernel's default (Backend.Congestion
+// says why and how to choose another).
 //
 // The bytes move on the goroutines that use the QP, where they can: PostSend
 // writes its frame at once, header and payload in one non-blocking writev,

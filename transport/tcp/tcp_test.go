@@ -5,6 +5,7 @@ import (
 	"context"
 	"errors"
 	"net"
+	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -487,4 +488,38 @@ func TestErrReportsPeerDeath(t *testing.T) {
 func TestSockBuf(t *testing.T) {
 	p := connect(t, Backend{SockBuf: 1 << 20}, "")
 	checkTransfer(t, p, patternOf(3<<20, 1))
+}
+
+// A connection within the host uses reno unless a congestion control is
+// named; a name the kernel does not know fails the connection, naming it.
+func TestCongestion(t *testing.T) {
+	if runtime.GOOS != "linux" {
+		t.Skip("TCP_CONGESTION is Linux's")
+	}
+	t.Setenv(EnvCongestion, "")
+	ccOf := func(qp transport.QP) string {
+		t.Helper()
+		name, err := congestionOf(qp.(*QP).sock.fd)
+		if err != nil {
+			t.Fatalf("TCP_CONGESTION: %v", err)
+		}
+		return name
+	}
+	p := connect(t, Backend{}, "")
+	if a, b := ccOf(p.A), ccOf(p.B); a != "reno" || b != "reno" {
+		t.Fatalf("loopback congestion control %q and %q, want reno at both ends", a, b)
+	}
+	checkTransfer(t, p, patternOf(3<<20, 2))
+
+	t.Setenv(EnvCongestion, "no-such-cc")
+	ln, err := Backend{}.Listen(t.Context(), transport.ListenConfig{Token: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go ln.Accept(t.Context(), "k", transport.Config{})
+	_, err = Backend{}.Dial(t.Context(), ln.Addr(), "k", transport.Config{Token: "tok"})
+	if err == nil || !strings.Contains(err.Error(), `"no-such-cc"`) || !strings.Contains(err.Error(), EnvCongestion) {
+		t.Fatalf("Dial with %s=no-such-cc: %v, want an error naming it", EnvCongestion, err)
+	}
 }
