@@ -76,6 +76,8 @@ const (
 	KindLinkUp           // a dead path answered again
 	KindLost             // records were dropped before this one (Bytes: how many)
 	kindCount
+
+	// 0xff is taken: it marks a ring slot holding an Exchange entry.
 )
 
 var kindNames = [...]string{

@@ -19,7 +19,8 @@ const cacheLine = 64
 type Ring struct {
 	_    [cacheLine]byte
 	head atomic.Uint64 // next slot to read; written by the consumer
-	_    [cacheLine - 8]byte
+	part int           // consumer only: records of the Exchange at head already drained
+	_    [cacheLine - 16]byte
 	tail atomic.Uint64 // next slot to write; written by the producer
 	_    [cacheLine - 8]byte
 
@@ -58,7 +59,8 @@ func NewRing(capacity int) (*Ring, error) {
 // Cap returns the ring's capacity in records.
 func (r *Ring) Cap() int { return len(r.buf) }
 
-// Len returns the number of records waiting to be drained.
+// Len returns the number of entries waiting to be drained (an Exchange
+// entry is one, and drains as three records).
 func (r *Ring) Len() int { return int(r.tail.Load() - r.head.Load()) }
 
 // Dropped returns how many records the producer has dropped so far.
@@ -69,7 +71,7 @@ func (r *Ring) Dropped() uint64 { return r.dropped.Load() }
 func (r *Ring) Push(rec *Record) bool {
 	t := r.tail.Load()
 	t0 := t
-	if !r.room(t) {
+	if !r.room(t, 1) {
 		return false
 	}
 	if r.pendingLost != 0 {
@@ -83,10 +85,11 @@ func (r *Ring) Push(rec *Record) bool {
 	return true
 }
 
-// room reports whether the record the producer writes at slot t fits,
+// room reports whether the entry the producer writes at slot t fits,
 // with the KindLost record that must precede it after a loss; when not, it
-// counts the record dropped.
-func (r *Ring) room(t uint64) bool {
+// counts the entry dropped, as the w records it stands for (an Exchange:
+// 3).
+func (r *Ring) room(t, w uint64) bool {
 	need := uint64(1)
 	if r.pendingLost != 0 {
 		need = 2
@@ -95,13 +98,13 @@ func (r *Ring) room(t uint64) bool {
 	if t+need-r.cachedHead > size {
 		r.cachedHead = r.head.Load()
 		if t+need-r.cachedHead > size {
-			r.pendingLost++
+			r.pendingLost += w
 			// The producer is the only writer: a store, not a locked
 			// add, which is a full barrier: on a full ring it would wait,
 			// at every record of a small call, for the stores of the
 			// call's data copy to drain (BenchmarkRecord/full, where
 			// none are pending, is 3.6 ns a record either way).
-			r.dropped.Store(r.dropped.Load() + 1)
+			r.dropped.Store(r.dropped.Load() + w)
 			return false
 		}
 	}
@@ -139,9 +142,28 @@ func (r *Ring) publish(t0, t uint64) {
 // writing several records at once (a small collective's begin and posts)
 // saves building each on its stack, copying it, and publishing it alone.
 // Producer only, with no Push between Reserve and Commit.
-func (r *Ring) Reserve() *Record {
+func (r *Ring) Reserve() *Record { return r.reserve(1) }
+
+// ReserveExchange is Reserve for an Exchange entry, which stands for three
+// records (counted three when dropped). The caller writes every exported
+// field, one at a time: assigning a whole Exchange would clear the mark
+// that makes the slot an entry (and a composite literal is built on the
+// stack and copied in, the stall Reserve's in-place writes avoid).
+// Producer only.
+func (r *Ring) ReserveExchange() *Exchange {
+	slot := r.reserve(exchangeRecords)
+	if slot == nil {
+		return nil
+	}
+	x := asExchange(slot)
+	x.kind = kindExchange
+	return x
+}
+
+// reserve hands out the next slot for an entry standing for w records.
+func (r *Ring) reserve(w uint64) *Record {
 	t := r.next
-	if !r.room(t) {
+	if !r.room(t, w) {
 		return nil
 	}
 	if r.pendingLost != 0 {
@@ -171,22 +193,47 @@ func (r *Ring) Commit() {
 }
 
 // Drain moves up to len(dst) records into dst, oldest first, and returns how
-// many it moved. Only the consumer goroutine may call Drain.
+// many it moved: an Exchange entry as the three records it stands for
+// (across calls when dst has less room). Only the consumer goroutine may
+// call Drain.
 func (r *Ring) Drain(dst []Record) int {
 	h := r.head.Load()
-	n := r.tail.Load() - h
-	if n == 0 {
-		return 0
+	avail := r.tail.Load() - h
+	n, i := 0, uint64(0) // records out, entries consumed
+	for n < len(dst) && i < avail {
+		slot := &r.buf[(h+i)&r.mask]
+		if slot.Kind == kindExchange {
+			x := asExchange(slot)
+			if r.part == 0 && len(dst)-n >= exchangeRecords {
+				x.expand(dst[n : n+exchangeRecords])
+				n += exchangeRecords
+				i++
+				continue
+			}
+			var recs [exchangeRecords]Record
+			x.expand(recs[:])
+			c := copy(dst[n:], recs[r.part:])
+			n += c
+			if r.part += c; r.part == exchangeRecords {
+				r.part = 0
+				i++
+			}
+			continue
+		}
+		// A run of records, up to the next entry, the end of the buffer,
+		// or what dst holds.
+		start := (h + i) & r.mask
+		seg := r.buf[start : start+min(avail-i, uint64(len(r.buf))-start, uint64(len(dst)-n))]
+		k := 1
+		for k < len(seg) && seg[k].Kind != kindExchange {
+			k++
+		}
+		copy(dst[n:], seg[:k])
+		n += k
+		i += uint64(k)
 	}
-	if n > uint64(len(dst)) {
-		n = uint64(len(dst))
+	if i > 0 {
+		r.head.Store(h + i)
 	}
-	start := h & r.mask
-	first := min(n, uint64(len(r.buf))-start)
-	copy(dst, r.buf[start:start+first])
-	if first < n {
-		copy(dst[first:n], r.buf[:n-first])
-	}
-	r.head.Store(h + n)
-	return int(n)
+	return n
 }

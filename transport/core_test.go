@@ -7,12 +7,13 @@ import (
 )
 
 // stale fills ring's slots with records of every field set, as a previous
-// lap leaves them, and drains them.
+// lap leaves them, and drains them. Any kind but 0xff, which marks a slot
+// holding an Exchange entry.
 func stale(t *testing.T, ring *flowtel.Ring) {
 	t.Helper()
 	junk := flowtel.Record{TsNs: -1, CollSeq: ^uint64(0), WrID: ^uint64(0), Bytes: ^uint64(0), Rank: -1, Peer: -1,
 		QP: ^uint32(0), Comm: ^uint32(0), Depth: ^uint32(0), Step: ^uint32(0), Channel: ^uint16(0),
-		Kind: 0xff, Status: 0xff, Op: 0xff, Algo: 0xff, Dtype: 0xff, Path: 0xff}
+		Kind: 0xfe, Status: 0xff, Op: 0xff, Algo: 0xff, Dtype: 0xff, Path: 0xff}
 	for range ring.Cap() {
 		if !ring.Push(&junk) {
 			t.Fatal("stale: ring full")
