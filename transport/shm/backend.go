@@ -30,7 +30,7 @@ const AddrPrefix = "@vccl-shm-"
 type Backend struct {
 	// RingSize is the bytes of each direction's ring in the QPs this
 	// backend dials (the acceptor takes the dialler's): a power of two from
-	// 64 KiB to 1 GiB, or 0 for 4 MiB. A ring that holds the messages in
+	// 64 KiB to 1 GiB, or 0 for 2 MiB. A ring that holds the messages in
 	// flight lets sends complete without waiting for the receiver; each QP
 	// maps two rings.
 	RingSize int

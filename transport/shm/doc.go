@@ -10,7 +10,7 @@
 // stays open for the QP's life: its end of file is how either side learns,
 // within microseconds, that the other has gone.
 //
-// Each direction has a ring of records in the segment (4 MiB by default,
+// Each direction has a ring of records in the segment (2 MiB by default,
 // Backend.RingSize; a message moves in records of at most 64 KiB, so the
 // sender's copy-in and the receiver's copy-out of a large message overlap,
 // on two cores, and the ring stays in cache), written by the sender

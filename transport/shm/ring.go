@@ -66,8 +66,17 @@ const (
 // Default geometry. A message moves through its direction's ring in records
 // of at most chunkMax payload bytes, so the sender's copy-in of one chunk
 // overlaps the receiver's copy-out of the one before.
+//
+// defaultRing holds four of the collectives' largest pipeline chunks
+// (collective.DefaultChunk, 512 KiB): a ring step's chunks in flight, no
+// more. A 4 MiB ring (chosen for a transport stream of 1 MiB sends) made a
+// 4 MiB all-reduce go once round it per call, every line it wrote last
+// touched a call ago and gone from the L2s, and put 8 MiB more of the
+// pair's working set on the L3 it shares with the neighbours' VMs; 1 MiB
+// (two chunks) slowed 4 MiB all-gathers. See docs/design.md, "shm ring
+// size".
 const (
-	defaultRing  = 4 << 20
+	defaultRing  = 2 << 20
 	defaultSlots = 1024
 	chunkMax     = 64 << 10
 	minSplit     = 4 << 10 // a chunk is cut to fit the space left only down to this
