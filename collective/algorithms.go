@@ -284,13 +284,17 @@ func blockLen(c *call, count int) int {
 }
 
 // ringAllGather passes each rank's block around the ring. Out of place, the
-// own block is copied into the output too. A block below ntCopy is copied
-// chunk by chunk, each piece after that chunk's first send has left: copied
-// whole first, it held back every post of the call (a 1 MiB all-gather on
-// 2 ranks took 190 us that way over TCP, 150 us so; over shared memory 56
-// and 53). A larger block is
-// copied whole first, as memmove then uses non-temporal stores; copied in
-// pieces it went through the cache and lost (16 MiB over shared memory).
+// own block is copied into the output too, chunk by chunk, each piece after
+// that chunk's first send has left: copied whole first, it held back every
+// post of the call (a 1 MiB all-gather on 2 ranks took 190 us that way over
+// TCP, 150 us so; over shared memory 56 and 53). Only an output of
+// streamFrom or more has its block copied whole first, with memmove's
+// non-temporal stores (from ntCopy), past the caches: in pieces it went
+// through the cache and lost (16 MiB over shared memory). Below that the
+// output's lines are in the cache from the last call, and a non-temporal
+// store first evicts its line: a 4 MiB all-gather over shared memory spent
+// ~100 of its ~270 us in the 2 MiB copy so (2 ranks, close placement;
+// ~165 us in pieces).
 func ringAllGather(c *call, s *schedule) {
 	r, n := c.rank, c.n
 	next, prev := mod(r+1, n), mod(r-1, n)
@@ -300,7 +304,7 @@ func ringAllGather(c *call, s *schedule) {
 	for i := range prevRecv {
 		prevRecv[i] = -1
 	}
-	pieces := !c.inPlace && bl > 0 && bl < ntCopy
+	pieces := !c.inPlace && bl > 0 && (bl < ntCopy || bl*n < streamFrom)
 	if !c.inPlace && bl > 0 && !pieces {
 		s.copyTo(out(r*bl), in(0), bl, 0)
 	}

@@ -569,3 +569,38 @@ func TestRingAllReduceOrder(t *testing.T) {
 		}
 	}
 }
+
+// Out of place, all-gather copies its own block into the output in pieces,
+// one per chunk after that chunk's first send, unless the output reaches
+// streamFrom: then whole, before the sends (memmove's non-temporal stores).
+func TestRingAllGatherOwnCopy(t *testing.T) {
+	for _, tc := range []struct {
+		n, block int // ranks, bytes a rank
+		whole    bool
+	}{
+		{2, 512 << 10, false},
+		{2, 2 << 20, false}, // from ntCopy, but a 4 MiB output stays in the caches
+		{4, 2 << 20, false},
+		{2, streamFrom / 2, true},
+		{8, 2 << 20, true},
+	} {
+		c := &call{op: OpAllGather, rank: 1, n: tc.n, count: tc.block / 4, esize: 4, chunk: 512 << 10}
+		s := &schedule{}
+		ringAllGather(c, s)
+		copies, total := 0, 0
+		for _, p := range s.prims {
+			if p.kind != primCopy {
+				continue
+			}
+			copies++
+			total += p.n
+			afterSend := len(p.deps) == 1 && s.prims[p.deps[0]].kind == primSend
+			if tc.whole == afterSend || p.dst.off != c.rank*tc.block+p.a.off {
+				t.Errorf("%d ranks, %d bytes each: copy of %d bytes from %d to %d after %v (whole: %v)", tc.n, tc.block, p.n, p.a.off, p.dst.off, p.deps, tc.whole)
+			}
+		}
+		if want := map[bool]int{true: 1, false: len(c.chunks(tc.block))}[tc.whole]; copies != want || total != tc.block {
+			t.Errorf("%d ranks, %d bytes each: %d copies of %d bytes in all, want %d of %d", tc.n, tc.block, copies, total, want, tc.block)
+		}
+	}
+}
