@@ -393,6 +393,10 @@ func (b Backend) setup(conn *net.TCPConn) error {
 	if err := conn.SetNoDelay(true); err != nil {
 		return fmt.Errorf("ft: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
 	}
+	// Reno within the host, as a tcp QP's connection: see tcp.SetCongestion.
+	if err := tcp.SetCongestion(conn, ""); err != nil {
+		return fmt.Errorf("ft: %w", err)
+	}
 	if b.SockBuf > 0 {
 		if err := conn.SetWriteBuffer(b.SockBuf); err != nil {
 			return fmt.Errorf("ft: SO_SNDBUF on %s: %w", conn.LocalAddr(), err)

@@ -127,10 +127,8 @@ func (b Backend) setup(conn *net.TCPConn) error {
 	if err := conn.SetNoDelay(true); err != nil {
 		return fmt.Errorf("tcp: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
 	}
-	if name := b.congestion(conn); name != "" {
-		if err := setCongestion(conn, name); err != nil {
-			return err
-		}
+	if err := SetCongestion(conn, b.Congestion); err != nil {
+		return err
 	}
 	if b.SockBuf > 0 {
 		if err := conn.SetWriteBuffer(b.SockBuf); err != nil {
