@@ -520,9 +520,10 @@ func (e *engine) admit(t *task) {
 	if e.rec.Enabled() {
 		t.begin = e.rec.At(now)
 		e.passTs = t.begin // the posts that follow in this step share it
-		e.rec.Record(&flowtel.Record{TsNs: t.begin, Kind: flowtel.KindCollBegin, Rank: int32(e.rank), Peer: -1,
-			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
-			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload()), Step: uint32(t.parts)})
+		if r := e.rec.Reserve(); r != nil {
+			e.coll(r, t, t.begin, flowtel.KindCollBegin, flowtel.StatusOK)
+			e.rec.Commit()
+		}
 	}
 	e.active = append(e.active, t)
 	e.nActive.Add(1)
@@ -792,10 +793,9 @@ func (e *engine) finish() bool {
 }
 
 func (e *engine) end(t *task, st flowtel.Status) {
-	if e.rec.Enabled() {
-		e.rec.Record(&flowtel.Record{Kind: flowtel.KindCollEnd, Status: st, Rank: int32(e.rank), Peer: -1,
-			Comm: e.comm, Channel: uint16(e.channel), CollSeq: t.seq, Op: uint8(t.call.op),
-			Algo: uint8(t.sched.algo), Dtype: uint8(t.dt), Bytes: uint64(t.payload()), Step: uint32(t.parts)})
+	if r := e.rec.Reserve(); r != nil {
+		e.coll(r, t, e.rec.Stamp(), flowtel.KindCollEnd, st)
+		e.rec.Commit()
 	}
 	// A task that failed with transfers posted may still have its scratch
 	// written by a peer: only a clean one gives its buffer back.
@@ -804,6 +804,17 @@ func (e *engine) end(t *task, st flowtel.Status) {
 		e.putScratch(t.bufs[bufHdr])
 	}
 	t.markDone()
+}
+
+// coll writes t's coll_begin or coll_end into a ring slot, every field
+// one store each (the slot holds a record of the ring's previous lap): a
+// record built on the stack and pushed is copied in with 16-byte loads
+// straddling its narrow stores, which the CPU cannot forward, as
+// transport.Core's records and the mailbox path's say.
+func (e *engine) coll(r *flowtel.Record, t *task, ts int64, kind flowtel.Kind, st flowtel.Status) {
+	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, t.seq, 0, uint64(t.payload())
+	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(e.rank), -1, 0, e.comm, 0, uint32(t.parts)
+	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = uint16(e.channel), kind, st, uint8(t.call.op), uint8(t.sched.algo), uint8(t.dt), 0
 }
 
 // deadPeerGrace is how long a channel may make no progress, with a peer's

@@ -196,3 +196,36 @@ func BenchmarkSmallRecords(b *testing.B) {
 		}
 	}
 }
+
+// The engine's coll_begin and coll_end are written in place over the
+// ring's previous lap too: every field its own.
+func TestEngineCollRecordsOverwriteSlots(t *testing.T) {
+	ring, err := flowtel.NewRing(4)
+	if err != nil {
+		t.Fatal(err)
+	}
+	junk := flowtel.Record{TsNs: -1, CollSeq: ^uint64(0), WrID: ^uint64(0), Bytes: ^uint64(0), Rank: -1, Peer: 5,
+		QP: ^uint32(0), Comm: ^uint32(0), Depth: ^uint32(0), Step: ^uint32(0), Channel: ^uint16(0),
+		Kind: 0xfe, Status: 0xff, Op: 0xff, Algo: 0xff, Dtype: 0xff, Path: 0xff}
+	for range ring.Cap() {
+		ring.Push(&junk)
+	}
+	ring.Drain(make([]flowtel.Record, ring.Cap()))
+
+	e := &engine{channel: 3, rank: 1, comm: 9, rec: flowtel.NewRecorder(ring, nil)}
+	tk := &task{call: call{op: OpAllReduce, count: 256, esize: 4}, dt: Float32, sched: &schedule{algo: AlgoRing}, seq: 7, parts: 2}
+	for i, st := range []flowtel.Status{flowtel.StatusOK, flowtel.StatusError} {
+		kind := []flowtel.Kind{flowtel.KindCollBegin, flowtel.KindCollEnd}[i]
+		e.coll(ring.Reserve(), tk, 100, kind, st)
+		ring.Commit()
+		got := make([]flowtel.Record, 2)
+		if n := ring.Drain(got); n != 1 {
+			t.Fatalf("drained %d records, want 1", n)
+		}
+		want := flowtel.Record{TsNs: 100, CollSeq: 7, Bytes: 1024, Rank: 1, Peer: -1, Comm: 9, Step: 2, Channel: 3,
+			Kind: kind, Status: st, Op: uint8(OpAllReduce), Algo: uint8(AlgoRing), Dtype: uint8(Float32)}
+		if got[0] != want {
+			t.Errorf("\n got %v\nwant %v", got[0], want)
+		}
+	}
+}
