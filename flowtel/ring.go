@@ -99,11 +99,11 @@ func (r *Ring) room(t, w uint64) bool {
 		r.cachedHead = r.head.Load()
 		if t+need-r.cachedHead > size {
 			r.pendingLost += w
-			// The producer is the only writer: a store, not a locked
-			// add, which is a full barrier: on a full ring it would wait,
-			// at every record of a small call, for the stores of the
-			// call's data copy to drain (BenchmarkRecord/full, where
-			// none are pending, is 3.6 ns a record either way).
+			// The producer is the only writer: a store, not an add.
+			// (On amd64 sync/atomic's Store is an XCHG, a full barrier
+			// like a locked add; a plain release store measured no
+			// different end to end: docs/design.md. BenchmarkRecord/full
+			// is 3.6 ns a record either way.)
 			r.dropped.Store(r.dropped.Load() + w)
 			return false
 		}
