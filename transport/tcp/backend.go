@@ -27,8 +27,10 @@ type Backend struct {
 	// its local address to.
 	Interface string
 	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
-	// connection (the kernel caps it at net.core.{w,r}mem_max). Zero, the
-	// better choice on loopback, leaves the kernel's autotuning alone.
+	// connection (the kernel caps it at net.core.{w,r}mem_max); negative
+	// leaves the kernel's autotuning alone. Zero sets 4 MiB on a
+	// connection within the host where the kernel allows that much, and
+	// leaves the others to autotuning (see localSockBuf).
 	SockBuf int
 	// Congestion, when set, overrides VCCL_TCP_CONGESTION: the TCP
 	// congestion control of every connection (Linux). With neither set, a
@@ -130,11 +132,15 @@ func (b Backend) setup(conn *net.TCPConn) error {
 	if err := SetCongestion(conn, b.Congestion); err != nil {
 		return err
 	}
-	if b.SockBuf > 0 {
-		if err := conn.SetWriteBuffer(b.SockBuf); err != nil {
+	buf := b.SockBuf
+	if buf == 0 {
+		buf = localSockBuf(conn)
+	}
+	if buf > 0 {
+		if err := conn.SetWriteBuffer(buf); err != nil {
 			return fmt.Errorf("tcp: SO_SNDBUF on %s: %w", conn.LocalAddr(), err)
 		}
-		if err := conn.SetReadBuffer(b.SockBuf); err != nil {
+		if err := conn.SetReadBuffer(buf); err != nil {
 			return fmt.Errorf("tcp: SO_RCVBUF on %s: %w", conn.LocalAddr(), err)
 		}
 	}

@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"net"
 	"os"
+	"strconv"
 	"strings"
 
 	"golang.org/x/sys/unix"
@@ -42,4 +43,16 @@ func sysctl(path string) string {
 		return "?"
 	}
 	return strings.TrimSpace(string(b))
+}
+
+// bufAllowed reports whether the kernel lets a process set socket buffers
+// of n bytes (net.core.rmem_max and wmem_max).
+func bufAllowed(n int) bool {
+	for _, k := range []string{"net/core/rmem_max", "net/core/wmem_max"} {
+		v, err := strconv.Atoi(sysctl(k))
+		if err != nil || v < n {
+			return false
+		}
+	}
+	return true
 }

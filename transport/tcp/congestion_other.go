@@ -17,3 +17,6 @@ func setCongestion(conn *net.TCPConn, name string) error {
 func congestionOf(int) (string, error) {
 	return "", fmt.Errorf("tcp: TCP_CONGESTION not supported on %s", runtime.GOOS)
 }
+
+// bufAllowed reports false: off Linux, autotuning is left alone.
+func bufAllowed(int) bool { return false }

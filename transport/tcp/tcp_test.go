@@ -10,6 +10,8 @@ import (
 	"testing"
 	"time"
 
+	"golang.org/x/sys/unix"
+
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/transporttest"
@@ -521,5 +523,30 @@ func TestCongestion(t *testing.T) {
 	_, err = Backend{}.Dial(t.Context(), ln.Addr(), "k", transport.Config{Token: "tok"})
 	if err == nil || !strings.Contains(err.Error(), `"no-such-cc"`) || !strings.Contains(err.Error(), EnvCongestion) {
 		t.Fatalf("Dial with %s=no-such-cc: %v, want an error naming it", EnvCongestion, err)
+	}
+}
+
+// A connection within the host gets localBuf where the kernel allows it,
+// and a negative SockBuf leaves autotuning alone.
+func TestLocalSockBuf(t *testing.T) {
+	if !bufAllowed(localBuf) {
+		t.Skipf("net.core.{r,w}mem_max below %d: autotuning stays", localBuf)
+	}
+	rcvbuf := func(qp transport.QP) int {
+		t.Helper()
+		n, err := unix.GetsockoptInt(qp.(*QP).sock.fd, unix.SOL_SOCKET, unix.SO_RCVBUF)
+		if err != nil {
+			t.Fatal(err)
+		}
+		return n
+	}
+	p := connect(t, Backend{}, "")
+	if a, b := rcvbuf(p.A), rcvbuf(p.B); a < localBuf || b < localBuf {
+		t.Fatalf("loopback SO_RCVBUF %d and %d, want at least %d", a, b, localBuf)
+	}
+	checkTransfer(t, p, patternOf(9<<20, 3))
+	p = connect(t, Backend{SockBuf: -1}, "")
+	if a := rcvbuf(p.A); a >= localBuf {
+		t.Fatalf("SockBuf -1: SO_RCVBUF %d, want the kernel's default (below %d)", a, localBuf)
 	}
 }
