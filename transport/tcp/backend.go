@@ -29,8 +29,9 @@ type Backend struct {
 	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
 	// connection (the kernel caps it at net.core.{w,r}mem_max); negative
 	// leaves the kernel's autotuning alone. Zero sets 4 MiB on a
-	// connection within the host where the kernel allows that much, and
-	// leaves the others to autotuning (see localSockBuf).
+	// connection within the host from a process bound to CPUs of its own,
+	// where the kernel allows that much, and leaves the others to
+	// autotuning (see localBuf).
 	SockBuf int
 	// Congestion, when set, overrides VCCL_TCP_CONGESTION: the TCP
 	// congestion control of every connection (Linux). With neither set, a

@@ -50,19 +50,24 @@ func sameHost(conn *net.TCPConn) bool {
 }
 
 // localBuf is the socket buffer (SO_SNDBUF and SO_RCVBUF; the kernel
-// doubles it) of a connection within the host. Autotuned, a 2-rank
-// all-gather of 16 MiB over loopback ran at two speeds from one launch to
-// the next (2.0-2.3 or 3.0-3.6 ms): the socket filled before the peer read,
-// and the writer goroutine then took the CPU turn about with the spinning
-// owner that reads. With 4 MiB neither end waits for room.
+// doubles it) of a connection within the host from a process that a
+// launcher bound to CPUs of its own. Such a rank's engine spins, and with
+// autotuned buffers the socket filled before the peer read: the writer
+// goroutine then took turns with the spinning owner on the rank's one CPU,
+// and a 2-rank 16 MiB all-gather over loopback ran at two speeds from one
+// launch to the next (2.0-2.3 or 3.0-3.6 ms). With 4 MiB neither end waits
+// for room. Unbound ranks, which share the CPUs and do not spin, lost with
+// it (4 ranks on 2 CPUs, 1 MiB all-reduce 2.0 -> 3.7 ms; why is not
+// known), so they keep autotuning.
 const localBuf = 4 << 20
 
 // localSockBuf returns the socket buffer conn asks for when Backend.SockBuf
-// is 0: localBuf within the host when the kernel allows that much, else 0
-// (autotuning). A smaller cap would lock the buffer below what autotuning
-// reaches (net.core.rmem_max is 208 KiB on many hosts).
+// is 0: localBuf within the host, for a process bound to CPUs of its own,
+// when the kernel allows that much; else 0 (autotuning). A smaller cap would
+// lock the buffer below what autotuning reaches (net.core.rmem_max is
+// 208 KiB on many hosts).
 func localSockBuf(conn *net.TCPConn) int {
-	if !sameHost(conn) || !bufAllowed(localBuf) {
+	if !sameHost(conn) || !bufAllowed(localBuf) || !launcherBound() {
 		return 0
 	}
 	return localBuf
