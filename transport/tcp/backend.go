@@ -28,7 +28,8 @@ type Backend struct {
 	Interface string
 	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
 	// connection (the kernel caps it at net.core.{w,r}mem_max); negative
-	// leaves the kernel's autotuning alone. Zero sets 4 MiB on a
+	// leaves the kernel's autotuning alone. Zero takes VCCL_TCP_SOCKBUF
+	// (bytes, or -1), and with that unset too sets 4 MiB on a
 	// connection within the host from a process bound to CPUs of its own,
 	// where the kernel allows that much, and leaves the others to
 	// autotuning (see localBuf).
@@ -134,6 +135,12 @@ func (b Backend) setup(conn *net.TCPConn) error {
 		return err
 	}
 	buf := b.SockBuf
+	if buf == 0 {
+		var err error
+		if buf, err = envSockBuf(); err != nil {
+			return err
+		}
+	}
 	if buf == 0 {
 		buf = localSockBuf(conn)
 	}

@@ -1,14 +1,20 @@
 package tcp
 
 import (
+	"fmt"
 	"net"
 	"os"
 	"runtime"
+	"strconv"
 )
 
 // EnvCongestion names the TCP congestion control of every connection
 // (TCP_CONGESTION, Linux only); Backend.Congestion overrides it.
 const EnvCongestion = "VCCL_TCP_CONGESTION"
+
+// EnvSockBuf sets SO_SNDBUF and SO_RCVBUF of every connection, in bytes;
+// -1 leaves the kernel's autotuning alone (Backend.SockBuf overrides it).
+const EnvSockBuf = "VCCL_TCP_SOCKBUF"
 
 // localReno is the congestion control of a connection within the host when
 // none is named. Over loopback nothing is ever congested, and the kernel's
@@ -71,4 +77,18 @@ func localSockBuf(conn *net.TCPConn) int {
 		return 0
 	}
 	return localBuf
+}
+
+// envSockBuf returns the socket buffer VCCL_TCP_SOCKBUF asks for: 0 when
+// unset.
+func envSockBuf() (int, error) {
+	v := os.Getenv(EnvSockBuf)
+	if v == "" {
+		return 0, nil
+	}
+	n, err := strconv.Atoi(v)
+	if err != nil || n == 0 || n < -1 {
+		return 0, fmt.Errorf("tcp: %s=%q: want a size in bytes, or -1 for the kernel's autotuning", EnvSockBuf, v)
+	}
+	return n, nil
 }

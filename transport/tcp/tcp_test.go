@@ -552,4 +552,25 @@ func TestLocalSockBuf(t *testing.T) {
 	if a := rcvbuf(p.A); a >= localBuf {
 		t.Fatalf("SockBuf -1: SO_RCVBUF %d, want the kernel's default (below %d)", a, localBuf)
 	}
+	t.Setenv(EnvSockBuf, "-1")
+	p = connect(t, Backend{}, "")
+	if a := rcvbuf(p.A); a >= localBuf {
+		t.Fatalf("%s=-1: SO_RCVBUF %d, want the kernel's default (below %d)", EnvSockBuf, a, localBuf)
+	}
+	t.Setenv(EnvSockBuf, "100000")
+	p = connect(t, Backend{}, "")
+	if a := rcvbuf(p.A); runtime.GOOS == "linux" && a != 2*100000 {
+		t.Fatalf("%s=100000: SO_RCVBUF %d, want %d (the kernel doubles it)", EnvSockBuf, a, 2*100000)
+	}
+	t.Setenv(EnvSockBuf, "big")
+	ln, err := Backend{}.Listen(t.Context(), transport.ListenConfig{Token: "tok"})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer ln.Close()
+	go ln.Accept(t.Context(), "k", transport.Config{})
+	_, err = Backend{}.Dial(t.Context(), ln.Addr(), "k", transport.Config{Token: "tok"})
+	if err == nil || !strings.Contains(err.Error(), EnvSockBuf) {
+		t.Fatalf("Dial with %s=big: %v, want an error naming it", EnvSockBuf, err)
+	}
 }
