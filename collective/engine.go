@@ -10,6 +10,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/affinity"
 	"github.com/vccl-go/vccl/transport"
 )
 
@@ -218,9 +219,9 @@ func spinFits(live, procs, cpus int, bound bool) bool {
 	return live*procs <= cpus
 }
 
-// boundShare is launcherBound, asked once: the mask does not change under
+// boundShare is affinity.LauncherBound, asked once: the mask does not change under
 // a running job.
-var boundShare = sync.OnceValue(launcherBound)
+var boundShare = sync.OnceValue(affinity.LauncherBound)
 
 // errEngineStopped is what tasks submitted after Close get.
 var errEngineStopped = errors.New("collective: communicator closed")

@@ -6,6 +6,8 @@ import (
 	"os"
 	"runtime"
 	"strconv"
+
+	"github.com/vccl-go/vccl/internal/affinity"
 )
 
 // EnvCongestion names the TCP congestion control of every connection
@@ -73,7 +75,7 @@ const localBuf = 4 << 20
 // lock the buffer below what autotuning reaches (net.core.rmem_max is
 // 208 KiB on many hosts).
 func localSockBuf(conn *net.TCPConn) int {
-	if !sameHost(conn) || !bufAllowed(localBuf) || !launcherBound() {
+	if !sameHost(conn) || !bufAllowed(localBuf) || !affinity.LauncherBound() {
 		return 0
 	}
 	return localBuf

@@ -56,20 +56,3 @@ func bufAllowed(n int) bool {
 	}
 	return true
 }
-
-// launcherBound reports whether a launcher bound this process to CPUs of
-// its own: its affinity mask is a strict subset of its parent's (vcclrun
-// when the ranks fit, mpirun's default, srun --cpu-bind). collective's
-// engines decide whether to spin the same way.
-func launcherBound() bool {
-	var own, parent unix.CPUSet
-	if unix.SchedGetaffinity(0, &own) != nil || unix.SchedGetaffinity(os.Getppid(), &parent) != nil {
-		return false
-	}
-	for i := range own {
-		if own[i]&^parent[i] != 0 {
-			return false
-		}
-	}
-	return own.Count() < parent.Count()
-}

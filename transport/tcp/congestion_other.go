@@ -20,6 +20,3 @@ func congestionOf(int) (string, error) {
 
 // bufAllowed reports false: off Linux, autotuning is left alone.
 func bufAllowed(int) bool { return false }
-
-// launcherBound reports false: off Linux it cannot tell.
-func launcherBound() bool { return false }

@@ -13,6 +13,7 @@ import (
 	"golang.org/x/sys/unix"
 
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/affinity"
 	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/transporttest"
 )
@@ -540,7 +541,7 @@ func TestLocalSockBuf(t *testing.T) {
 	}
 	p := connect(t, Backend{}, "")
 	a, b := rcvbuf(p.A), rcvbuf(p.B)
-	if bufAllowed(localBuf) && launcherBound() {
+	if bufAllowed(localBuf) && affinity.LauncherBound() {
 		if a < localBuf || b < localBuf {
 			t.Fatalf("bound, loopback: SO_RCVBUF %d and %d, want at least %d", a, b, localBuf)
 		}

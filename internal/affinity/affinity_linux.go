@@ -1,4 +1,4 @@
-package collective
+package affinity
 
 import (
 	"os"
@@ -6,12 +6,12 @@ import (
 	"golang.org/x/sys/unix"
 )
 
-// launcherBound reports whether a launcher bound this process to CPUs of
+// LauncherBound reports whether a launcher bound this process to CPUs of
 // its own: its affinity mask is a strict subset of its parent's. vcclrun
 // (when the ranks fit), mpirun (by default for up to 2 ranks a node) and
 // srun --cpu-bind narrow each rank to a share of what they may use
 // themselves; a rank started without binding inherits its parent's mask.
-func launcherBound() bool {
+func LauncherBound() bool {
 	var own, parent unix.CPUSet
 	if unix.SchedGetaffinity(0, &own) != nil || unix.SchedGetaffinity(os.Getppid(), &parent) != nil {
 		return false
