@@ -45,11 +45,13 @@ import (
 // more, one clock read either side) and takes single copy while their
 // moving average is below cmaBelow. Close, that average ended 2-rank
 // 4 MiB broadcasts at 12-25 bytes per ns; far, at 6.4 (a CPU profile of a
-// far run put the copy at about 3 GB/s).
+// far run put the copy at about 3 GB/s). Once single copy carries a QP,
+// the ring's copies cannot say when to leave it (they write lines no one
+// touched for a while, slow in either placement); the receiver times each
+// single-copy record's trip from the sender's clock instead (noteHandoff).
 const (
 	rateSample = 32 << 10
 	cmaBelow   = 8.0 // bytes per ns
-	cmaRecheck = 16
 	// ntRecheck: while the rate is below cmaBelow, records go into the
 	// ring with non-temporal stores (QP.streamRing), all but every
 	// ntRecheck-th, which is copied plainly and timed.
@@ -59,6 +61,18 @@ const (
 	// placement, 4 MiB all-reduce with the ring streamed: 1400-1700 us
 	// with single copy offered, 540-570 without.
 	reduceQuiet = 16
+	// handoffWindow, closeHandoff, closeWindows, cmaCloseRest: a receiver
+	// that reads single-copy records handoffWindow at a time and finds,
+	// closeWindows windows in a row, the least publish-to-read time of
+	// one below closeHandoff (the cores are close: cache-line hand-off
+	// ~30 ns one way, against ~165 far) does not offer single copy for
+	// its next cmaCloseRest receives. The least of 32 measured 35-54 ns
+	// (p10) and 60-76 (median) close, 95 and 145 far, where 11% of the
+	// windows read below 100 ns: one such window alone is no verdict.
+	handoffWindow = 32
+	closeHandoff  = 100 // ns
+	closeWindows  = 2
+	cmaCloseRest  = 64
 )
 
 // cmaMin is the smallest message sent by single copy; 0 turns it off. The

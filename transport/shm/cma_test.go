@@ -121,16 +121,16 @@ func TestCMARefused(t *testing.T) {
 }
 
 // TestWhileSlow: single copy (chooseCMA) and streamed records
-// (streamRing) only while the measured copy rate into the ring is low, and
-// even then one in every recheck goes plainly through the ring; fast copies
-// after a slow spell turn them off again.
+// (streamRing) only while the measured copy rate into the ring is low;
+// streamRing sends one record in every recheck plainly through the ring
+// even then; fast copies after a slow spell turn both off again.
 func TestWhileSlow(t *testing.T) {
 	for _, tc := range []struct {
 		name    string
 		decide  func(*QP) bool
 		recheck int
 	}{
-		{"chooseCMA", (*QP).chooseCMA, cmaRecheck},
+		{"chooseCMA", (*QP).chooseCMA, 0},
 		{"streamRing", (*QP).streamRing, ntRecheck},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -147,14 +147,17 @@ func TestWhileSlow(t *testing.T) {
 			for range 8 {
 				q.noteCopy(64<<10, 21845) // 3 bytes/ns: far cores
 			}
-			plain := 0
-			for range 4 * tc.recheck {
+			plain, n, want := 0, 4*max(tc.recheck, 16), 4
+			if tc.recheck == 0 {
+				want = 0 // none: the receiver's hand-off times say when to leave (noteHandoff)
+			}
+			for range n {
 				if !tc.decide(q) {
 					plain++
 				}
 			}
-			if plain != 4 {
-				t.Fatalf("at %.1f bytes/ns, %d of %d through the ring plainly, want 4", q.copyRate, plain, 4*tc.recheck)
+			if plain != want {
+				t.Fatalf("at %.1f bytes/ns, %d of %d through the ring plainly, want %d", q.copyRate, plain, n, want)
 			}
 			q.noteCopy(64<<10, 1<<30) // one descheduled copy
 			for range 9 {
@@ -206,5 +209,45 @@ func TestCMASendAcknowledgedThenPeerClosed(t *testing.T) {
 	a.mu.Unlock()
 	if sc := transporttest.WaitN(t, a, p.NotA, 1)[0]; sc.Status != flowtel.StatusOK {
 		t.Fatalf("send read and acknowledged before the receiver closed: %v (%v), want ok", sc.Status, sc.Err)
+	}
+}
+
+// TestHandoff: closeWindows windows in a row of single-copy records whose
+// quickest trip says the cores are close stop the offers of single copy
+// for cmaCloseRest receives; far windows, and single close ones among
+// them, do not.
+func TestHandoff(t *testing.T) {
+	q := &QP{}
+	for range 10 * handoffWindow {
+		q.noteHandoff(closeHandoff * 3)
+	}
+	if q.closeRest != 0 {
+		t.Fatalf("far trips (%d ns): %d receives without single copy, want 0", closeHandoff*3, q.closeRest)
+	}
+	closeWindow := func() {
+		for i := range handoffWindow {
+			ns := int64(5000) // descheduled on the way
+			if i == handoffWindow/2 {
+				ns = closeHandoff / 2
+			}
+			if q.noteHandoff(ns); i < handoffWindow-1 && q.closeRest != 0 {
+				t.Fatalf("decided after %d of a window of %d records", i+1, handoffWindow)
+			}
+		}
+	}
+	for range 3 {
+		closeWindow() // a lucky trip now and then, far
+		for range handoffWindow {
+			q.noteHandoff(closeHandoff * 3)
+		}
+	}
+	if q.closeRest != 0 {
+		t.Fatalf("single close windows among far ones: %d receives without single copy, want 0", q.closeRest)
+	}
+	for range closeWindows {
+		closeWindow()
+	}
+	if q.closeRest != cmaCloseRest {
+		t.Fatalf("%d close windows in a row: %d receives without single copy, want %d", closeWindows, q.closeRest, cmaCloseRest)
 	}
 }

@@ -156,9 +156,12 @@ type QP struct {
 	cmaIn     uint64   // receiver: single-copy records finished
 	cmaInFail uint64   // receiver: of those, failed
 	copyRate  float64  // sender: its recent copies into the ring, bytes per ns (moving average; 0: none yet)
-	cmaSkip   int      // sender: single-copy sends since the last one sent through the ring to measure it
 	ntSkip    int      // sender: records streamed into the ring since the last timed one
 	quietCMA  int      // receiver: plain receives still to announce without single copy since a reducing one
+	closeRest int      // receiver: plain receives still to announce without single copy since the cores looked close
+	handoff   int64    // receiver: the least publish-to-read time of the single-copy records in this window (ns)
+	handoffN  int      // receiver: single-copy records in this window
+	closeSeen int      // receiver: windows in a row whose least trip said close
 
 	gone atomic.Pointer[goneReason]
 	mbox *Mailbox
@@ -500,6 +503,8 @@ func (q *QP) drainPosts() {
 			q.quietCMA = reduceQuiet
 		case q.quietCMA > 0:
 			q.quietCMA--
+		case q.closeRest > 0:
+			q.closeRest--
 		case q.probed && q.cma != nil:
 			w |= creditCMA
 			pr[i].cma = true
@@ -555,11 +560,12 @@ func (q *QP) recvPass(budget *int) bool {
 				return true
 			}
 			if flags&fCMA != 0 {
-				if flags != fFirst|fLast|fCMA || n != 8 || !r.cma || msgLen > uint64(len(r.wr.Buf)) {
+				if flags != fFirst|fLast|fCMA || n != 16 || !r.cma || msgLen > uint64(len(r.wr.Buf)) {
 					q.protocolError("single-copy record %#x of %d bytes for a message of %d into a receive of %d (offered: %v)", flags, n, msgLen, len(r.wr.Buf), r.cma)
 					return true
 				}
 				addr := binary.LittleEndian.Uint64(rb[pos+recHdr:])
+				q.noteHandoff(flowtel.Monotonic() - int64(binary.LittleEndian.Uint64(rb[pos+recHdr+8:])))
 				q.ihead += uint64(size)
 				moved = true
 				if !q.readCMA(r, int(msgLen), addr) {
@@ -633,6 +639,30 @@ func (q *QP) recvPass(budget *int) bool {
 		q.notify = true
 	}
 	return moved
+}
+
+// noteHandoff takes the time from a single-copy record's publication (the
+// sender's clock, stored in the record) to this side's reading of it. The
+// least of a window of handoffWindow records is the cores' cache-line
+// hand-off with nothing in the way (a record and the tail written, read):
+// if closeWindows windows in a row say the cores are close, the next
+// closeRest receives do not offer
+// single copy, so the sender's copies go through the ring, where it times
+// them again on lines the ring is using (chooseCMA).
+func (q *QP) noteHandoff(ns int64) {
+	if q.handoffN == 0 || ns < q.handoff {
+		q.handoff = ns
+	}
+	if q.handoffN++; q.handoffN < handoffWindow {
+		return
+	}
+	q.closeSeen++
+	if q.handoff >= closeHandoff {
+		q.closeSeen = 0
+	} else if q.closeSeen >= closeWindows {
+		q.closeRest, q.closeSeen = cmaCloseRest, 0
+	}
+	q.handoffN = 0
 }
 
 // readCMA copies a single-copy message from the sender's memory into r and
@@ -908,10 +938,14 @@ func (q *QP) sendPass(budget *int) bool {
 
 // chooseCMA decides whether a send the receiver offered single copy for
 // takes it: only while this side's copies into the ring run slow (see
-// cma_linux.go), and even then every cmaRecheck-th such send goes through
-// the ring, so that the rate is measured again.
+// cma_linux.go). It sends none through the ring to measure them again: a
+// copy into a ring that single copy has left idle writes lines that are
+// cold in either placement, and times slow enough to keep close QPs on
+// single copy. The receiver, which times each single-copy record's
+// hand-off, stops offering it for a while when the cores look close
+// (noteHandoff); the ring's copies are timed again then.
 func (q *QP) chooseCMA() bool {
-	return cmaAlways.Load() || q.whileSlow(&q.cmaSkip, cmaRecheck)
+	return cmaAlways.Load() || q.copyRate != 0 && q.copyRate < cmaBelow
 }
 
 // streamRing decides whether a record goes into the ring with
@@ -956,8 +990,9 @@ func (q *QP) sendCMA(buf []byte) bool {
 	if !ok {
 		return false
 	}
-	putRec(rb, pos, fFirst|fLast|fCMA, 8, len(buf))
+	putRec(rb, pos, fFirst|fLast|fCMA, 16, len(buf))
 	binary.LittleEndian.PutUint64(rb[pos+recHdr:], uint64(uintptr(unsafe.Pointer(unsafe.SliceData(buf)))))
+	binary.LittleEndian.PutUint64(rb[pos+recHdr+8:], uint64(flowtel.Monotonic()))
 	q.otail += need
 	q.seg.out.tail.Store(q.otail)
 	q.cmaSent++
