@@ -515,16 +515,23 @@ func TestCongestion(t *testing.T) {
 	checkTransfer(t, p, patternOf(3<<20, 2))
 
 	t.Setenv(EnvCongestion, "no-such-cc")
+	if err := dialErr(t); err == nil || !strings.Contains(err.Error(), `"no-such-cc"`) || !strings.Contains(err.Error(), EnvCongestion) {
+		t.Fatalf("Dial with %s=no-such-cc: %v, want an error naming it", EnvCongestion, err)
+	}
+}
+
+// dialErr dials a fresh listener under the environment the test set, and
+// returns the dial's error (a bad setting fails the dialler's set-up).
+func dialErr(t *testing.T) error {
+	t.Helper()
 	ln, err := Backend{}.Listen(t.Context(), transport.ListenConfig{Token: "tok"})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
 	go ln.Accept(t.Context(), "k", transport.Config{})
 	_, err = Backend{}.Dial(t.Context(), ln.Addr(), "k", transport.Config{Token: "tok"})
-	if err == nil || !strings.Contains(err.Error(), `"no-such-cc"`) || !strings.Contains(err.Error(), EnvCongestion) {
-		t.Fatalf("Dial with %s=no-such-cc: %v, want an error naming it", EnvCongestion, err)
-	}
+	return err
 }
 
 // A connection within the host gets localBuf when this process is bound to
@@ -564,14 +571,7 @@ func TestLocalSockBuf(t *testing.T) {
 		t.Fatalf("%s=100000: SO_RCVBUF %d, want %d (the kernel doubles it)", EnvSockBuf, a, 2*100000)
 	}
 	t.Setenv(EnvSockBuf, "big")
-	ln, err := Backend{}.Listen(t.Context(), transport.ListenConfig{Token: "tok"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
-	go ln.Accept(t.Context(), "k", transport.Config{})
-	_, err = Backend{}.Dial(t.Context(), ln.Addr(), "k", transport.Config{Token: "tok"})
-	if err == nil || !strings.Contains(err.Error(), EnvSockBuf) {
+	if err := dialErr(t); err == nil || !strings.Contains(err.Error(), EnvSockBuf) {
 		t.Fatalf("Dial with %s=big: %v, want an error naming it", EnvSockBuf, err)
 	}
 }
