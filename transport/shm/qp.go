@@ -944,31 +944,27 @@ func (q *QP) sendPass(budget *int) bool {
 // single copy. The receiver, which times each single-copy record's
 // hand-off, stops offering it for a while when the cores look close
 // (noteHandoff); the ring's copies are timed again then.
-func (q *QP) chooseCMA() bool {
-	return cmaAlways.Load() || q.copyRate != 0 && q.copyRate < cmaBelow
-}
+func (q *QP) chooseCMA() bool { return cmaAlways.Load() || q.copiesSlow() }
 
 // streamRing decides whether a record goes into the ring with
 // non-temporal stores: only while this side's timed copies run slow (the
 // far placement, where each plain store first waits for the line the
 // peer's core last read), and even then every ntRecheck-th record is
 // copied plainly and timed, so that the rate is measured again.
-func (q *QP) streamRing() bool { return q.whileSlow(&q.ntSkip, ntRecheck) }
-
-// whileSlow reports whether this side's timed copies into the ring run
-// below cmaBelow, saying no all the same every every-th time (counted in
-// *skip) so that a plain copy measures the rate again.
-func (q *QP) whileSlow(skip *int, every int) bool {
-	if q.copyRate == 0 || q.copyRate >= cmaBelow {
+func (q *QP) streamRing() bool {
+	if !q.copiesSlow() {
 		return false
 	}
-	*skip++
-	if *skip >= every {
-		*skip = 0
+	if q.ntSkip++; q.ntSkip >= ntRecheck {
+		q.ntSkip = 0
 		return false
 	}
 	return true
 }
+
+// copiesSlow reports whether this side's timed copies into the ring run
+// below cmaBelow.
+func (q *QP) copiesSlow() bool { return q.copyRate != 0 && q.copyRate < cmaBelow }
 
 // noteCopy adds a copy of n bytes into the ring that took ns to the
 // moving average of the copy rate.
