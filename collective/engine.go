@@ -200,7 +200,7 @@ func (e *engine) setSpinning(on bool) {
 }
 
 func (e *engine) spins() bool {
-	return e.spin && spinFits(int(liveEngines.Load()), e.procs, runtime.NumCPU(), boundShare())
+	return e.spin && spinFits(int(liveEngines.Load()), e.procs, runtime.NumCPU(), affinity.LauncherBound())
 }
 
 // spinFits reports whether live engines in each of procs processes on the
@@ -218,10 +218,6 @@ func spinFits(live, procs, cpus int, bound bool) bool {
 	}
 	return live*procs <= cpus
 }
-
-// boundShare is affinity.LauncherBound, asked once: the mask does not change under
-// a running job.
-var boundShare = sync.OnceValue(affinity.LauncherBound)
 
 // errEngineStopped is what tasks submitted after Close get.
 var errEngineStopped = errors.New("collective: communicator closed")
