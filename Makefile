@@ -49,6 +49,7 @@ lint:
 	$(GO) vet $(PKGS)
 	GOOS=darwin $(GO) vet $(PKGS)   # builds off Linux too (shm, CMA and tcp_info have fallbacks)
 	GOARCH=arm64 $(GO) vet $(CORE)   # and off amd64 (pure-Go kernels, no TSC)
+	GOARCH=386 $(GO) vet $(PKGS)     # and where int has 32 bits
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

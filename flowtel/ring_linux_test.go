@@ -15,7 +15,7 @@ func minorFaults(t *testing.T) int64 {
 	if err := syscall.Getrusage(syscall.RUSAGE_SELF, &ru); err != nil {
 		t.Fatal(err)
 	}
-	return ru.Minflt
+	return int64(ru.Minflt) // int32 on 32-bit targets
 }
 
 // The ring's first lap takes no page faults: NewRing maps its pages, so a

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"io"
+	"math"
 	"slices"
 	"time"
 
@@ -408,9 +409,9 @@ func (b *Bench) PathSweep(sizes []int) error {
 	vs := []variant{
 		{"CE peer-copy 16 SMs", func(c *ce.Config) { c.SmallMax, c.DtoD, c.SMs = -1, false, 16 }},
 		{"CE DtoD 16 SMs", func(c *ce.Config) { c.SmallMax, c.DtoD, c.SMs = -1, true, 16 }},
-		{"kernel 16 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = 1<<40, 16 }},
-		{"kernel 32 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = 1<<40, 32 }},
-		{"kernel 64 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = 1<<40, 64 }},
+		{"kernel 16 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = math.MaxInt, 16 }},
+		{"kernel 32 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = math.MaxInt, 32 }},
+		{"kernel 64 SMs", func(c *ce.Config) { c.SmallMax, c.SMs = math.MaxInt, 64 }},
 	}
 	fmt.Fprintf(b.W, "\n## all-reduce µs by path (float32 sum)\n| bytes |")
 	for _, v := range vs {

@@ -299,7 +299,7 @@ func ProcBench(ctx context.Context, p *ce.Proc, w io.Writer, n int, win *flowtel
 		slices.Sort(ts)
 		return ts[1], nil
 	}
-	calls := func(bytes int) int { return max(10, min(2000, int(40e-3*380e9)/max(bytes, 1))) }
+	calls := func(bytes int) int { return max(10, int(min(2000, int64(40e-3*380e9)/int64(max(bytes, 1))))) }
 	oneWay := func(bytes int) func() error {
 		return func() error {
 			switch me {

@@ -217,8 +217,9 @@ func (q *QP) check(wr *transport.WR) error {
 	if q.closed.Load() {
 		return transport.ErrClosed
 	}
-	if len(wr.Buf) > MaxMessage {
-		return fmt.Errorf("ft: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), MaxMessage)
+	// uint64: MaxMessage is past a 32-bit int.
+	if uint64(len(wr.Buf)) > MaxMessage {
+		return fmt.Errorf("ft: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), uint64(MaxMessage))
 	}
 	return transport.CheckWR(wr)
 }

@@ -39,7 +39,9 @@ func TestConformanceSmallRing(t *testing.T) {
 }
 
 func TestRingSizeChecked(t *testing.T) {
-	for _, n := range []int{3 << 20, 32 << 10, 2 << 30, -1} {
+	past := 1
+	past <<= 31 // 2 GiB, past the 1 GiB limit (negative where int has 32 bits)
+	for _, n := range []int{3 << 20, 32 << 10, past, -1} {
 		if qp, err := (Backend{RingSize: n}).Dial(context.Background(), "@nowhere", "k", transport.Config{}); err == nil {
 			qp.Close()
 			t.Fatalf("RingSize %d accepted", n)

@@ -4,6 +4,7 @@ package shm
 
 import (
 	"errors"
+	"math"
 	"strings"
 	"testing"
 
@@ -24,7 +25,7 @@ func TestCorruptRing(t *testing.T) {
 	}{
 		{"unaligned-tail", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 1, 1); return 1 }, false},
 		{"tail-beyond-ring", func(ring []byte) uint64 { return uint64(2 * R) }, false},
-		{"huge-record", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 1<<31, 1<<31); return 64 }, false},
+		{"huge-record", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, math.MaxInt32, math.MaxInt32); return 64 }, false},
 		{"record-past-tail", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 100, 100); return 64 }, false},
 		{"continuation-first", func(ring []byte) uint64 { putRec(ring, 0, fLast, 4, 4); return 64 }, false},
 		{"longer-than-receive", func(ring []byte) uint64 { putRec(ring, 0, fFirst|fLast, 32, 32); return 64 }, false},

@@ -230,8 +230,9 @@ func (q *QP) check(wr *transport.WR) error {
 	if q.closed.Load() {
 		return transport.ErrClosed
 	}
-	if len(wr.Buf) > MaxFrameLen {
-		return fmt.Errorf("tcp: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), MaxFrameLen)
+	// uint64: MaxFrameLen is past a 32-bit int.
+	if uint64(len(wr.Buf)) > MaxFrameLen {
+		return fmt.Errorf("tcp: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), uint64(MaxFrameLen))
 	}
 	return transport.CheckWR(wr)
 }
