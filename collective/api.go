@@ -243,6 +243,7 @@ func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint
 	cl := rq.call
 	cl.chunk = c.chunkFor(&cl)
 	cl.fuse = c.fuseRecv
+	cl.tee = c.teeSend
 	check = check && c.opts.check && c.size > 1
 	s, fresh, err := c.schedule(&cl, algo, check)
 	if err != nil {

@@ -45,6 +45,7 @@ type Comm struct {
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 	fuseRecv     bool       // every QP reduces receives on arrival: schedules fuse receive and reduce
+	teeSend      bool       // every QP copies a send into its tee: all-gather's own block rides its sends
 	small        *smallPath // small all-reduces over shared memory (small.go); nil: none
 
 	mu         sync.Mutex
@@ -466,6 +467,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		}
 	}
 	c.fuseRecv = reducesOnReceive(c.qps)
+	c.teeSend = teesOnSend(c.qps)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
 		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch])
@@ -487,6 +489,21 @@ func reducesOnReceive(qps [][]transport.QP) bool {
 				continue
 			}
 			if r, ok := qp.(transport.Reducer); !ok || !r.ReducesOnReceive() {
+				return false
+			}
+		}
+	}
+	return true
+}
+
+// teesOnSend reports whether every QP honours transport.WR.Tee.
+func teesOnSend(qps [][]transport.QP) bool {
+	for _, row := range qps {
+		for _, qp := range row {
+			if qp == nil {
+				continue
+			}
+			if t, ok := qp.(transport.Teer); !ok || !t.TeesOnSend() {
 				return false
 			}
 		}

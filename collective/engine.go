@@ -662,6 +662,9 @@ func (e *engine) startPrim(t *task, i int32) {
 		var err error
 		if p.kind == primSend {
 			wr.Buf = p.a.slice(t.bufs, p.n)
+			if p.tee {
+				wr.Tee = p.b.slice(t.bufs, p.n)
+			}
 			err = qp.PostSend(wr)
 		} else {
 			wr.Buf = p.dst.slice(t.bufs, p.n)

@@ -50,13 +50,14 @@ type prim struct {
 	peer int // send and recv: the peer's rank
 	n    int // bytes
 	dst  ref // recv, reduce, copy, scale
-	a, b ref // send: a; reduce: a, b; copy: a; fused recv: a
+	a, b ref // send: a (and its tee b); reduce: a, b; copy: a; fused recv: a
 	step uint32
 	upTo bool    // recv: n is the most it accepts (a signature header)
 	deps []int32 // primitives that must complete first
 
 	fuse   bool // recv: dst = message op a, reduced on arrival (recvReduce)
 	stream bool // recv: nothing reads dst again in this call (transport.WR.Stream)
+	tee    bool // send: the transport copies a into b too (transport.WR.Tee); only where call.tee
 }
 
 // schedule is one rank's program for one collective call.
@@ -80,6 +81,12 @@ func (s *schedule) add(p prim) int32 {
 
 func (s *schedule) send(peer int, src ref, n int, step uint32, deps ...int32) int32 {
 	return s.add(prim{kind: primSend, peer: peer, a: src, n: n, step: step, deps: deps})
+}
+
+// sendTee sends src to peer and has the transport copy it into tee as it
+// goes (transport.WR.Tee). Only for transports that do (call.tee).
+func (s *schedule) sendTee(peer int, src, tee ref, n int, step uint32, deps ...int32) int32 {
+	return s.add(prim{kind: primSend, peer: peer, a: src, b: tee, tee: true, n: n, step: step, deps: deps})
 }
 
 func (s *schedule) recv(peer int, dst ref, n int, step uint32, deps ...int32) int32 {
@@ -148,7 +155,9 @@ func (s *schedule) validate(bufs [][]byte) error {
 		var err error
 		switch p.kind {
 		case primSend:
-			err = check(i, p.a, p.n)
+			if err = check(i, p.a, p.n); err == nil && p.tee {
+				err = check(i, p.b, p.n)
+			}
 		case primRecv, primScale:
 			if err = check(i, p.dst, p.n); err == nil && p.fuse {
 				err = check(i, p.a, p.n)

@@ -64,6 +64,12 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 			switch p.kind {
 			case primSend:
 				sr.sent[cd.prim] = bytes.Clone(p.a.slice(sr.bufs, p.n))
+				if p.tee { // written by the send's completion, not before
+					tee := p.b.slice(sr.bufs, p.n)
+					for i := range tee {
+						tee[i] = 0xEE
+					}
+				}
 				key := qkey{cd.rank, p.peer}
 				sends[key] = append(sends[key], cd.prim)
 			case primRecv:
@@ -115,6 +121,9 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 			reduceInto(dt, op, rp.dst.slice(rr.bufs, sp.n), sr.sent[x.send], rp.a.slice(rr.bufs, sp.n))
 		} else {
 			copy(rp.dst.slice(rr.bufs, sp.n), sr.sent[x.send])
+		}
+		if sp.tee {
+			copy(sp.b.slice(sr.bufs, sp.n), sr.sent[x.send])
 		}
 		for _, i := range sr.m.complete(x.send, nil) {
 			ready = append(ready, cand{x.from, i})
@@ -179,8 +188,8 @@ func TestSchedulesSimulated(t *testing.T) {
 							}
 							name := fmt.Sprintf("%v/%v/n=%d/count=%d/inplace=%v/%v", op, algo, n, count, inPlace, redop)
 							fuses := []bool{false}
-							if op == OpAllReduce && algo == AlgoRing || op == OpReduceScatter {
-								fuses = append(fuses, true) // receives reduced on arrival
+							if op == OpAllReduce && algo == AlgoRing || op == OpReduceScatter || op == OpAllGather {
+								fuses = append(fuses, true) // receives reduced on arrival, sends teed
 							}
 							for _, chunk := range []int{8, 1 << 20} {
 								for _, check := range []bool{false, true} {
@@ -210,7 +219,8 @@ func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop Red
 	ranks := make([]*simRank, n)
 	inputs := make([][]int64, n)
 	for r := range n {
-		c := &call{op: op, rank: r, n: n, root: root, count: count, esize: es, redop: redop, inPlace: inPlace, chunk: chunk, fuse: fuse}
+		// fuse stands for shared memory, which tees sends too.
+		c := &call{op: op, rank: r, n: n, root: root, count: count, esize: es, redop: redop, inPlace: inPlace, chunk: chunk, fuse: fuse, tee: fuse}
 		inLen, outLen := bufferLens(op, n, count)
 		in := make([]int64, inLen)
 		for i := range in {
@@ -566,6 +576,35 @@ func TestRingAllReduceOrder(t *testing.T) {
 		}
 		if want := map[bool]int{true: last, false: 0}[count*4 >= streamFrom]; streamed != want || last == 0 {
 			t.Errorf("count %d: %d of %d last-step receives streamed, want %d", count, streamed, last, want)
+		}
+	}
+}
+
+// Where the transports tee sends (call.tee), all-gather's own block rides
+// the first send of each chunk into the output and is not copied apart,
+// unless the output reaches streamFrom (copied whole, as without tees).
+func TestRingAllGatherOwnTee(t *testing.T) {
+	for _, tc := range []struct {
+		block int
+		tees  bool
+	}{{512 << 10, true}, {2 << 20, true}, {streamFrom / 2, false}} {
+		c := &call{op: OpAllGather, rank: 1, n: 2, count: tc.block / 4, esize: 4, chunk: 512 << 10, fuse: true, tee: true}
+		s := &schedule{}
+		ringAllGather(c, s)
+		teed, copies := 0, 0
+		for _, p := range s.prims {
+			switch {
+			case p.kind == primCopy:
+				copies++
+			case p.kind == primSend && p.tee:
+				teed += p.n
+				if p.b.buf != bufOut || p.b.off != c.rank*tc.block+p.a.off || p.a.buf != bufIn {
+					t.Errorf("%d bytes each: send of %d bytes from %v teed to %v", tc.block, p.n, p.a, p.b)
+				}
+			}
+		}
+		if want := map[bool][2]int{true: {tc.block, 0}, false: {0, 1}}[tc.tees]; teed != want[0] || copies != want[1] {
+			t.Errorf("%d bytes each: %d bytes teed, %d copies; want %d, %d", tc.block, teed, copies, want[0], want[1])
 		}
 	}
 }

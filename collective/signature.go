@@ -215,8 +215,12 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 		case p.kind == primSend && int32(i) == fs[p.peer] && h.sendLen[p.peer] >= 0:
 			// Its bytes left in the header. What waited for it to be read
 			// waits for the copy into the header, and like everything of
-			// the body for the verify.
-			p = prim{kind: primNop, step: p.step, deps: deps(staged[p.peer], gate)}
+			// the body for the verify; its tee is a copy of its own.
+			if p.tee {
+				p = prim{kind: primCopy, dst: p.b, a: p.a, n: p.n, step: p.step, deps: deps(staged[p.peer], gate)}
+			} else {
+				p = prim{kind: primNop, step: p.step, deps: deps(staged[p.peer], gate)}
+			}
 		case p.kind == primRecv && int32(i) == fr[p.peer] && h.recvLen[p.peer] >= 0:
 			from := h.recvOff(p.peer) + hdrSize
 			d := append(p.deps, gate)
@@ -285,6 +289,9 @@ func exclusiveScratch(s *schedule, i int) bool {
 		switch p.kind {
 		case primSend:
 			reads = []ref{p.a}
+			if p.tee {
+				writes = []ref{p.b}
+			}
 		case primRecv, primScale:
 			writes = []ref{p.dst}
 			if p.fuse {

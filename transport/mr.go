@@ -38,10 +38,13 @@ func (m *MR) Contains(b []byte) bool {
 	return p >= m.base && p+uintptr(len(b)) <= m.base+uintptr(len(m.buf))
 }
 
-// CheckWR validates a WR against its memory region.
+// CheckWR validates a WR against its memory region, and its tee's length.
 func CheckWR(wr *WR) error {
 	if wr.MR != nil && !wr.MR.Contains(wr.Buf) {
 		return fmt.Errorf("%w: WR %d (%d bytes) is not inside region %d", ErrMRMismatch, wr.ID, len(wr.Buf), wr.MR.Key)
+	}
+	if wr.Tee != nil && len(wr.Tee) != len(wr.Buf) {
+		return fmt.Errorf("transport: WR %d has a tee of %d bytes for a buffer of %d", wr.ID, len(wr.Tee), len(wr.Buf))
 	}
 	return nil
 }

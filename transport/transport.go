@@ -60,6 +60,16 @@ type WR struct {
 	// stores, past the caches, and so skip reading every line from
 	// memory before overwriting it. A hint; backends may ignore it.
 	Stream bool
+
+	// Tee, on a send posted to a QP that implements Teer, is a buffer as
+	// long as Buf that the backend also copies the payload into as it
+	// sends it (an out-of-place all-gather's own block): where the
+	// backend copies Buf anyway, each piece is read once, while it is in
+	// the core's first-level cache, and written twice. Tee must not
+	// overlap Buf. By the send's successful completion Tee holds Buf's
+	// bytes; a send that fails may have copied part of them. A QP that
+	// does not implement Teer ignores it.
+	Tee []byte
 }
 
 // ReduceFunc combines a piece of a received message with the matching
@@ -78,6 +88,13 @@ type Reducer interface {
 	QP
 	// ReducesOnReceive reports whether this QP honours WR.Reduce.
 	ReducesOnReceive() bool
+}
+
+// Teer is implemented by QPs that honour WR.Tee.
+type Teer interface {
+	QP
+	// TeesOnSend reports whether this QP honours WR.Tee.
+	TeesOnSend() bool
 }
 
 // Mailboxer is implemented by QPs whose two ends share memory (shm): each

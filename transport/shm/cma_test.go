@@ -85,6 +85,32 @@ func TestCMA(t *testing.T) {
 	}
 }
 
+// TestCMATee: a send by single copy writes its tee too (while the receiver
+// reads it), and so does its resend through the ring after a failed read.
+func TestCMATee(t *testing.T) {
+	p, a, _ := cmaPair(t)
+	msg := patternOf(cmaMin+4096, 5)
+	for _, fault := range []bool{false, true} {
+		cmaFault.Store(fault)
+		tee, dst := make([]byte, len(msg)), make([]byte, len(msg))
+		if err := p.B.PostRecv(transport.WR{ID: 1, Buf: dst}); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.A.PostSend(transport.WR{ID: 2, Buf: msg, Tee: tee}); err != nil {
+			t.Fatal(err)
+		}
+		sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]
+		rc := transporttest.WaitN(t, p.B, p.NotB, 1)[0]
+		if sc.Status != flowtel.StatusOK || rc.Status != flowtel.StatusOK || !bytes.Equal(dst, msg) || !bytes.Equal(tee, msg) {
+			t.Fatalf("failed read %v: send %v (%v), recv %v (%v), data equal %v, tee equal %v", fault, sc.Status, sc.Err, rc.Status, rc.Err, bytes.Equal(dst, msg), bytes.Equal(tee, msg))
+		}
+	}
+	cmaFault.Store(false)
+	if sent, _, _, _ := cmaCounts(a); sent != 2 {
+		t.Fatalf("sender published %d single-copy records, want 2", sent)
+	}
+}
+
 // TestCMAFallback makes single-copy reads fail: the message must arrive
 // intact through the ring and the QP keep to the ring afterwards.
 func TestCMAFallback(t *testing.T) {

@@ -63,6 +63,7 @@ func Run(t *testing.T, f Factory) {
 		{"BadToken", testBadToken},
 		{"AcceptDeadline", testAcceptDeadline},
 		{"ReducedReceive", testReducedReceive},
+		{"TeedSend", testTeedSend},
 	}
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
@@ -596,5 +597,48 @@ func testReducedReceive(t *testing.T, f Factory) {
 	}
 	if err := p.B.PostRecv(transport.WR{ID: 3, Buf: make([]byte, 64), Reduce: add(nil), Src: make([]byte, 63)}); err == nil {
 		t.Fatal("a reduced receive with a source shorter than its buffer was accepted")
+	}
+}
+
+// testTeedSend checks WR.Tee on backends that implement transport.Teer: by
+// a send's completion its tee holds the payload, whatever path the send
+// took (small, large and unaligned, several in flight), and a tee whose
+// length differs from the buffer's is refused.
+func testTeedSend(t *testing.T, f Factory) {
+	p := Connect(t, f)
+	tr, ok := p.A.(transport.Teer)
+	if !ok || !tr.TeesOnSend() {
+		t.Skip("backend does not tee sends")
+	}
+	for _, n := range []int{1, 100, f.Large + 13} {
+		const k = 3
+		var msgs, tees, dsts [k][]byte
+		for i := range k {
+			msgs[i], tees[i], dsts[i] = pattern(n, byte(i+1)), make([]byte, n), make([]byte, n)
+			if err := p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for i := range k {
+			if err := p.A.PostSend(transport.WR{ID: uint64(i), Buf: msgs[i], Tee: tees[i]}); err != nil {
+				t.Fatal(err)
+			}
+		}
+		for _, wc := range WaitN(t, p.A, p.NotA, k) {
+			if wc.Status != flowtel.StatusOK {
+				t.Fatalf("teed send %d of %d bytes: %v (%v)", wc.ID, n, wc.Status, wc.Err)
+			}
+			if i := wc.ID; !bytes.Equal(tees[i], msgs[i]) {
+				t.Fatalf("teed send %d of %d bytes completed with its tee unwritten", i, n)
+			}
+		}
+		for _, wc := range WaitN(t, p.B, p.NotB, k) {
+			if wc.Status != flowtel.StatusOK || !bytes.Equal(dsts[wc.ID], msgs[wc.ID]) {
+				t.Fatalf("receive %d of a teed send of %d bytes: %v (%v), data equal %v", wc.ID, n, wc.Status, wc.Err, bytes.Equal(dsts[wc.ID], msgs[wc.ID]))
+			}
+		}
+	}
+	if err := p.A.PostSend(transport.WR{ID: 9, Buf: make([]byte, 64), Tee: make([]byte, 63)}); err == nil {
+		t.Fatal("a send with a tee shorter than its buffer was accepted")
 	}
 }
