@@ -70,6 +70,13 @@ type WR struct {
 	// bytes; a send that fails may have copied part of them. A QP that
 	// does not implement Teer ignores it.
 	Tee []byte
+
+	// More, on a send, says that another send to the same QP is posted
+	// right after this one: a backend may hold this one's write until that
+	// post, or the next Poll, and write both at once (over TCP one writev
+	// of 1 MiB moves bytes faster than four of 256 KiB). A hint; backends
+	// may ignore it.
+	More bool
 }
 
 // ReduceFunc combines a piece of a received message with the matching

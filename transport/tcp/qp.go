@@ -110,8 +110,8 @@ type QP struct {
 	r       readerState // under rmu
 	writeFn func(fd int)
 	pollFn  func(fd int)
-	// Owner only: credits were queued and not written, for the next
-	// PostSend or Poll to carry.
+	// Owner only: credits, or sends flagged More, were queued and not
+	// written, for the next PostSend or Poll to carry.
 	grantsHeld bool
 }
 
@@ -196,7 +196,8 @@ func (q *QP) Info() transport.Info { return q.core.Info(q.local, q.remote) }
 
 func (q *QP) Outstanding() int { return q.core.Outstanding() }
 
-// Poll first writes the credits PostRecv held back, and reads what the
+// Poll first writes the credits PostRecv held back (and sends flagged
+// More), and reads what the
 // socket holds, on the caller's goroutine, unless the reader goroutine is
 // reading; then it returns completions.
 func (q *QP) Poll(dst []transport.WC) int {
@@ -237,8 +238,9 @@ func (q *QP) check(wr *transport.WR) error {
 	return transport.CheckWR(wr)
 }
 
-// PostSend queues a send and writes it at once if the socket takes it. A
-// send with no credit yet from the peer records credit_wait; up to
+// PostSend queues a send and writes it at once if the socket takes it
+// (flagged More, with the send posted next). A send with no credit yet from
+// the peer records credit_wait; up to
 // eagerWindow sends of at most eagerMax bytes go anyway, and complete when
 // their credit comes.
 func (q *QP) PostSend(wr transport.WR) error {
@@ -258,6 +260,11 @@ func (q *QP) PostSend(wr transport.WR) error {
 		q.core.CreditWait(id, &wr)
 	}
 	q.mu.Unlock()
+	if wr.More {
+		// The next post, or else the next Poll, writes it with what follows.
+		q.grantsHeld = true
+		return nil
+	}
 	q.grantsHeld = false // pump writes them
 	q.pump()
 	return nil

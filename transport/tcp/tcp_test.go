@@ -575,3 +575,53 @@ func TestLocalSockBuf(t *testing.T) {
 		t.Fatalf("Dial with %s=big: %v, want an error naming it", EnvSockBuf, err)
 	}
 }
+
+// Sends flagged More wait for the send posted after them, and all go in
+// one write; one whose follower never comes goes with the next Poll.
+func TestMoreHoldsSends(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	qa := p.A.(*QP)
+	const size = eagerMax + 1 // not eager: each needs its credit
+	dsts := make([][]byte, 4)
+	for i := range dsts {
+		dsts[i] = make([]byte, size)
+		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
+	}
+	deadline := time.Now().Add(transporttest.Deadline)
+	for {
+		qa.Poll(nil)
+		qa.mu.Lock()
+		n := qa.credits.len()
+		qa.mu.Unlock()
+		if n == len(dsts) {
+			break
+		}
+		if time.Now().After(deadline) {
+			t.Fatalf("%d of %d credits arrived", n, len(dsts))
+		}
+	}
+	post := func(i int, more bool) {
+		if err := p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(size, byte(i)), More: more}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	post(0, true)
+	post(1, true)
+	qa.mu.Lock()
+	held := qa.sends.len()
+	qa.mu.Unlock()
+	if held != 2 {
+		t.Fatalf("%d of 2 sends flagged More still queued, want both held for the next post", held)
+	}
+	post(2, false)
+	post(3, true)
+	if n := qa.Poll(make([]transport.WC, 4)); n > 4 {
+		t.Fatalf("%d completions", n)
+	}
+	rc := transporttest.WaitN(t, p.B, p.NotB, len(dsts))
+	for i, wc := range rc {
+		if wc.ID != uint64(i) || wc.Err != nil || !bytes.Equal(dsts[i], patternOf(size, byte(i))) {
+			t.Fatalf("receive %d: id %d, %v", i, wc.ID, wc.Err)
+		}
+	}
+}
