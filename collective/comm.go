@@ -470,7 +470,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	c.teeSend = teesOnSend(c.qps)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
-		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch])
+		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], c.overTCP)
 	}
 	var smallRec *flowtel.Recorder
 	if c.collector != nil {

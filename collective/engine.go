@@ -36,6 +36,12 @@ type engine struct {
 	notify  *transport.Notifier
 	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
 	procs   int  // processes of the communicator on this host
+	// batch: a link is TCP, where sends to one peer that may go together
+	// are posted back to back and flagged transport.WR.More, so they leave
+	// in one write: a 2-rank 1 MiB broadcast's root, whose four chunks'
+	// credits came with the receiver's signature header, wrote them in four
+	// writevs of 256 KiB otherwise, one of them behind its 1 MiB copy.
+	batch bool
 
 	qmu     sync.Mutex
 	queue   []*task      // submitted, not yet admitted
@@ -92,6 +98,15 @@ type task struct {
 	posted   int
 	begin    int64
 	err      error
+	// The signature check's speculative receives (prim.spec): how many
+	// have not completed, how many a peer filled with an empty message
+	// (it failed its verify), whether this rank's verify passed, and,
+	// after a mismatch, the error the task fails with once they are all
+	// filled and its own empty messages are sent.
+	specLeft int
+	drained  int
+	verified bool
+	mismatch error
 	// reduce is the fused receives' reduction, made on first use for
 	// reduceKey's datatype and operation (tasks are reused).
 	reduce    transport.ReduceFunc
@@ -135,12 +150,13 @@ func (t *task) release() {
 	t.bufs = t.bufs[:0]
 	t.call, t.ctx, t.sched, t.err, t.eng = call{}, nil, nil, nil, nil
 	t.posted, t.ready, t.deferred = 0, t.ready[:0], t.deferred[:0]
+	t.specLeft, t.drained, t.verified, t.mismatch = 0, 0, false, nil
 	t.m.s = nil
 	t.done.Store(nil)
 }
 
-func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier) *engine {
-	e := &engine{channel: channel, rank: rank, ranks: ranks, procs: max(procs, 1), comm: comm, qps: qps, rec: rec, notify: notify,
+func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier, batch bool) *engine {
+	e := &engine{channel: channel, rank: rank, ranks: ranks, procs: max(procs, 1), comm: comm, qps: qps, rec: rec, notify: notify, batch: batch,
 		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
 		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: true}
 	for _, qp := range qps {
@@ -508,9 +524,13 @@ func (e *engine) admit(t *task) {
 	if need := t.sched.scratch; need > 0 {
 		t.bufs[bufScratch] = e.takeScratch(need)
 	}
+	t.specLeft, t.drained, t.verified, t.mismatch = 0, 0, false, nil
 	if h := t.sched.hdr; h != nil {
 		t.bufs[bufHdr] = e.takeScratch(h.bytes)
 		h.fill(t.bufs[bufHdr], &t.sig)
+		for _, k := range h.spec {
+			t.specLeft += k
+		}
 	}
 	t.m.reset(t.sched, e.ranks)
 	t.ready = t.m.initial(t.ready[:0])
@@ -614,7 +634,14 @@ func (e *engine) step() bool {
 				e.rec.BeginPass(e.passTs)
 				inPass = true
 			}
+			before := len(t.ready)
 			t.ready = t.m.start(i, t.ready)
+			if e.batch && len(t.ready) > before && k+1 < before && t.m.s.prims[i].kind == primSend {
+				// The send queued behind i may go too: post it next.
+				nx := t.ready[before]
+				copy(t.ready[k+2:before+1], t.ready[k+1:before])
+				t.ready[k+1] = nx
+			}
 			e.startPrim(t, i)
 		}
 		t.ready = t.ready[:0]
@@ -665,6 +692,7 @@ func (e *engine) startPrim(t *task, i int32) {
 			if p.tee {
 				wr.Tee = p.b.slice(t.bufs, p.n)
 			}
+			wr.More = e.batch && t.m.nextReady(t.m.s.qid[i])
 			err = qp.PostSend(wr)
 		} else {
 			wr.Buf = p.dst.slice(t.bufs, p.n)
@@ -680,11 +708,19 @@ func (e *engine) startPrim(t *task, i int32) {
 		}
 		t.posted++
 	case primVerify:
-		if err, poisons := t.sched.hdr.verify(t.bufs[bufHdr], &t.call); err != nil {
-			e.fail(t, err, poisons)
-			return
+		err, poisons := t.sched.hdr.verify(t.bufs[bufHdr], &t.call)
+		if err == nil && t.drained > 0 {
+			err, poisons = fmt.Errorf("collective: %v seq %d: a peer emptied %d of rank %d's receives although the signatures match (internal error: please report)", t.call.op, t.seq, t.drained, e.rank), true
 		}
-		t.ready = t.m.complete(i, t.ready)
+		switch {
+		case err == nil:
+			t.verified = true
+			t.ready = t.m.complete(i, t.ready)
+		case poisons:
+			e.fail(t, err, true)
+		default:
+			e.drain(t, err)
+		}
 	case primNop:
 		t.ready = t.m.complete(i, t.ready)
 	default:
@@ -693,6 +729,41 @@ func (e *engine) startPrim(t *task, i int32) {
 			e.rec.BeginPass(0) // later posts of the step read the clock again
 		}
 		t.ready = t.m.complete(i, t.ready)
+	}
+}
+
+// drainWR is the primitive index of the empty messages a mismatch sends.
+const drainWR = ^uint32(0)
+
+// drain starts the end of a call that failed its verify: it sends every
+// peer one empty message for each receive the peer's header says it
+// posted ahead of its verify, and lets settle fail the task once those are
+// sent and this rank's own speculative receives were filled the same way.
+// The queue pairs are then in step, and the communicator usable.
+func (e *engine) drain(t *task, mismatch error) {
+	owed, err := t.sched.hdr.owed(t.bufs[bufHdr])
+	if err != nil {
+		e.fail(t, err, true)
+		return
+	}
+	t.mismatch = mismatch
+	for peer, k := range owed {
+		for range k {
+			wr := transport.WR{ID: uint64(t.id)<<32 | uint64(drainWR), Tag: t.tag}
+			if err := e.qps[peer].PostSend(wr); err != nil {
+				e.fail(t, fmt.Errorf("%v seq %d: posting an empty message after a mismatch: %w", t.call.op, t.seq, peerError(peer, err)), true)
+				return
+			}
+			t.posted++
+		}
+	}
+	e.settle(t)
+}
+
+// settle fails a mismatched task once nothing of it is left in flight.
+func (e *engine) settle(t *task) {
+	if t.mismatch != nil && t.posted == 0 && t.specLeft == 0 {
+		e.fail(t, t.mismatch, false)
 	}
 }
 
@@ -724,10 +795,32 @@ func (e *engine) completion(peer int, wc transport.WC) {
 		return // a task that already failed; its WRs drain here
 	}
 	t.posted--
+	if uint32(i) == drainWR {
+		if wc.Status != flowtel.StatusOK {
+			e.fail(t, fmt.Errorf("%v seq %d: empty message after a mismatch: %w", t.call.op, t.seq, peerError(peer, wc.Err)), true)
+			return
+		}
+		e.settle(t)
+		return
+	}
 	p := &t.sched.prims[i]
 	if wc.Status != flowtel.StatusOK {
 		e.fail(t, fmt.Errorf("%v seq %d: %s of %d bytes at step %d: %w", t.call.op, t.seq, p.kind, p.n, p.step, peerError(peer, wc.Err)), true)
 		return
+	}
+	if p.spec {
+		t.specLeft--
+		// An empty message where data was due, before the verify passed,
+		// is a peer's drain; after a mismatch nothing else may come.
+		if t.mismatch != nil || wc.Bytes == 0 && p.n > 0 && !t.verified {
+			if wc.Bytes != 0 {
+				e.fail(t, fmt.Errorf("collective: %v seq %d: rank %d sent %d bytes to a call whose signatures differ (internal error: please report)", t.call.op, t.seq, peer, wc.Bytes), true)
+				return
+			}
+			t.drained++
+			e.settle(t)
+			return
+		}
 	}
 	if p.kind == primRecv && (wc.Bytes != p.n && !p.upTo || p.upTo && wc.Bytes < hdrSize) {
 		e.fail(t, fmt.Errorf("collective: %v seq %d: rank %d sent %d bytes at step %d where rank %d expected %d (do the ranks agree on counts and datatypes?)",

@@ -81,6 +81,22 @@ func TestMismatchNamedOnEveryRank(t *testing.T) {
 			}
 			return err
 		}, []string{"count=10,", "count=100000,"}},
+		// Past the eager limit a broadcast posts its receives ahead of the
+		// verify: a mismatch fills them with empty messages, writing nothing.
+		{"broadcast root past the eager limit", func(ctx context.Context, c *Comm) error {
+			return untouched(100000, func(buf []float32) error { return Broadcast(ctx, c, buf, min(c.Rank(), 1)) })
+		}, []string{"root=0", "root=1"}},
+		{"broadcast count past the eager limit", func(ctx context.Context, c *Comm) error {
+			return untouched(100000+c.Rank()/2, func(buf []float32) error { return Broadcast(ctx, c, buf, 1) })
+		}, []string{"count=100000,", "count=100001,"}},
+		{"broadcast against all-reduce past the eager limit", func(ctx context.Context, c *Comm) error {
+			return untouched(100000, func(buf []float32) error {
+				if c.Rank() == 0 {
+					return AllReduce(ctx, c, buf, buf, Sum)
+				}
+				return Broadcast(ctx, c, buf, 1)
+			})
+		}, []string{"rank 0: allreduce", "rank 1: broadcast"}},
 		// Different operations exchange different numbers of messages.
 		{"message pattern", func(ctx context.Context, c *Comm) error {
 			send := make([]float32, 8)
@@ -96,6 +112,22 @@ func TestMismatchNamedOnEveryRank(t *testing.T) {
 	for _, tr := range []string{"loop", "shm", "tcp"} {
 		t.Run(tr, func(t *testing.T) { testMismatches(t, tr, cases) })
 	}
+}
+
+// untouched runs call on a buffer of n sevens and fails if the call, which
+// should fail its signature check, wrote any of them.
+func untouched(n int, call func(buf []float32) error) error {
+	buf := make([]float32, n)
+	for i := range buf {
+		buf[i] = 7
+	}
+	err := call(buf)
+	for i, v := range buf {
+		if v != 7 {
+			return fmt.Errorf("failed call wrote %v at index %d (and returned %w)", v, i, err)
+		}
+	}
+	return err
 }
 
 func testMismatches(t *testing.T, transport string, cases []struct {

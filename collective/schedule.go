@@ -58,6 +58,7 @@ type prim struct {
 	fuse   bool // recv: dst = message op a, reduced on arrival (recvReduce)
 	stream bool // recv: nothing reads dst again in this call (transport.WR.Stream)
 	tee    bool // send: the transport copies a into b too (transport.WR.Tee); only where call.tee
+	spec   bool // recv: posted ahead of the signature verify (withSignature)
 }
 
 // schedule is one rank's program for one collective call.
@@ -304,6 +305,12 @@ func (m *machine) complete(i int32, out []int32) []int32 {
 		}
 	}
 	return out
+}
+
+// nextReady reports whether the next unstarted primitive of queue q may
+// start now.
+func (m *machine) nextReady(q int32) bool {
+	return m.head[q] < len(m.s.queue[q]) && m.ready(m.s.queue[q][m.head[q]])
 }
 
 // pendingOn reports whether queue q still has primitives not started.

@@ -28,11 +28,22 @@ import (
 // header replaced becomes a no-op whose readers read the payload where the
 // header landed when it would have landed in scratch, or a copy into the
 // caller's buffer behind the verify when it would have landed there.
+//
+// The receives that wait on nothing but the verify (a broadcast's chunks
+// from the root, a ring's first block) are posted before it, behind the
+// header receives, so their credits leave with the headers: a sender whose
+// verify passed finds them there instead of waiting a round trip for the
+// receiver's verify. They write nothing unless a sender passed its verify,
+// and every rank compares the same signatures, so if one passes all do.
+// After a mismatch every rank fills the receives a peer's header declares
+// posted for it with empty messages and waits for its own to be filled the
+// same way, then fails: no credit or message outlives the call.
 // WithSignatureCheck(false) or VCCL_CHECK=0 turns the check off.
 
 const (
 	sigSize = 32
-	hdrSize = 64 // signature, declared payload length, padding (keeps the payload aligned)
+	specOff = sigSize + 8 // after the declared payload length: the speculative receives' count
+	hdrSize = 64          // signature, payload length, speculative receives, padding (keeps the payload aligned)
 )
 
 // eagerLimit is the most payload a header carries. Every rank posts a
@@ -102,6 +113,7 @@ type hdrPlan struct {
 	sendOff     []int // per peer: offset of the header sent to it
 	sendLen     []int // per peer: payload the header to it carries; -1: none folded
 	recvLen     []int // per peer: payload the header from it carries; -1: none folded
+	spec        []int // per peer: receives from it posted ahead of the verify
 	bytes       int
 }
 
@@ -125,7 +137,31 @@ func (h *hdrPlan) fill(buf []byte, sig *[sigSize]byte) {
 		o := h.sendOff[p]
 		copy(buf[o:], sig[:])
 		binary.LittleEndian.PutUint64(buf[o+sigSize:], uint64(int64(h.sendLen[p])))
+		binary.LittleEndian.PutUint32(buf[o+specOff:], uint32(h.spec[p]))
 	}
+}
+
+// maxOwed bounds the speculative receives a header may declare: more than
+// a schedule posts is a corrupt header, not a number of messages to send.
+const maxOwed = 1 << 20
+
+// owed returns, per peer, how many receives the peer posted ahead of its
+// verify for messages from this rank, as its header declares: after a
+// mismatch this rank fills each with an empty message, so that no credit
+// outlives the call.
+func (h *hdrPlan) owed(buf []byte) ([]int, error) {
+	owed := make([]int, h.ranks)
+	for p := range h.ranks {
+		if p == h.rank {
+			continue
+		}
+		k := binary.LittleEndian.Uint32(buf[h.recvOff(p)+specOff:])
+		if k > maxOwed {
+			return nil, fmt.Errorf("collective: rank %d's header declares %d receives posted ahead of its verify (internal error: please report)", p, k)
+		}
+		owed[p] = int(k)
+	}
+	return owed, nil
 }
 
 // firstXfer returns the index of s's first primitive of kind with peer, or -1.
@@ -152,7 +188,7 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 	r, n := cl.rank, cl.n
 	eager := eagerLimit(n)
 	h := &hdrPlan{ranks: n, rank: r, slot: hdrSize + eager,
-		sendOff: make([]int, n), sendLen: make([]int, n), recvLen: make([]int, n)}
+		sendOff: make([]int, n), sendLen: make([]int, n), recvLen: make([]int, n), spec: make([]int, n)}
 	fs, fr := make([]int32, n), make([]int32, n)
 	// All-to-all-v's counts differ by rank, so a rank cannot rebuild its
 	// peers' schedules: nothing folds there.
@@ -193,6 +229,31 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 		p := mod(r-k, n)
 		xfers = append(xfers, s.add(prim{kind: primRecv, peer: p, dst: ref{bufHdr, h.recvOff(p)}, n: h.slot, upTo: true}))
 	}
+	// The receives posted ahead of the verify, right behind the header
+	// receives so that their credits leave with this rank's headers: per
+	// peer, the body's receives from it up to the first that waits on
+	// something (a queue pair matches receives in order).
+	folded := func(i int) bool {
+		p := &body.prims[i]
+		return p.kind == primRecv && int32(i) == fr[p.peer] && h.recvLen[p.peer] >= 0
+	}
+	idx := make([]int32, len(body.prims)) // body primitive -> its index in s
+	spec := make([]bool, len(body.prims))
+	blocked := make([]bool, n)
+	for i := range body.prims {
+		p := body.prims[i]
+		if p.kind != primRecv || folded(i) || blocked[p.peer] {
+			continue
+		}
+		if len(p.deps) > 0 {
+			blocked[p.peer] = true
+			continue
+		}
+		spec[i] = true
+		p.spec = true
+		idx[i] = s.add(p)
+		h.spec[p.peer]++
+	}
 	staged := make([]int32, n) // per peer: the copy of the folded payload into its header
 	for k := 1; k < n; k++ {
 		p := mod(r+k, n)
@@ -203,13 +264,23 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 		xfers = append(xfers, s.send(p, ref{bufHdr, h.sendOff[p]}, hdrSize+max(h.sendLen[p], 0), 0, deps(staged[p])...))
 	}
 	gate := s.add(prim{kind: primVerify, deps: xfers})
-	first := int32(len(s.prims))
 	type move struct{ off, n, to int } // scratch [off, off+n) is read from the header at to
 	var moves []move
 	for i, p := range body.prims {
+		if spec[i] {
+			continue
+		}
+		// Everything but the speculative receives waits for the verify:
+		// directly where it waits on nothing else or on one of those
+		// receives, through its dependencies otherwise.
+		gated := len(p.deps) == 0
 		p.deps = append([]int32(nil), p.deps...)
-		for k := range p.deps {
-			p.deps[k] += first
+		for k, d := range p.deps {
+			gated = gated || spec[d]
+			p.deps[k] = idx[d]
+		}
+		if gated {
+			p.deps = append(p.deps, gate)
 		}
 		switch {
 		case p.kind == primSend && int32(i) == fs[p.peer] && h.sendLen[p.peer] >= 0:
@@ -221,9 +292,12 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 			} else {
 				p = prim{kind: primNop, step: p.step, deps: deps(staged[p.peer], gate)}
 			}
-		case p.kind == primRecv && int32(i) == fr[p.peer] && h.recvLen[p.peer] >= 0:
+		case folded(i):
 			from := h.recvOff(p.peer) + hdrSize
-			d := append(p.deps, gate)
+			d := p.deps
+			if !gated {
+				d = append(d, gate)
+			}
 			switch {
 			case p.n == 0:
 				p = prim{kind: primNop, step: p.step, deps: d}
@@ -237,9 +311,9 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 				p = prim{kind: primCopy, dst: p.dst, a: ref{bufHdr, from}, n: p.n, step: p.step, deps: d}
 			}
 		}
-		s.prims = append(s.prims, p)
+		idx[i] = s.add(p)
 	}
-	for i := first; i < int32(len(s.prims)); i++ {
+	for _, i := range idx {
 		p := &s.prims[i]
 		for _, rf := range []*ref{&p.dst, &p.a, &p.b} {
 			for _, m := range moves {
@@ -248,11 +322,6 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 					break
 				}
 			}
-		}
-	}
-	for i := first; i < int32(len(s.prims)); i++ {
-		if len(s.prims[i].deps) == 0 {
-			s.prims[i].deps = []int32{gate}
 		}
 	}
 	if len(moves) > 0 && !usesScratch(s) {
