@@ -148,20 +148,21 @@ type QP struct {
 	ncomp     uint64       // completions queued (Close's flush too, under mu)
 
 	// Single copy (cma_linux.go), guarded by mu.
-	cma       *cmaPeer // nil: cannot read the peer
-	probed    bool     // the probe ran (cma is nil if it failed)
-	cmaOff    bool     // sender: a read failed, keep to the ring
-	cmaSent   uint64   // sender: single-copy records published
-	cmaFails  uint64   // sender: failures acknowledged
-	cmaIn     uint64   // receiver: single-copy records finished
-	cmaInFail uint64   // receiver: of those, failed
-	copyRate  float64  // sender: its recent copies into the ring, bytes per ns (moving average; 0: none yet)
-	ntSkip    int      // sender: records streamed into the ring since the last timed one
-	quietCMA  int      // receiver: plain receives still to announce without single copy since a reducing one
-	closeRest int      // receiver: plain receives still to announce without single copy since the cores looked close
-	handoff   int64    // receiver: the least publish-to-read time of the single-copy records in this window (ns)
-	handoffN  int      // receiver: single-copy records in this window
-	closeSeen int      // receiver: windows in a row whose least trip said close
+	cma        *cmaPeer // nil: cannot read the peer
+	probed     bool     // the probe ran (cma is nil if it failed)
+	cmaOff     bool     // sender: a read failed, keep to the ring
+	cmaSent    uint64   // sender: single-copy records published
+	cmaFails   uint64   // sender: failures acknowledged
+	cmaIn      uint64   // receiver: single-copy records finished
+	cmaInFail  uint64   // receiver: of those, failed
+	copyRate   float64  // sender: its recent copies into the ring, bytes per ns (moving average; 0: none yet)
+	teeUntimed int      // sender: records teed untimed since the last timed one (teeRecheck)
+	ntSkip     int      // sender: records streamed into the ring since the last timed one
+	quietCMA   int      // receiver: plain receives still to announce without single copy since a reducing one
+	closeRest  int      // receiver: plain receives still to announce without single copy since the cores looked close
+	handoff    int64    // receiver: the least publish-to-read time of the single-copy records in this window (ns)
+	handoffN   int      // receiver: single-copy records in this window
+	closeSeen  int      // receiver: windows in a row whose least trip said close
 
 	gone atomic.Pointer[goneReason]
 	mbox *Mailbox
@@ -196,7 +197,8 @@ func (q *QP) Info() transport.Info { return q.core.Info(q.local, q.remote) }
 func (q *QP) ReducesOnReceive() bool { return true }
 
 // TeesOnSend reports true: a send's tee is written as its payload goes
-// into the ring (copyTee), or, by address or eagerly, right after it.
+// into the ring (copyTee, or after a timed record), or, by address or
+// eagerly, right after it.
 func (q *QP) TeesOnSend() bool { return true }
 
 func (q *QP) Outstanding() int { return q.core.Outstanding() }
@@ -921,15 +923,15 @@ func (q *QP) sendPass(budget *int) bool {
 				// for chooseCMA: copied plainly and timed.)
 				copyStream(dst, src)
 				copy(tee, src)
-			case tee != nil:
-				t0 := flowtel.Monotonic()
+			case tee != nil && q.teeUntimed < teeRecheck:
+				q.teeUntimed++
 				copyTee(dst, tee, src)
-				// Counted as half as many bytes again: so a record and
-				// its tee time as a record alone did (close placement,
-				// 2-rank 1 MiB all-gather, medians of each run's rates
-				// 38-41 bytes/ns teed against 40-43 plain; far 3.6), and
-				// the single-copy threshold keeps its meaning.
-				q.noteCopy(n+n/2, flowtel.Monotonic()-t0)
+			case tee != nil:
+				q.teeUntimed = 0
+				t0 := flowtel.Monotonic()
+				copy(dst, src)
+				q.noteCopy(n, flowtel.Monotonic()-t0)
+				copy(tee, src)
 			default:
 				t0 := flowtel.Monotonic()
 				copy(dst, src)
@@ -1010,6 +1012,17 @@ func copyTee(dst, tee, src []byte) {
 		copy(tee[o:e], src[o:e])
 	}
 }
+
+// teeRecheck: of the records a send with a tee puts into the ring, one in
+// teeRecheck+1 is copied plainly and timed (the rate chooseCMA reads),
+// then copied into the tee; the rest go through copyTee untimed. With
+// every record timed through copyTee (counted as 1.5 records), the tee's
+// stores (the caller's output, from L3 or memory at 4 MiB) had slow spells
+// that took close QPs to single copy, and those launches ran slow: 2 ranks,
+// close, 4 MiB all-gather, launches of 300 calls, single-copy messages in
+// 6 launches of 6 (48-895; means 174-438 µs); timed plainly one in four,
+// in none of 12 (means 160-225).
+const teeRecheck = 3
 
 // teePiece is copyTee's piece: a page, well inside L1. A 64 KiB record
 // copied whole into the ring and then into the tee (its second read from
