@@ -466,8 +466,8 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 			procs[p.ProcID] = true
 		}
 	}
-	c.fuseRecv = reducesOnReceive(c.qps)
-	c.teeSend = teesOnSend(c.qps)
+	c.fuseRecv = everyQP(c.qps, reducesOnReceive)
+	c.teeSend = everyQP(c.qps, teesOnSend)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
 		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], c.overTCP)
@@ -480,15 +480,12 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	return nil
 }
 
-// reducesOnReceive reports whether every QP reduces receives on arrival
-// (transport.Reducer), so schedules may fuse a receive with its reduction.
-func reducesOnReceive(qps [][]transport.QP) bool {
+// everyQP reports whether has holds for every QP of qps: schedules may use
+// an optional transport feature only where every link offers it.
+func everyQP(qps [][]transport.QP, has func(transport.QP) bool) bool {
 	for _, row := range qps {
 		for _, qp := range row {
-			if qp == nil {
-				continue
-			}
-			if r, ok := qp.(transport.Reducer); !ok || !r.ReducesOnReceive() {
+			if qp != nil && !has(qp) {
 				return false
 			}
 		}
@@ -496,19 +493,17 @@ func reducesOnReceive(qps [][]transport.QP) bool {
 	return true
 }
 
-// teesOnSend reports whether every QP honours transport.WR.Tee.
-func teesOnSend(qps [][]transport.QP) bool {
-	for _, row := range qps {
-		for _, qp := range row {
-			if qp == nil {
-				continue
-			}
-			if t, ok := qp.(transport.Teer); !ok || !t.TeesOnSend() {
-				return false
-			}
-		}
-	}
-	return true
+// reducesOnReceive reports whether qp reduces receives on arrival
+// (transport.Reducer), so schedules may fuse a receive with its reduction.
+func reducesOnReceive(qp transport.QP) bool {
+	r, ok := qp.(transport.Reducer)
+	return ok && r.ReducesOnReceive()
+}
+
+// teesOnSend reports whether qp honours transport.WR.Tee.
+func teesOnSend(qp transport.QP) bool {
+	t, ok := qp.(transport.Teer)
+	return ok && t.TeesOnSend()
 }
 
 func (c *Comm) closeQPs() {

@@ -318,17 +318,23 @@ func TestProtocolError(t *testing.T) {
 // waitEarly polls q until n eager messages wait there for their receives.
 func waitEarly(t *testing.T, q *QP, n int) {
 	t.Helper()
+	pollUntil(t, q, n, "eager messages arrived ahead of their receives", func() int { return q.early.len() })
+}
+
+// pollUntil polls q until count, read under q.mu, reaches n.
+func pollUntil(t *testing.T, q *QP, n int, what string, count func() int) {
+	t.Helper()
 	deadline := time.Now().Add(transporttest.Deadline)
 	for {
 		q.Poll(nil)
 		q.mu.Lock()
-		early := q.early.len()
+		got := count()
 		q.mu.Unlock()
-		if early == n {
+		if got == n {
 			return
 		}
 		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d eager messages arrived ahead of their receives", early, n)
+			t.Fatalf("%d of %d %s", got, n, what)
 		}
 		time.Sleep(time.Millisecond)
 	}
@@ -587,19 +593,7 @@ func TestMoreHoldsSends(t *testing.T) {
 		dsts[i] = make([]byte, size)
 		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
 	}
-	deadline := time.Now().Add(transporttest.Deadline)
-	for {
-		qa.Poll(nil)
-		qa.mu.Lock()
-		n := qa.credits.len()
-		qa.mu.Unlock()
-		if n == len(dsts) {
-			break
-		}
-		if time.Now().After(deadline) {
-			t.Fatalf("%d of %d credits arrived", n, len(dsts))
-		}
-	}
+	pollUntil(t, qa, len(dsts), "credits arrived", func() int { return qa.credits.len() })
 	post := func(i int, more bool) {
 		if err := p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(size, byte(i)), More: more}); err != nil {
 			t.Fatal(err)
