@@ -923,11 +923,9 @@ func (q *QP) sendPass(budget *int) bool {
 				// for chooseCMA: copied plainly and timed.)
 				copyStream(dst, src)
 				copy(tee, src)
-			case tee != nil && q.teeUntimed < teeRecheck:
-				q.teeUntimed++
+			case tee != nil && !timedTurn(&q.teeUntimed, teeRecheck):
 				copyTee(dst, tee, src)
 			case tee != nil:
-				q.teeUntimed = 0
 				t0 := flowtel.Monotonic()
 				copy(dst, src)
 				q.noteCopy(n, flowtel.Monotonic()-t0)
@@ -975,14 +973,15 @@ func (q *QP) chooseCMA() bool { return cmaAlways.Load() || q.copiesSlow() }
 // far placement, where each plain store first waits for the line the
 // peer's core last read), and even then every ntRecheck-th record is
 // copied plainly and timed, so that the rate is measured again.
-func (q *QP) streamRing() bool {
-	if !q.copiesSlow() {
+func (q *QP) streamRing() bool { return q.copiesSlow() && !timedTurn(&q.ntSkip, ntRecheck) }
+
+// timedTurn counts a record in *untimed and reports whether it is the one
+// in every that is copied plainly and timed (the count then starts over).
+func timedTurn(untimed *int, every int) bool {
+	if *untimed++; *untimed < every {
 		return false
 	}
-	if q.ntSkip++; q.ntSkip >= ntRecheck {
-		q.ntSkip = 0
-		return false
-	}
+	*untimed = 0
 	return true
 }
 
@@ -1014,7 +1013,7 @@ func copyTee(dst, tee, src []byte) {
 }
 
 // teeRecheck: of the records a send with a tee puts into the ring, one in
-// teeRecheck+1 is copied plainly and timed (the rate chooseCMA reads),
+// teeRecheck is copied plainly and timed (the rate chooseCMA reads),
 // then copied into the tee; the rest go through copyTee untimed. With
 // every record timed through copyTee (counted as 1.5 records), the tee's
 // stores (the caller's output, from L3 or memory at 4 MiB) had slow spells
@@ -1025,7 +1024,7 @@ func copyTee(dst, tee, src []byte) {
 // (ntRecheck), keeps more of the gain: 5 interleaved launches, close, one
 // in 4 / 8 / 16, launch means 41.2-44.3 / 40.4-43.8 / 40.2-42.3 µs at
 // 1 MiB, 142.7-158.9 / 142.6-152.2 / 134.0-152.9 at 4 MiB, no single copy.
-const teeRecheck = 15
+const teeRecheck = 16
 
 // teePiece is copyTee's piece: a page, well inside L1. A 64 KiB record
 // copied whole into the ring and then into the tee (its second read from
