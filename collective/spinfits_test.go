@@ -18,3 +18,23 @@ func TestSpinFits(t *testing.T) {
 		}
 	}
 }
+
+func TestShortWaits(t *testing.T) {
+	sized := func(count, esize int) *task { return &task{call: call{count: count, esize: esize}} }
+	for _, c := range []struct {
+		name   string
+		active []*task
+		want   bool
+	}{
+		{"idle", nil, true},
+		{"16 KiB float32", []*task{sized(4096, 4)}, true},
+		{"256 KiB", []*task{sized(yieldMax, 1)}, true},
+		{"a byte more", []*task{sized(yieldMax+1, 1)}, false},
+		{"small beside large", []*task{sized(256, 4), sized(1<<20, 4)}, false},
+	} {
+		e := &engine{active: c.active}
+		if got := e.shortWaits(); got != c.want {
+			t.Errorf("%s: shortWaits() = %v, want %v", c.name, got, c.want)
+		}
+	}
+}
