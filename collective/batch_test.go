@@ -15,22 +15,29 @@ type recQP struct {
 	// into it has run by then.
 	watch  []byte
 	copied []bool
+	posted int // WRs posted whose completions have not been polled
 }
 
 func (q *recQP) PostSend(wr transport.WR) error {
 	q.sends = append(q.sends, wr)
+	q.posted++
 	if q.watch != nil {
 		q.copied = append(q.copied, q.watch[0] != 0)
 	}
 	return nil
 }
-func (q *recQP) PostRecv(wr transport.WR) error { q.recvs = append(q.recvs, wr); return nil }
+func (q *recQP) PostRecv(wr transport.WR) error {
+	q.recvs = append(q.recvs, wr)
+	q.posted++
+	return nil
+}
 func (q *recQP) Poll(dst []transport.WC) int {
 	n := copy(dst, q.wcs)
 	q.wcs = q.wcs[n:]
+	q.posted -= n
 	return n
 }
-func (q *recQP) Outstanding() int     { return 0 }
+func (q *recQP) Outstanding() int     { return q.posted }
 func (q *recQP) Info() transport.Info { return transport.Info{Backend: "rec"} }
 func (q *recQP) Close() error         { return nil }
 func (q *recQP) complete(wr transport.WR, n int) {
