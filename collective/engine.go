@@ -174,9 +174,9 @@ func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP,
 // (many ranks in one process, or, counting this process's engines once for
 // every process of the communicator on the host, more ranks than cores) a
 // spinning engine takes the core its peer needs to make the progress it
-// waits for, so engines then poll and give their core away between polls
-// (sched_yield) for a while before they sleep: a peer queued behind this
-// thread runs at once, and this one polls again when the peer yields.
+// waits for, so engines then sleep, or in small calls first poll and give
+// their core away between polls (sched_yield) for a while (yieldsWaiting):
+// a peer queued behind this thread runs at once.
 var liveEngines atomic.Int32
 
 // spinFor is how long the driver keeps polling after the last progress
@@ -203,9 +203,16 @@ const yieldAfter = 20 * time.Microsecond
 // 2 cores, all-reduce of 4 MiB over shm went from 3.1-4.2 to 4.9-6.9 ms.
 const yieldMax = 256 << 10
 
-// shortWaits reports whether every running task is at most yieldMax
-// bytes per rank.
-func (e *engine) shortWaits() bool {
+// yieldsWaiting reports whether a driver that may not spin (more engines
+// than cores), having waited w since its last progress, polls on and
+// yields its core at every poll rather than sleep: for 2*spinFor, in calls
+// of at most yieldMax bytes a rank, and only over QPs whose Poll moves the
+// data itself (e.spin). Over ft, goroutines on Go's network poller move it,
+// and a driver polling on would hold them off its P.
+func (e *engine) yieldsWaiting(w time.Duration) bool {
+	if !e.spin || w >= 2*spinFor {
+		return false
+	}
 	for _, t := range e.active {
 		if t.call.count*t.call.esize > yieldMax {
 			return false
@@ -495,7 +502,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 				osYield()
 				continue
 			}
-		} else if e.shortWaits() && time.Duration(flowtel.Monotonic()-idleSince) < 2*spinFor {
+		} else if e.yieldsWaiting(time.Duration(flowtel.Monotonic() - idleSince)) {
 			// More engines than cores: give the core away at every poll
 			// (the peer this one waits for may be queued behind it), as
 			// Open MPI does when oversubscribed. Sleeping at once made

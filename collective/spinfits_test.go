@@ -1,6 +1,9 @@
 package collective
 
-import "testing"
+import (
+	"testing"
+	"time"
+)
 
 func TestSpinFits(t *testing.T) {
 	for _, c := range []struct {
@@ -19,22 +22,25 @@ func TestSpinFits(t *testing.T) {
 	}
 }
 
-func TestShortWaits(t *testing.T) {
-	sized := func(count, esize int) *task { return &task{call: call{count: count, esize: esize}} }
+func TestYieldsWaiting(t *testing.T) {
+	sized := func(count, esize int) []*task { return []*task{{call: call{count: count, esize: esize}}} }
 	for _, c := range []struct {
 		name   string
+		spin   bool // the QPs' Poll moves data (not ft)
+		waited time.Duration
 		active []*task
 		want   bool
 	}{
-		{"idle", nil, true},
-		{"16 KiB float32", []*task{sized(4096, 4)}, true},
-		{"256 KiB", []*task{sized(yieldMax, 1)}, true},
-		{"a byte more", []*task{sized(yieldMax+1, 1)}, false},
-		{"small beside large", []*task{sized(256, 4), sized(1<<20, 4)}, false},
+		{"16 KiB float32", true, 0, sized(4096, 4), true},
+		{"256 KiB, nearly 2*spinFor", true, 2*spinFor - 1, sized(yieldMax, 1), true},
+		{"2*spinFor", true, 2 * spinFor, sized(4096, 4), false},
+		{"a byte over yieldMax", true, 0, sized(yieldMax+1, 1), false},
+		{"small beside large", true, 0, append(sized(256, 4), sized(1<<20, 4)...), false},
+		{"over ft", false, 0, sized(4096, 4), false},
 	} {
-		e := &engine{active: c.active}
-		if got := e.shortWaits(); got != c.want {
-			t.Errorf("%s: shortWaits() = %v, want %v", c.name, got, c.want)
+		e := &engine{spin: c.spin, active: c.active}
+		if got := e.yieldsWaiting(c.waited); got != c.want {
+			t.Errorf("%s: yieldsWaiting(%v) = %v, want %v", c.name, c.waited, got, c.want)
 		}
 	}
 }
