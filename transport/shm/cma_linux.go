@@ -4,6 +4,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"log/slog"
 	"math/rand/v2"
 	"sync"
 	"sync/atomic"
@@ -30,7 +31,8 @@ import (
 // if that fails (no permission, a seccomp filter, another pid namespace)
 // its receives never offer single copy. A read that fails later is
 // acknowledged as failed: the sender resends that message through the ring
-// and keeps to the ring.
+// and keeps to the ring. Either way the process logs a warning (slog's
+// default logger) naming the peer and why, once.
 //
 // Safety: after each read the receiver checks, through a pidfd taken at
 // set-up, that the peer process still exists, so a recycled pid is never
@@ -116,15 +118,15 @@ type cmaPeer struct {
 	pidfd int
 }
 
-func openCMAPeer(pid int) *cmaPeer {
+func openCMAPeer(pid int) (*cmaPeer, error) {
 	if pid <= 0 {
-		return nil
+		return nil, errors.New("the peer's pid is unknown")
 	}
 	fd, err := unix.PidfdOpen(pid, 0)
 	if err != nil {
-		return nil
+		return nil, fmt.Errorf("pidfd_open(%d): %w", pid, err)
 	}
-	return &cmaPeer{pid: pid, pidfd: fd}
+	return &cmaPeer{pid: pid, pidfd: fd}, nil
 }
 
 func (c *cmaPeer) close() {
@@ -133,17 +135,37 @@ func (c *cmaPeer) close() {
 	}
 }
 
-// probe reports whether the peer's probe word reads back as its cookie.
-func (c *cmaPeer) probe(sc sideCtl) bool {
+// probe returns nil if the peer's probe word reads back as its cookie,
+// else why not.
+func (c *cmaPeer) probe(sc sideCtl) error {
 	addr, cookie := sc.probe.Load(), sc.cookie.Load()
 	if addr == 0 {
-		return false
+		return errors.New("the peer published no probe word")
 	}
 	v := new(uint64)
 	if err := c.read(unsafe.Slice((*byte)(unsafe.Pointer(v)), 8), addr); err != nil {
-		return false
+		return err
 	}
-	return *v == cookie
+	if *v != cookie {
+		return fmt.Errorf("the peer's probe word read %#x, not its cookie", *v)
+	}
+	return nil
+}
+
+// cmaWarned: the process has said that single copy is off for a peer.
+var cmaWarned atomic.Bool
+
+// warnNoCMA says, once a process, that single copy is off for a peer and
+// why: messages of cmaMin bytes and more then take the ring's two copies,
+// which a job should learn from its log rather than from a profile.
+func (q *QP) warnNoCMA(why error) {
+	if !cmaWarned.CompareAndSwap(false, true) {
+		return
+	}
+	cfg := q.core.Config()
+	slog.Warn("vccl shm: single copy (process_vm_readv) is off; messages of 64 KiB and more take the ring's two copies",
+		"rank", cfg.Rank, "peer", cfg.Peer, "peer_pid", q.peerPid, "why", why.Error(),
+		"hint", "ranks must run as one user in one PID namespace, with kernel.yama.ptrace_scope 0 or 1, and no seccomp filter refusing process_vm_readv")
 }
 
 // read copies len(dst) bytes at addr in the peer into dst, then checks that

@@ -4,7 +4,10 @@ package shm
 
 import (
 	"bytes"
+	"log/slog"
 	"runtime"
+	"strings"
+	"sync"
 	"testing"
 	"time"
 
@@ -111,15 +114,62 @@ func TestCMATee(t *testing.T) {
 	}
 }
 
+// lockedBuf is a buffer that QP goroutines may log into while the test
+// reads it.
+type lockedBuf struct {
+	mu sync.Mutex
+	b  bytes.Buffer
+}
+
+func (l *lockedBuf) Write(p []byte) (int, error) {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.Write(p)
+}
+
+func (l *lockedBuf) String() string {
+	l.mu.Lock()
+	defer l.mu.Unlock()
+	return l.b.String()
+}
+
+// captureWarnings sends slog's default output to a buffer for the test and
+// lets the once-a-process warning about single copy speak again.
+func captureWarnings(t *testing.T) *lockedBuf {
+	buf := &lockedBuf{}
+	old, warned := slog.Default(), cmaWarned.Load()
+	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
+	cmaWarned.Store(false)
+	t.Cleanup(func() {
+		slog.SetDefault(old)
+		cmaWarned.Store(warned)
+	})
+	return buf
+}
+
+// wantNoCMAWarning checks that the log says, once, that single copy is
+// off and why.
+func wantNoCMAWarning(t *testing.T, log, why string) {
+	t.Helper()
+	if n := strings.Count(log, "single copy (process_vm_readv) is off"); n != 1 || !strings.Contains(log, why) || !strings.Contains(log, "peer_pid=") {
+		t.Fatalf("log %q: want one warning that single copy is off, naming the peer's pid and why (%q)", log, why)
+	}
+}
+
 // TestCMAFallback makes single-copy reads fail: the message must arrive
 // intact through the ring and the QP keep to the ring afterwards.
 func TestCMAFallback(t *testing.T) {
+	log := captureWarnings(t)
 	p, a, b := cmaPair(t)
 	msg := patternOf(cmaMin+4096, 3)
 	exchangeOne(t, p, msg, nil, "single copy") // the probe passes
+	if got := log.String(); got != "" {
+		t.Fatalf("a probe that passed logged %q", got)
+	}
 	cmaFault.Store(true)
 	defer cmaFault.Store(false)
 	exchangeOne(t, p, msg, nil, "a failed read")
+	wantNoCMAWarning(t, log.String(), "injected")
 	if _, in, fail, readable := cmaCounts(b); in != 2 || fail != 1 || readable {
 		t.Fatalf("receiver: %d single-copy records, %d failed, still reading the peer: %v; want 2, 1, false", in, fail, readable)
 	}
@@ -133,6 +183,7 @@ func TestCMAFallback(t *testing.T) {
 // TestCMARefused: a receiver whose probe of the peer's memory fails (no
 // permission, say) never offers single copy; messages go through the ring.
 func TestCMARefused(t *testing.T) {
+	log := captureWarnings(t)
 	cmaFault.Store(true)
 	defer cmaFault.Store(false)
 	p, a, b := cmaPair(t)
@@ -144,6 +195,7 @@ func TestCMARefused(t *testing.T) {
 	if sent, _, _, _ := cmaCounts(a); sent != 0 {
 		t.Fatalf("sender published %d single-copy records to a receiver that cannot read it", sent)
 	}
+	wantNoCMAWarning(t, log.String(), "injected")
 }
 
 // TestWhileSlow: single copy (chooseCMA) and streamed records

@@ -35,13 +35,18 @@
 // receiver copies straight from the ring into the posted buffer, or, for a
 // receive posted with WR.Reduce (the QP is a transport.Reducer), reduces
 // each record's payload out of the ring into it, so a collective's receive
-// and reduction are one pass. Two copies, pipelined, beat one: a
-// single-copy path through process_vm_readv (Open MPI's CMA) measured 2-3
-// times slower from 256 KiB to 64 MiB, since the kernel pins and copies
-// page by page on the receiver's core alone (the commit that removed it
-// has the figures); measured again on a loaded machine it ran at 3-6 GB/s
-// one way and 1-3 GB/s each way when both ends read at once, against
-// 16-39 GB/s for a memcpy of the same sizes.
+// and reduction are one pass. Where the two cores are close, two copies,
+// pipelined, beat one: a single-copy path through process_vm_readv (Open
+// MPI's CMA) measured 2-3 times slower from 256 KiB to 64 MiB, since the
+// kernel pins and copies page by page on the receiver's core alone; on a
+// loaded machine it ran at 3-6 GB/s one way and 1-3 GB/s each way when
+// both ends read at once, against 16-39 GB/s for a memcpy of the same
+// sizes. Where they are far, each store into the ring waits for a line
+// the peer's core read, and single copy wins: the sender takes it while
+// its timed copies into the ring run slow (cma_linux.go). A process that
+// cannot read its peer's memory (another user or PID namespace, Yama's
+// ptrace_scope 2 or 3, a seccomp filter) keeps to the ring, and logs a
+// warning saying why, once.
 //
 // Whoever holds the QP's progress lock moves data: the owner in Poll (and
 // a bounded amount of sends and announcements in PostSend/PostRecv, which

@@ -149,6 +149,7 @@ type QP struct {
 
 	// Single copy (cma_linux.go), guarded by mu.
 	cma        *cmaPeer // nil: cannot read the peer
+	noCMA      error    // why cma is nil from the start
 	probed     bool     // the probe ran (cma is nil if it failed)
 	cmaOff     bool     // sender: a read failed, keep to the ring
 	cmaSent    uint64   // sender: single-copy records published
@@ -181,8 +182,8 @@ func newQP(seg *segment, side int, conn *net.UnixConn, cfg transport.Config, loc
 		local: local, remote: remote, peerPid: peerPid,
 		rmask: uint64(seg.geo.ring - 1), slots: uint64(seg.geo.slots),
 		kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		cma: openCMAPeer(peerPid),
 	}
+	q.cma, q.noCMA = openCMAPeer(peerPid)
 	q.mbox = newMailbox(q)
 	q.wg.Add(2)
 	go q.run()
@@ -691,6 +692,9 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 		// Stored before the done count, which the sender reads first.
 		q.cmaInFail++
 		in.cmaFail.Store(q.cmaInFail)
+		if q.cma != nil {
+			q.warnNoCMA(err)
+		}
 		q.cma.close()
 		q.cma = nil // later receives keep to the ring
 	} else {
@@ -712,6 +716,7 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 func (q *QP) probe() {
 	if q.cma == nil {
 		q.probed = true
+		q.warnNoCMA(q.noCMA)
 		return
 	}
 	if q.seg.peer.probe.Load() == 0 {
@@ -720,9 +725,16 @@ func (q *QP) probe() {
 	q.probed = true
 	// Read only the process the socket's credentials name, and only if
 	// the segment names the same one.
-	if q.seg.pid(1-q.side) != q.peerPid || !q.cma.probe(q.seg.peer) {
+	var err error
+	if pid := q.seg.pid(1 - q.side); pid != q.peerPid {
+		err = fmt.Errorf("the segment names pid %d, the socket pid %d", pid, q.peerPid)
+	} else {
+		err = q.cma.probe(q.seg.peer)
+	}
+	if err != nil {
 		q.cma.close()
 		q.cma = nil
+		q.warnNoCMA(err)
 	}
 }
 
