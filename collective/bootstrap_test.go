@@ -1,9 +1,9 @@
 package collective
 
 import (
-	"bytes"
 	"context"
 	"errors"
+	"github.com/vccl-go/vccl/internal/syncbuf"
 	"log/slog"
 	"strings"
 	"sync"
@@ -67,9 +67,8 @@ func TestWrongJobTokenRefused(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
 	defer cancel()
 	addr := freeAddr(t)
-	var logged bytes.Buffer
-	var mu sync.Mutex
-	log := slog.New(slog.NewTextHandler(&lockedWriter{w: &logged, mu: &mu}, nil))
+	var logged syncbuf.Buffer
+	log := slog.New(slog.NewTextHandler(&logged, nil))
 	errs := make([]error, 2)
 	var wg sync.WaitGroup
 	for r, tok := range []string{"right", "wrong"} {
@@ -90,22 +89,9 @@ func TestWrongJobTokenRefused(t *testing.T) {
 	if errs[0] == nil {
 		t.Fatal("rank 0 formed a job without rank 1")
 	}
-	mu.Lock()
-	defer mu.Unlock()
 	if !strings.Contains(logged.String(), "token") {
 		t.Fatalf("refusal not logged with its reason; log:\n%s", logged.String())
 	}
-}
-
-type lockedWriter struct {
-	w  *bytes.Buffer
-	mu *sync.Mutex
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.w.Write(p)
 }
 
 func TestFaultToleranceMustAgree(t *testing.T) {

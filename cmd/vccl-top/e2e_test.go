@@ -1,7 +1,6 @@
 package main
 
 import (
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"os"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/exporter/live"
+	"github.com/vccl-go/vccl/internal/syncbuf"
 	"github.com/vccl-go/vccl/ui"
 )
 
@@ -156,30 +156,13 @@ func (tm *tmux) keepsUpdating(screen string) string {
 type job struct {
 	cmd  *exec.Cmd
 	dir  string
-	out  *syncBuffer
+	out  *syncbuf.Buffer
 	done chan struct{}
-}
-
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (s *syncBuffer) Write(p []byte) (int, error) {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.Write(p)
-}
-
-func (s *syncBuffer) String() string {
-	s.mu.Lock()
-	defer s.mu.Unlock()
-	return s.b.String()
 }
 
 func startJob(t *testing.T, bin string) *job {
 	t.Helper()
-	j := &job{dir: t.TempDir(), out: &syncBuffer{}, done: make(chan struct{})}
+	j := &job{dir: t.TempDir(), out: &syncbuf.Buffer{}, done: make(chan struct{})}
 	j.cmd = exec.Command(filepath.Join(bin, "vcclrun"), "-n", "4", "--grace", "90s", "--",
 		filepath.Join(bin, "topjob"), "-linger", "90s", "-pause", "10ms", "-count", "65536")
 	j.cmd.Env = append(os.Environ(), "VCCL_TELEMETRY_DIR="+j.dir, "VCCL_JOB_TOKEN=e2e-token", "VCCL_TELEMETRY_ADDR=127.0.0.1:0")

@@ -1,10 +1,10 @@
 package bootstrap
 
 import (
-	"bytes"
 	"context"
 	"errors"
 	"fmt"
+	"github.com/vccl-go/vccl/internal/syncbuf"
 	"io"
 	"log/slog"
 	"net"
@@ -26,32 +26,14 @@ func testCtx(t *testing.T) context.Context {
 	return ctx
 }
 
-// syncBuffer is a bytes.Buffer safe for a logger and a test to share.
-type syncBuffer struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (b *syncBuffer) Write(p []byte) (int, error) {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.Write(p)
-}
-
-func (b *syncBuffer) String() string {
-	b.mu.Lock()
-	defer b.mu.Unlock()
-	return b.b.String()
-}
-
 // parkHook reports every key a request parks on.
 func parkHook(ch chan<- string) ServerOption {
 	return func(s *Server) { s.onPark = func(k string) { ch <- k } }
 }
 
-func startServer(t *testing.T, opts ...ServerOption) (*Server, *syncBuffer) {
+func startServer(t *testing.T, opts ...ServerOption) (*Server, *syncbuf.Buffer) {
 	t.Helper()
-	logs := &syncBuffer{}
+	logs := &syncbuf.Buffer{}
 	opts = append([]ServerOption{WithLogger(slog.New(slog.NewTextHandler(logs, &slog.HandlerOptions{Level: slog.LevelDebug})))}, opts...)
 	s, err := Serve(testCtx(t), "127.0.0.1:0", testToken, opts...)
 	if err != nil {

@@ -4,7 +4,6 @@ package fault
 
 import (
 	"bufio"
-	"bytes"
 	"encoding/json"
 	"fmt"
 	"io"
@@ -17,6 +16,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/syncbuf"
 )
 
 // job is a running all-reduce loop, one worker process per rank, each in
@@ -26,7 +26,7 @@ type job struct {
 	nw    *network
 	procs []*exec.Cmd
 	stdin []io.WriteCloser
-	errs  []*lockedWriter
+	errs  []*syncbuf.Buffer
 
 	mu     sync.Mutex
 	events []event
@@ -72,7 +72,7 @@ func (nw *network) start(cfg workerConfig, env ...string) *job {
 			t.Fatal(err)
 		}
 		j.stdin = append(j.stdin, in)
-		errb := &lockedWriter{}
+		errb := &syncbuf.Buffer{}
 		cmd.Stderr = errb
 		j.errs = append(j.errs, errb)
 		if err := cmd.Start(); err != nil {
@@ -85,23 +85,6 @@ func (nw *network) start(cfg workerConfig, env ...string) *job {
 	t.Cleanup(j.kill)
 	j.waitFor(fmt.Sprintf("%d ranks ready", nw.n), 60*time.Second, func() bool { return j.count("ready", -1) == nw.n })
 	return j
-}
-
-type lockedWriter struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedWriter) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedWriter) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
 }
 
 func (j *job) read(rank int, r io.Reader) {

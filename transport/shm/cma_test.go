@@ -7,11 +7,11 @@ import (
 	"log/slog"
 	"runtime"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/syncbuf"
 	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/transporttest"
 )
@@ -114,29 +114,10 @@ func TestCMATee(t *testing.T) {
 	}
 }
 
-// lockedBuf is a buffer that QP goroutines may log into while the test
-// reads it.
-type lockedBuf struct {
-	mu sync.Mutex
-	b  bytes.Buffer
-}
-
-func (l *lockedBuf) Write(p []byte) (int, error) {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.Write(p)
-}
-
-func (l *lockedBuf) String() string {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	return l.b.String()
-}
-
 // captureWarnings sends slog's default output to a buffer for the test and
 // lets the once-a-process warning about single copy speak again.
-func captureWarnings(t *testing.T) *lockedBuf {
-	buf := &lockedBuf{}
+func captureWarnings(t *testing.T) *syncbuf.Buffer {
+	buf := &syncbuf.Buffer{}
 	old, warned := slog.Default(), cmaWarned.Load()
 	slog.SetDefault(slog.New(slog.NewTextHandler(buf, nil)))
 	cmaWarned.Store(false)
