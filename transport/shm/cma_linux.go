@@ -163,7 +163,7 @@ func (q *QP) warnNoCMA(why error) {
 		return
 	}
 	cfg := q.core.Config()
-	slog.Warn("vccl shm: single copy (process_vm_readv) is off; messages of 64 KiB and more take the ring's two copies",
+	slog.Warn(fmt.Sprintf("vccl shm: single copy (process_vm_readv) is off; messages of %d KiB and more take the ring's two copies", cmaMin>>10),
 		"rank", cfg.Rank, "peer", cfg.Peer, "peer_pid", q.peerPid, "why", why.Error(),
 		"hint", "ranks must run as one user in one PID namespace, with kernel.yama.ptrace_scope 0 or 1, and no seccomp filter refusing process_vm_readv")
 }

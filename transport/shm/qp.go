@@ -716,7 +716,9 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 func (q *QP) probe() {
 	if q.cma == nil {
 		q.probed = true
-		q.warnNoCMA(q.noCMA)
+		if q.noCMA != nil {
+			q.warnNoCMA(q.noCMA)
+		}
 		return
 	}
 	if q.seg.peer.probe.Load() == 0 {
