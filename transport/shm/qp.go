@@ -939,15 +939,11 @@ func (q *QP) sendPass(budget *int) bool {
 				copy(tee, src)
 			case tee != nil && !timedTurn(&q.teeUntimed, teeRecheck):
 				copyTee(dst, tee, src)
-			case tee != nil:
-				t0 := flowtel.Monotonic()
-				copy(dst, src)
-				q.noteCopy(n, flowtel.Monotonic()-t0)
-				copy(tee, src)
 			default:
 				t0 := flowtel.Monotonic()
 				copy(dst, src)
 				q.noteCopy(n, flowtel.Monotonic()-t0)
+				copy(tee, src)
 			}
 			q.otail += uint64(need)
 			out.tail.Store(q.otail)
