@@ -54,10 +54,14 @@ import (
 const (
 	rateSample = 32 << 10
 	cmaBelow   = 8.0 // bytes per ns
-	// ntRecheck: while the rate is below cmaBelow, records go into the
-	// ring with non-temporal stores (QP.streamRing), all but every
-	// ntRecheck-th, which is copied plainly and timed.
-	ntRecheck = 16
+	// rateStart: the copy rate starts at the median of this many timed
+	// copies (QP.noteCopy).
+	rateStart = 5
+	// restreamAfter: while the rate is below cmaBelow, records go into
+	// the ring with non-temporal stores (QP.ringCopyFor); after this many
+	// bytes, a lap of the ring goes plainly and the rate is measured
+	// afresh.
+	restreamAfter = 64 << 20
 	// reduceQuiet: after a reducing receive, this many plain receives
 	// on the QP do not offer single copy (QP.drainPosts). 2 ranks, far
 	// placement, 4 MiB all-reduce with the ring streamed: 1400-1700 us

@@ -180,52 +180,90 @@ func TestCMARefused(t *testing.T) {
 }
 
 // TestWhileSlow: single copy (chooseCMA) and streamed records
-// (streamRing) only while the measured copy rate into the ring is low;
-// streamRing sends one record in every recheck plainly through the ring
-// even then; fast copies after a slow spell turn both off again.
+// (ringCopyFor) only while the measured copy rate into the ring is low;
+// fast copies after a slow spell turn both off again.
 func TestWhileSlow(t *testing.T) {
+	q := &QP{}
+	if q.chooseCMA() || q.ringCopyFor(chunkMax, false) != copyTimed {
+		t.Fatal("single copy or no timing before any copy into the ring was timed")
+	}
+	for range 8 {
+		q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
+	}
+	if q.chooseCMA() || q.ringCopyFor(chunkMax, false) != copyTimed {
+		t.Fatalf("single copy or no timing at %.1f bytes/ns", q.copyRate)
+	}
+	for range 8 {
+		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far cores
+	}
+	if !q.chooseCMA() {
+		t.Fatalf("no single copy at %.1f bytes/ns", q.copyRate)
+	}
 	for _, tc := range []struct {
-		name    string
-		decide  func(*QP) bool
-		recheck int
+		n     int
+		cmaOK bool
+		want  ringCopy
 	}{
-		{"chooseCMA", (*QP).chooseCMA, 0},
-		{"streamRing", (*QP).streamRing, ntRecheck},
+		{chunkMax, false, copyStreamed},
+		{rateSample, false, copyStreamed},
+		{rateSample - 1, false, copyPlain},
+		// The send single copy was offered for measures the rate.
+		{chunkMax, true, copyTimed},
 	} {
-		t.Run(tc.name, func(t *testing.T) {
-			q := &QP{}
-			if tc.decide(q) {
-				t.Fatal("yes before any copy into the ring was timed")
-			}
-			for range 8 {
-				q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
-			}
-			if tc.decide(q) {
-				t.Fatalf("yes at %.1f bytes/ns", q.copyRate)
-			}
-			for range 8 {
-				q.noteCopy(64<<10, 21845) // 3 bytes/ns: far cores
-			}
-			plain, n, want := 0, 4*max(tc.recheck, 16), 4
-			if tc.recheck == 0 {
-				want = 0 // none: the receiver's hand-off times say when to leave (noteHandoff)
-			}
-			for range n {
-				if !tc.decide(q) {
-					plain++
-				}
-			}
-			if plain != want {
-				t.Fatalf("at %.1f bytes/ns, %d of %d through the ring plainly, want %d", q.copyRate, plain, n, want)
-			}
-			q.noteCopy(64<<10, 1<<30) // one descheduled copy
-			for range 9 {
-				q.noteCopy(64<<10, 3277)
-			}
-			if tc.decide(q) {
-				t.Fatalf("still yes after fast copies (%.1f bytes/ns)", q.copyRate)
-			}
-		})
+		if got := q.ringCopyFor(tc.n, tc.cmaOK); got != tc.want {
+			t.Errorf("at %.1f bytes/ns, %d bytes (single copy offered: %v): %v, want %v", q.copyRate, tc.n, tc.cmaOK, got, tc.want)
+		}
+	}
+	q.noteCopy(64<<10, 1<<30) // one descheduled copy
+	for range 9 {
+		q.noteCopy(64<<10, 3277)
+	}
+	if q.chooseCMA() || q.ringCopyFor(chunkMax, false) != copyTimed {
+		t.Fatalf("single copy or no timing still, after fast copies (%.1f bytes/ns)", q.copyRate)
+	}
+}
+
+// TestRestream: a streamed ring says nothing of plain copies into it, so
+// after restreamAfter bytes streamed, a lap of the ring goes plainly and
+// untimed, and then the rate is measured afresh.
+func TestRestream(t *testing.T) {
+	const ring = 1 << 20
+	q := &QP{seg: &segment{}}
+	q.seg.out.ring = make([]byte, ring)
+	for range rateStart {
+		q.noteCopy(64<<10, 21845) // 3 bytes/ns
+	}
+	for streamed := chunkMax; streamed < restreamAfter; streamed += chunkMax {
+		if got := q.ringCopyFor(chunkMax, false); got != copyStreamed {
+			t.Fatalf("%d bytes streamed at %.1f bytes/ns: %v, want %v", streamed, q.copyRate, got, copyStreamed)
+		}
+	}
+	for sent := 0; sent < ring; sent += chunkMax {
+		if got := q.ringCopyFor(chunkMax, false); got != copyPlain {
+			t.Fatalf("%d bytes into the lap after %d streamed: %v, want %v", sent, restreamAfter, got, copyPlain)
+		}
+	}
+	if q.copyRate != 0 {
+		t.Fatalf("rate %.1f after the lap, want 0 (measured afresh)", q.copyRate)
+	}
+	if got := q.ringCopyFor(chunkMax, false); got != copyTimed {
+		t.Fatalf("after the lap: %v, want %v", got, copyTimed)
+	}
+}
+
+// TestRateStart: the rate starts at the median of the first rateStart
+// timed copies, so one slow copy among them decides nothing.
+func TestRateStart(t *testing.T) {
+	q := &QP{}
+	q.noteCopy(64<<10, 65536) // 1 byte/ns: a cold source
+	for i := 1; i < rateStart; i++ {
+		if q.copyRate != 0 {
+			t.Fatalf("rate %.1f after %d copies, want none before %d", q.copyRate, i, rateStart)
+		}
+		q.noteCopy(64<<10, 3277) // 20 bytes/ns
+	}
+	if q.copyRate < 19 || q.copyRate > 21 {
+		t.Fatalf("rate %.1f bytes/ns after one slow and %d fast copies, want 20", q.copyRate, rateStart-1)
 	}
 }
 

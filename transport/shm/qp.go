@@ -8,6 +8,7 @@ import (
 	"math"
 	"net"
 	"runtime"
+	"slices"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -148,22 +149,25 @@ type QP struct {
 	ncomp     uint64       // completions queued (Close's flush too, under mu)
 
 	// Single copy (cma_linux.go), guarded by mu.
-	cma        *cmaPeer // nil: cannot read the peer
-	noCMA      error    // why cma is nil from the start
-	probed     bool     // the probe ran (cma is nil if it failed)
-	cmaOff     bool     // sender: a read failed, keep to the ring
-	cmaSent    uint64   // sender: single-copy records published
-	cmaFails   uint64   // sender: failures acknowledged
-	cmaIn      uint64   // receiver: single-copy records finished
-	cmaInFail  uint64   // receiver: of those, failed
-	copyRate   float64  // sender: its recent copies into the ring, bytes per ns (moving average; 0: none yet)
-	teeUntimed int      // sender: records teed untimed since the last timed one (teeRecheck)
-	ntSkip     int      // sender: records streamed into the ring since the last timed one
-	quietCMA   int      // receiver: plain receives still to announce without single copy since a reducing one
-	closeRest  int      // receiver: plain receives still to announce without single copy since the cores looked close
-	handoff    int64    // receiver: the least publish-to-read time of the single-copy records in this window (ns)
-	handoffN   int      // receiver: single-copy records in this window
-	closeSeen  int      // receiver: windows in a row whose least trip said close
+	cma        *cmaPeer           // nil: cannot read the peer
+	noCMA      error              // why cma is nil from the start
+	probed     bool               // the probe ran (cma is nil if it failed)
+	cmaOff     bool               // sender: a read failed, keep to the ring
+	cmaSent    uint64             // sender: single-copy records published
+	cmaFails   uint64             // sender: failures acknowledged
+	cmaIn      uint64             // receiver: single-copy records finished
+	cmaInFail  uint64             // receiver: of those, failed
+	copyRate   float64            // sender: its recent copies into the ring, bytes per ns (moving average; 0: not known yet)
+	rateFirst  [rateStart]float64 // sender: the timed copies before copyRate is known
+	rateFirstN int                // sender: how many of rateFirst are taken
+	teeUntimed int                // sender: records teed untimed since the last timed one (teeRecheck)
+	streamed   int                // sender: bytes streamed into the ring since the rate was last measured afresh
+	relap      int                // sender: bytes still to copy plainly, untimed, before the rate is measured afresh
+	quietCMA   int                // receiver: plain receives still to announce without single copy since a reducing one
+	closeRest  int                // receiver: plain receives still to announce without single copy since the cores looked close
+	handoff    int64              // receiver: the least publish-to-read time of the single-copy records in this window (ns)
+	handoffN   int                // receiver: single-copy records in this window
+	closeSeen  int                // receiver: windows in a row whose least trip said close
 
 	gone atomic.Pointer[goneReason]
 	mbox *Mailbox
@@ -927,22 +931,19 @@ func (q *QP) sendPass(budget *int) bool {
 			if s.wr.Tee != nil {
 				tee = s.wr.Tee[s.off : s.off+n]
 			}
-			switch {
-			case n < rateSample:
-				copy(dst, src)
-				copy(tee, src)
-			case !s.cmaOK && q.streamRing():
-				// (A send whose receive offered single copy and that
-				// came here anyway is the one that measures the rate
-				// for chooseCMA: copied plainly and timed.)
+			switch mode := q.ringCopyFor(n, s.cmaOK); {
+			case mode == copyStreamed:
 				copyStream(dst, src)
 				copy(tee, src)
-			case tee != nil && !timedTurn(&q.teeUntimed, teeRecheck):
-				copyTee(dst, tee, src)
-			default:
+			case mode == copyTimed && (tee == nil || timedTurn(&q.teeUntimed, teeRecheck)):
 				t0 := flowtel.Monotonic()
 				copy(dst, src)
 				q.noteCopy(n, flowtel.Monotonic()-t0)
+				copy(tee, src)
+			case tee != nil && n >= rateSample:
+				copyTee(dst, tee, src)
+			default:
+				copy(dst, src)
 				copy(tee, src)
 			}
 			q.otail += uint64(need)
@@ -978,12 +979,67 @@ func (q *QP) sendPass(budget *int) bool {
 // (noteHandoff); the ring's copies are timed again then.
 func (q *QP) chooseCMA() bool { return cmaAlways.Load() || q.copiesSlow() }
 
-// streamRing decides whether a record goes into the ring with
-// non-temporal stores: only while this side's timed copies run slow (the
-// far placement, where each plain store first waits for the line the
-// peer's core last read), and even then every ntRecheck-th record is
-// copied plainly and timed, so that the rate is measured again.
-func (q *QP) streamRing() bool { return q.copiesSlow() && !timedTurn(&q.ntSkip, ntRecheck) }
+// ringCopy is how a record goes into the ring.
+type ringCopy uint8
+
+const (
+	copyPlain    ringCopy = iota // copy, untimed
+	copyTimed                    // copy, timed: a sample of the copy rate
+	copyStreamed                 // non-temporal stores (copyStream)
+)
+
+func (c ringCopy) String() string {
+	return [...]string{copyPlain: "plain", copyTimed: "timed", copyStreamed: "streamed"}[c]
+}
+
+// ringCopyFor decides how the next record of n bytes goes into the ring
+// (cmaOK: its receive offered single copy). Records of rateSample bytes or
+// more are timed while this side's copies run fast, and streamed past the
+// caches while they run slow (the far placement, where each plain store
+// first waits for the line the peer's core last read).
+//
+// A plain copy timed while the ring is streamed says nothing of plain
+// copies: a streamed line goes to memory, the receiver's read then holds
+// it alone, and a plain store must fetch it back from that core. Such
+// copies ran at 2.2-2.4 bytes per ns in either placement, where a ring
+// kept plain ran at 40 (2 ranks, 64 MiB all-reduce), so a QP that once
+// streamed never left. So after every restreamAfter bytes streamed the
+// ring goes plain again for a whole lap, untimed, and the rate is then
+// measured afresh.
+//
+// A new QP's first copies, into a ring no one has written, run at 1-3
+// bytes per ns, so it starts streamed (or on single copy). Starting with
+// a plain lap instead was no faster on this VM and made 1-16 MiB
+// all-gathers 25-50% slower on the 16-core Xeon host, where single copy
+// beats a ring whose copies time at 10-16 bytes per ns.
+func (q *QP) ringCopyFor(n int, cmaOK bool) ringCopy {
+	switch {
+	case q.relap > 0:
+		q.lapPlain(n)
+		return copyPlain
+	case n < rateSample:
+		return copyPlain
+	case cmaOK || !q.copiesSlow():
+		// (A send whose receive offered single copy and that came
+		// here anyway is the one that measures the rate for
+		// chooseCMA: copied plainly and timed.)
+		return copyTimed
+	}
+	if q.streamed += n; q.streamed >= restreamAfter {
+		q.streamed, q.relap = 0, len(q.seg.out.ring)
+		q.lapPlain(n)
+		return copyPlain
+	}
+	return copyStreamed
+}
+
+// lapPlain counts n bytes copied plainly into the lap after a streamed
+// spell; at its end the rate is measured afresh.
+func (q *QP) lapPlain(n int) {
+	if q.relap -= n; q.relap <= 0 {
+		q.relap, q.copyRate, q.rateFirstN = 0, 0, 0
+	}
+}
 
 // timedTurn counts a record in *untimed and reports whether it is the one
 // in every that is copied plainly and timed (the count then starts over).
@@ -1000,14 +1056,22 @@ func timedTurn(untimed *int, every int) bool {
 func (q *QP) copiesSlow() bool { return q.copyRate != 0 && q.copyRate < cmaBelow }
 
 // noteCopy adds a copy of n bytes into the ring that took ns to the
-// moving average of the copy rate.
+// moving average of the copy rate. The average starts at the median of
+// the first rateStart copies: one copy alone (the first from a cold
+// buffer, a descheduled one) decided the first mode and, with it, the
+// next copies' lines.
 func (q *QP) noteCopy(n int, ns int64) {
 	r := float64(n) / float64(max(ns, 1))
-	if q.copyRate == 0 {
-		q.copyRate = r
+	if q.copyRate != 0 {
+		q.copyRate += (r - q.copyRate) / 4
 		return
 	}
-	q.copyRate += (r - q.copyRate) / 4
+	q.rateFirst[q.rateFirstN] = r
+	if q.rateFirstN++; q.rateFirstN == rateStart {
+		first := q.rateFirst
+		slices.Sort(first[:])
+		q.copyRate, q.rateFirstN = first[rateStart/2], 0
+	}
 }
 
 // copyTee copies src into dst and tee, teePiece bytes at a time, so each
@@ -1030,8 +1094,7 @@ func copyTee(dst, tee, src []byte) {
 // that took close QPs to single copy, and those launches ran slow: 2 ranks,
 // close, 4 MiB all-gather, launches of 300 calls, single-copy messages in
 // 6 launches of 6 (48-895; means 174-438 µs); timed plainly one in four,
-// in none of 12 (means 160-225). One in 16, as streamed records are
-// (ntRecheck), keeps more of the gain: 5 interleaved launches, close, one
+// in none of 12 (means 160-225). One in 16 keeps more of the gain: 5 interleaved launches, close, one
 // in 4 / 8 / 16, launch means 41.2-44.3 / 40.4-43.8 / 40.2-42.3 µs at
 // 1 MiB, 142.7-158.9 / 142.6-152.2 / 134.0-152.9 at 4 MiB, no single copy.
 const teeRecheck = 16

@@ -18,16 +18,16 @@ func TestStreamedRecordsArrive(t *testing.T) {
 	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
 	a := p.A.(*QP)
 	a.mu.Lock()
-	a.copyRate = 0.5
+	a.copyRate, a.relap = 0.5, 0
 	a.mu.Unlock()
 	const records = 10
 	msg := patternOf(records*chunkMax+77, 9)
 	exchangeOne(t, p, msg, addBytes, "streamed")
 	a.mu.Lock()
-	streamed, rate := a.ntSkip, a.copyRate
+	streamed, rate := a.streamed, a.copyRate
 	a.mu.Unlock()
-	if streamed != records || rate != 0.5 {
-		t.Fatalf("%d records streamed (copy rate %.1f), want %d (0.5: no timed copy)", streamed, rate, records)
+	if streamed != records*chunkMax || rate != 0.5 {
+		t.Fatalf("%d bytes streamed (copy rate %.1f), want %d (0.5: no timed copy)", streamed, rate, records*chunkMax)
 	}
 }
 
