@@ -1094,9 +1094,10 @@ func copyTee(dst, tee, src []byte) {
 // that took close QPs to single copy, and those launches ran slow: 2 ranks,
 // close, 4 MiB all-gather, launches of 300 calls, single-copy messages in
 // 6 launches of 6 (48-895; means 174-438 µs); timed plainly one in four,
-// in none of 12 (means 160-225). One in 16 keeps more of the gain: 5 interleaved launches, close, one
-// in 4 / 8 / 16, launch means 41.2-44.3 / 40.4-43.8 / 40.2-42.3 µs at
-// 1 MiB, 142.7-158.9 / 142.6-152.2 / 134.0-152.9 at 4 MiB, no single copy.
+// in none of 12 (means 160-225). One in 16 keeps more of the gain: 5
+// interleaved launches, close, one in 4 / 8 / 16, launch means
+// 41.2-44.3 / 40.4-43.8 / 40.2-42.3 µs at 1 MiB, 142.7-158.9 /
+// 142.6-152.2 / 134.0-152.9 at 4 MiB, no single copy.
 const teeRecheck = 16
 
 // teePiece is copyTee's piece: a page, well inside L1. A 64 KiB record
