@@ -18,7 +18,7 @@ func TestStreamedRecordsArrive(t *testing.T) {
 	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
 	a := p.A.(*QP)
 	a.mu.Lock()
-	a.copyRate, a.relap = 0.5, 0
+	a.copyRate = 0.5
 	a.mu.Unlock()
 	const records = 10
 	msg := patternOf(records*chunkMax+77, 9)
