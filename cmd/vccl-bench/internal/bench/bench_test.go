@@ -349,6 +349,34 @@ func TestReference(t *testing.T) {
 	}
 }
 
+// Every element of both buffers holds the rank's input before the first
+// timed call: none is left to the kernel's zero page.
+func TestSetupFillsBuffers(t *testing.T) {
+	for _, tc := range []struct {
+		coll Collective
+		dt   collective.Datatype
+	}{{AllReduce, collective.Float32}, {AllGather, collective.Int8}, {Broadcast, collective.Float64}, {ReduceScatter, collective.Uint32}} {
+		cfg := Config{Coll: tc.coll, Type: tc.dt, Op: collective.Sum}
+		s := newSetup(cfg, 1, 3, 3<<20)
+		for name, b := range map[string][]byte{"send": s.sendBuf, "recv": s.recvBuf} {
+			if len(b) == 0 {
+				t.Fatalf("%v %v: no %s buffer", tc.coll, tc.dt, name)
+			}
+			for j := range len(b) / s.es {
+				var got float64
+				if s.dt.IsFloat() {
+					got = getFloat(s.dt, b, j)
+				} else {
+					got = float64(getInt(s.dt, b, j))
+				}
+				if want := float64(s.value(1, j)); got != want {
+					t.Fatalf("%v %v: %s element %d = %g, want the input %g", tc.coll, tc.dt, name, j, got, want)
+				}
+			}
+		}
+	}
+}
+
 // The progress bar goes to its own writer, never into the table, and is
 // erased when the sweep ends.
 func TestProgressStaysOutOfTheTable(t *testing.T) {
