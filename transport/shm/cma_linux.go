@@ -51,6 +51,13 @@ import (
 // the ring's copies cannot say when to leave it (they write lines no one
 // touched for a while, slow in either placement); the receiver times each
 // single-copy record's trip from the sender's clock instead (noteHandoff).
+//
+// Where the ring's plain copies run slow, a one-way send (a broadcast's)
+// then chooses between single copy and a ring it streams into, by what
+// each delivered last (QP.streamWins): on this VM single copy reads 5-8
+// bytes per ns on pages holding data in either placement, and a far
+// broadcast through a streamed ring delivered about twice that
+// (BENCHMARKS.md, ninth round).
 const (
 	rateSample = 32 << 10
 	cmaBelow   = 8.0 // bytes per ns

@@ -5,8 +5,10 @@ package shm
 import (
 	"bytes"
 	"log/slog"
+	"math"
 	"runtime"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 
@@ -179,11 +181,20 @@ func TestCMARefused(t *testing.T) {
 	wantNoCMAWarning(t, log.String(), "injected")
 }
 
+// rateQP is a QP with the words the sender's choice of mode reads.
+func rateQP() *QP {
+	q := &QP{seg: &segment{}}
+	q.seg.out.cmaRate, q.seg.in.cmaRate = new(atomic.Uint64), new(atomic.Uint64)
+	return q
+}
+
 // TestWhileSlow: single copy (chooseCMA) and streamed records
 // (ringCopyFor) only while the measured copy rate into the ring is low;
 // fast copies after a slow spell turn both off again.
 func TestWhileSlow(t *testing.T) {
-	q := &QP{}
+	q := rateQP()
+	q.streamRate = 3                               // streamed copies slower than
+	q.seg.out.cmaRate.Store(math.Float64bits(8.0)) // the receiver's single-copy reads
 	if q.chooseCMA() || q.ringCopyFor(chunkMax, false) != copyTimed {
 		t.Fatal("single copy or no timing before any copy into the ring was timed")
 	}
@@ -225,10 +236,10 @@ func TestWhileSlow(t *testing.T) {
 
 // TestRestream: a streamed ring says nothing of plain copies into it, so
 // after restreamAfter bytes streamed, a lap of the ring goes plainly and
-// untimed, and then the rate is measured afresh.
+// untimed, and then the rate is measured afresh, and single copy's too.
 func TestRestream(t *testing.T) {
 	const ring = 1 << 20
-	q := &QP{seg: &segment{}}
+	q := rateQP()
 	q.seg.out.ring = make([]byte, ring)
 	for range rateStart {
 		q.noteCopy(64<<10, 21845) // 3 bytes/ns
@@ -243,11 +254,75 @@ func TestRestream(t *testing.T) {
 			t.Fatalf("%d bytes into the lap after %d streamed: %v, want %v", sent, restreamAfter, got, copyPlain)
 		}
 	}
-	if q.copyRate != 0 {
-		t.Fatalf("rate %.1f after the lap, want 0 (measured afresh)", q.copyRate)
+	if q.copyRate != 0 || !q.cmaStale {
+		t.Fatalf("rate %.1f after the lap, single copy's rate stale %v: want 0 and true (both measured afresh)", q.copyRate, q.cmaStale)
 	}
 	if got := q.ringCopyFor(chunkMax, false); got != copyTimed {
 		t.Fatalf("after the lap: %v, want %v", got, copyTimed)
+	}
+}
+
+// TestStreamBeatsCMA: the measured rates choose between a streamed ring
+// and single copy; an unmeasured mode is tried first, streaming before
+// single copy; an exchange keeps to single copy.
+func TestStreamBeatsCMA(t *testing.T) {
+	for _, tc := range []struct {
+		stream, cma float64
+		duplex      bool
+		want        bool
+	}{
+		{0, 0, false, true},
+		{0, 30, false, true},
+		{14, 0, false, false},
+		{14, 5.4, false, true},
+		{4, 5.4, false, false},
+		{0, 0, true, false},
+		{14, 5.4, true, false},
+	} {
+		if got := streamBeatsCMA(tc.stream, tc.cma, tc.duplex); got != tc.want {
+			t.Errorf("streamed %.1f, single copy %.1f bytes/ns, duplex %v: stream %v, want %v", tc.stream, tc.cma, tc.duplex, got, tc.want)
+		}
+	}
+}
+
+// TestStreamThenSingleCopy: a slow QP streams first (measuring the
+// streamed rate), then tries single copy (the receiver's rate), then keeps
+// to the faster; after restreamAfter bytes by single copy it streams again
+// to measure the streamed rate afresh.
+func TestStreamThenSingleCopy(t *testing.T) {
+	q := rateQP()
+	for range rateStart {
+		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far
+	}
+	if q.chooseCMA() || !q.streamWins() {
+		t.Fatal("single copy before a streamed copy was timed")
+	}
+	q.noteStream(64<<10, 4681) // 14 bytes/ns
+	if !q.chooseCMA() {
+		t.Fatalf("streamed at %.1f bytes/ns, single copy not measured: not tried", q.streamRate)
+	}
+	q.noteSingleCopy(1 << 20)
+	r := rateQP()
+	r.seg.in.cmaRate = q.seg.out.cmaRate // the receiver's side of the word
+	r.noteRead(1<<20, 194180)            // 5.4 bytes/ns
+	if q.chooseCMA() {
+		t.Fatalf("single copy at %.1f bytes/ns against a ring streamed at %.1f", math.Float64frombits(q.seg.out.cmaRate.Load()), q.streamRate)
+	}
+	r.noteRead(1<<20, 1<<20) // much slower: the average follows
+	for range 8 {
+		r.noteRead(1<<20, 34953) // 30 bytes/ns
+	}
+	if !q.chooseCMA() {
+		t.Fatalf("no single copy at %.1f bytes/ns against a ring streamed at %.1f", math.Float64frombits(q.seg.out.cmaRate.Load()), q.streamRate)
+	}
+	for sent := 1 << 20; sent < restreamAfter; sent += 1 << 20 { // 1 MiB went by single copy above
+		if q.streamRate == 0 {
+			t.Fatalf("streamed rate dropped after %d bytes by single copy, want after %d", sent, restreamAfter)
+		}
+		q.noteSingleCopy(1 << 20)
+	}
+	if q.streamRate != 0 || q.chooseCMA() {
+		t.Fatalf("after %d bytes by single copy: streamed rate %.1f, single copy chosen %v; want 0 and false", restreamAfter, q.streamRate, q.chooseCMA())
 	}
 }
 

@@ -42,8 +42,10 @@
 // loaded machine it ran at 3-6 GB/s one way and 1-3 GB/s each way when
 // both ends read at once, against 16-39 GB/s for a memcpy of the same
 // sizes. Where they are far, each store into the ring waits for a line
-// the peer's core read, and single copy wins: the sender takes it while
-// its timed copies into the ring run slow (cma_linux.go). A process that
+// the peer's core read, and the sender, while its timed copies into the
+// ring run slow, takes single copy for an exchange and, for a one-way
+// send, either single copy or a ring it streams into past the caches,
+// whichever delivered more when last measured (cma_linux.go). A process that
 // cannot read its peer's memory (another user or PID namespace, Yama's
 // ptrace_scope 2 or 3, a seccomp filter) keeps to the ring, and logs a
 // warning saying why, once.

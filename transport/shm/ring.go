@@ -17,7 +17,7 @@ import (
 //	0      header: magic, version, ring size, credit slots, segment size, pids
 //	512    side 0: state | bell, sleeping | probe address, probe cookie (one line each)
 //	1536   side 1: the same
-//	4096   direction 0: tail | head | posted | read | single copies done, failed | sizes[slots] | ring
+//	4096   direction 0: tail | head | posted | read | single copies done, failed, read rate | sizes[slots] | ring
 //	...    direction 1: the same
 //	...    mailbox of side 0: sequence | waiting | two slots (mailbox.go)
 //	...    mailbox of side 1: the same
@@ -26,7 +26,7 @@ import (
 // line (two 64-byte lines: the adjacent-line prefetcher pairs them).
 const (
 	segMagic   = 0x314d48534c434356 // "VCCLSHM1", little endian
-	segVersion = 4                  // 2: eager sends and the read word; 3: single copy; 4: mailboxes
+	segVersion = 5                  // 2: eager sends and the read word; 3: single copy; 4: mailboxes; 5: single-copy read rate
 
 	line    = 128
 	hdrSize = 4096
@@ -51,6 +51,7 @@ const (
 	offRead    = 3 * line
 	offCMADone = 4 * line // single-copy records the receiver finished
 	offCMAFail = 4*line + 8
+	offCMARate = 4*line + 16 // the receiver's single-copy read rate (float64 bits, bytes per ns)
 	offSizes   = 5 * line
 
 	pageSize = 4096
@@ -156,6 +157,7 @@ type dirCtl struct {
 	read    *atomic.Uint64 // credits whose sizes the sender has read: their slots may be reused
 	cmaDone *atomic.Uint64 // single-copy records the receiver finished
 	cmaFail *atomic.Uint64 // of those, the ones it could not read
+	cmaRate *atomic.Uint64 // the receiver's recent single-copy reads, bytes per ns (float64 bits; 0: none yet)
 	sizes   []atomic.Uint64
 	ring    []byte
 }
@@ -227,7 +229,7 @@ func view(mem []byte, g geometry, side int) *segment {
 		rb := b + g.ctlSize()
 		return dirCtl{
 			tail: u64At(mem, b+offTail), head: u64At(mem, b+offHead), posted: u64At(mem, b+offPosted),
-			read: u64At(mem, b+offRead), cmaDone: u64At(mem, b+offCMADone), cmaFail: u64At(mem, b+offCMAFail),
+			read: u64At(mem, b+offRead), cmaDone: u64At(mem, b+offCMADone), cmaFail: u64At(mem, b+offCMAFail), cmaRate: u64At(mem, b+offCMARate),
 			sizes: unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offSizes])), g.slots),
 			ring:  mem[rb : rb+g.ring : rb+g.ring],
 		}
