@@ -1047,7 +1047,7 @@ func (q *QP) noteStream(n int, ns int64) {
 // the streamed rate is measured afresh, so that a QP single copy carries
 // tries the ring again.
 func (q *QP) noteSingleCopy(n int) {
-	q.cmaStale = false // the receiver has published its rate of the earlier reads
+	q.cmaStale = false // this message's read publishes a fresh rate before the next send is decided (the ring waits behind it)
 	if q.cmaBytes += n; q.cmaBytes >= restreamAfter {
 		q.cmaBytes, q.streamRate = 0, 0
 	}
