@@ -1040,14 +1040,16 @@ func streamBeatsCMA(streamRate, cmaRate float64, duplex bool) bool {
 // noteStream adds a streamed copy of n bytes that took ns to the moving
 // average of the streamed rate.
 func (q *QP) noteStream(n int, ns int64) {
-	q.streamRate = movingRate(q.streamRate, n, ns)
+	q.streamRate = movingRate(q.streamRate, rateOf(n, ns))
 }
 
 // noteSingleCopy counts a send by single copy; after restreamAfter bytes
 // the streamed rate is measured afresh, so that a QP single copy carries
 // tries the ring again.
 func (q *QP) noteSingleCopy(n int) {
-	q.cmaStale = false // this message's read publishes a fresh rate before the next send is decided (the ring waits behind it)
+	// This message's read publishes a fresh rate before the next send is
+	// decided: the ring waits behind it.
+	q.cmaStale = false
 	if q.cmaBytes += n; q.cmaBytes >= restreamAfter {
 		q.cmaBytes, q.streamRate = 0, 0
 	}
@@ -1056,13 +1058,15 @@ func (q *QP) noteSingleCopy(n int) {
 // noteRead adds a single-copy read of n bytes that took ns to the moving
 // average this receiver publishes for the sender's choice.
 func (q *QP) noteRead(n int, ns int64) {
-	q.cmaRateIn = movingRate(q.cmaRateIn, n, ns)
+	q.cmaRateIn = movingRate(q.cmaRateIn, rateOf(n, ns))
 	q.seg.in.cmaRate.Store(math.Float64bits(q.cmaRateIn))
 }
 
-// movingRate folds n bytes in ns into the moving average avg (0: none yet).
-func movingRate(avg float64, n int, ns int64) float64 {
-	r := float64(n) / float64(max(ns, 1))
+// rateOf is n bytes in ns, in bytes per ns.
+func rateOf(n int, ns int64) float64 { return float64(n) / float64(max(ns, 1)) }
+
+// movingRate folds the rate r into the moving average avg (0: none yet).
+func movingRate(avg, r float64) float64 {
 	if avg == 0 {
 		return r
 	}
@@ -1152,9 +1156,9 @@ func (q *QP) copiesSlow() bool { return q.copyRate != 0 && q.copyRate < cmaBelow
 // buffer, a descheduled one) decided the first mode and, with it, the
 // next copies' lines.
 func (q *QP) noteCopy(n int, ns int64) {
-	r := float64(n) / float64(max(ns, 1))
+	r := rateOf(n, ns)
 	if q.copyRate != 0 {
-		q.copyRate += (r - q.copyRate) / 4
+		q.copyRate = movingRate(q.copyRate, r)
 		return
 	}
 	q.rateFirst[q.rateFirstN] = r
