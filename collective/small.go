@@ -412,21 +412,20 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	case op == OpBarrier, op == OpBroadcast && c.rank != rq.call.root:
 		in = nil
 	}
-	// Telemetry before the publication, not in the wait after it: a store
-	// there queues behind the slot copy's stores, which commit only as
-	// fast as the lines the peers read come back (x86 commits stores in
-	// order), so begin took 100-170 ns there against 30 here, and held up
-	// the read of the peers' data (2 ranks, 4 KiB: on/off 0.85 -> 0.96).
-	tel := s.rec.Enabled()
-	if tel {
-		s.begin(c, seq, rq, len(in))
-	}
 	tag := smallTag(rq)
 	for _, b := range s.boxes {
 		if b != nil {
 			copy(b.Slot(k), in)
 			b.Publish(k, tag)
 		}
+	}
+	// Telemetry after the publication, in the time the peers take to see
+	// it: written before, it held up every peer for its clock reading and
+	// stores. Publish's atomic stores have waited for the slot copy's, so
+	// begin's stores do not queue behind them.
+	tel := s.rec.Enabled()
+	if tel {
+		s.begin(c, seq, rq, len(in))
 	}
 	s.lastBox = k
 	st := flowtel.StatusOK
@@ -595,9 +594,10 @@ func (s *smallPath) stop() {
 
 // begin writes the records a work request's start writes: coll_begin, and
 // a post of the send (this rank's slot: sent bytes) and of the receive (the
-// peer's) on each peer's mailbox, all at one clock reading, in place in the
-// ring and published together; with one peer, as one Exchange entry that
-// the collector expands into those records.
+// peer's) on each peer's mailbox, all at one clock reading taken once the
+// slots are published (the moment the sends are posted, to the peers), in
+// place in the ring and published together; with one peer, as one Exchange
+// entry that the collector expands into those records.
 func (s *smallPath) begin(c *Comm, seq uint64, rq *request, sent int) {
 	ts := s.rec.Now()
 	if s.peer >= 0 {

@@ -272,6 +272,48 @@ func TestSmallAllReduceRecords(t *testing.T) {
 	}
 }
 
+// A mailbox call that waits for a peer has written its coll_begin and
+// posts already: a hung call shows live, not only once it fails.
+func TestSmallAllReduceBeginWhileWaiting(t *testing.T) {
+	col, sink := memoryCollector()
+	comms := newLocal(t, 2, WithCollector(col), WithTransport("shm"))
+	ctx, cancel := context.WithCancel(context.Background())
+	defer cancel()
+	done := make(chan error, 1)
+	go func() {
+		buf := []float32{1}
+		done <- AllReduce(ctx, comms[0], buf, buf, Sum) // rank 1 never calls
+	}()
+	wait, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancelWait()
+	for {
+		if err := col.Flush(wait); err != nil {
+			t.Fatalf("no coll_begin and posts from the waiting call: %v", err)
+		}
+		kinds := map[flowtel.Kind]int{}
+		for _, r := range sink.Records() {
+			if r.Comm == comms[0].ID() && r.Rank == 0 {
+				kinds[r.Kind]++
+			}
+		}
+		if kinds[flowtel.KindCollBegin] == 1 && kinds[flowtel.KindWRPost] == 2 {
+			if len(kinds) != 2 {
+				t.Fatalf("the waiting call wrote %v, want only coll_begin and two posts", kinds)
+			}
+			break
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the lone call returned (%v) before its records were seen", err)
+		default:
+		}
+	}
+	cancel()
+	if err := <-done; !errors.Is(err, context.Canceled) {
+		t.Fatalf("cancelled lone call: %v", err)
+	}
+}
+
 // Without a context deadline the communicator's timeout bounds a mailbox
 // call's wait.
 func TestSmallAllReduceTimeout(t *testing.T) {
