@@ -89,21 +89,26 @@ var procID = func() string {
 // network namespace (the shm backend rendezvous over abstract Unix sockets,
 // which are per namespace).
 func hostID() string {
-	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
 	ns, _ := os.Readlink("/proc/self/ns/net")
 	host, _ := os.Hostname()
-	return strings.TrimSpace(string(boot)) + "/" + ns + "/" + host
+	return bootID() + "/" + ns + "/" + host
+}
+
+// bootID is the kernel boot's id; "" where unknown.
+func bootID() string {
+	boot, _ := os.ReadFile("/proc/sys/kernel/random/boot_id")
+	return strings.TrimSpace(string(boot))
 }
 
 // clockID identifies a monotonic clock: one kernel boot and one time
 // namespace (which may offset CLOCK_MONOTONIC); "" where unknown.
 func clockID() string {
-	boot, err := os.ReadFile("/proc/sys/kernel/random/boot_id")
-	if err != nil {
+	boot := bootID()
+	if boot == "" {
 		return ""
 	}
 	ns, _ := os.Readlink("/proc/self/ns/time")
-	return strings.TrimSpace(string(boot)) + "/" + ns
+	return boot + "/" + ns
 }
 
 // New creates this rank's communicator. Rank and world size come from
@@ -154,11 +159,12 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	// their sends' posts and showed the analyzer links moving data at
 	// 60,000 GB/s.
 	var offset, errNs int64
+	clock := clockID()
 	if o.rank == 0 {
-		err = c.store.Set(ctx, "vccl/clock", []byte(clockID()))
+		err = c.store.Set(ctx, "vccl/clock", []byte(clock))
 	} else {
 		var id []byte
-		if id, err = c.store.Get(ctx, "vccl/clock"); err == nil && (clockID() == "" || string(id) != clockID()) {
+		if id, err = c.store.Get(ctx, "vccl/clock"); err == nil && (clock == "" || string(id) != clock) {
 			offset, errNs, err = c.store.ClockOffset(ctx, 16)
 		}
 	}
