@@ -69,6 +69,10 @@ const (
 	// bytes, a lap of the ring goes plainly and the rate is measured
 	// afresh.
 	restreamAfter = 64 << 20
+	// replainAfter: while the rate is below cmaBelow and the plain ring
+	// delivers more than a streamed one did, records go in plainly; after
+	// this many bytes a streamed spell measures that again.
+	replainAfter = 256 << 20
 	// reduceQuiet: after a reducing receive, this many plain receives
 	// on the QP do not offer single copy (QP.drainPosts). 2 ranks, far
 	// placement, 4 MiB all-reduce with the ring streamed: 1400-1700 us

@@ -185,6 +185,10 @@ func TestCMARefused(t *testing.T) {
 func rateQP() *QP {
 	q := &QP{seg: &segment{}}
 	q.seg.out.cmaRate, q.seg.in.cmaRate = new(atomic.Uint64), new(atomic.Uint64)
+	for i := range q.seg.out.readRate {
+		q.seg.out.readRate[i], q.seg.in.readRate[i] = new(atomic.Uint64), new(atomic.Uint64)
+	}
+	q.seg.out.ring = make([]byte, 1<<20)
 	return q
 }
 
@@ -234,31 +238,80 @@ func TestWhileSlow(t *testing.T) {
 	}
 }
 
-// TestRestream: a streamed ring says nothing of plain copies into it, so
-// after restreamAfter bytes streamed, a lap of the ring goes plainly and
-// untimed, and then the rate is measured afresh, and single copy's too.
-func TestRestream(t *testing.T) {
-	const ring = 1 << 20
+// TestStreamSpells: a slow QP streams a trial spell of two laps, then a
+// lap of the ring goes plainly and untimed and the rate is measured
+// afresh, and single copy's too. From then on what the spell delivered
+// (the sender's streamed copies, the receiver's reads of them) decides
+// against the plain ring: streamed spells of restreamAfter bytes where it
+// delivered more, plain copies where it delivered less, until
+// replainAfter bytes ask for another trial.
+func TestStreamSpells(t *testing.T) {
 	q := rateQP()
-	q.seg.out.ring = make([]byte, ring)
-	for range rateStart {
-		q.noteCopy(64<<10, 21845) // 3 bytes/ns
-	}
-	for streamed := chunkMax; streamed < restreamAfter; streamed += chunkMax {
-		if got := q.ringCopyFor(chunkMax, false); got != copyStreamed {
-			t.Fatalf("%d bytes streamed at %.1f bytes/ns: %v, want %v", streamed, q.copyRate, got, copyStreamed)
+	lap := len(q.seg.out.ring)
+	slowStart := func() {
+		t.Helper()
+		for range rateStart {
+			q.noteCopy(64<<10, 9362) // 7 bytes/ns
+		}
+		if !q.copiesSlow() {
+			t.Fatalf("copies at %.1f bytes/ns not slow", q.copyRate)
 		}
 	}
-	for sent := 0; sent < ring; sent += chunkMax {
-		if got := q.ringCopyFor(chunkMax, false); got != copyPlain {
-			t.Fatalf("%d bytes into the lap after %d streamed: %v, want %v", sent, restreamAfter, got, copyPlain)
+	// spell streams n bytes, the receiver reading them at read, and then
+	// checks the plain lap after it.
+	spell := func(n int, read float64) {
+		t.Helper()
+		for streamed := 0; streamed < n-chunkMax; streamed += chunkMax {
+			if got := q.ringCopyFor(chunkMax, false); got != copyStreamed {
+				t.Fatalf("%d bytes streamed of a spell of %d: %v, want %v", streamed, n, got, copyStreamed)
+			}
+			q.noteStream(chunkMax, 4681) // 14 bytes/ns
+			q.seg.out.readRate[1].Store(math.Float64bits(read))
+		}
+		for sent := 0; sent < lap; sent += chunkMax {
+			if got := q.ringCopyFor(chunkMax, false); got != copyPlain {
+				t.Fatalf("%d bytes into the lap after a spell of %d: %v, want %v", sent, n, got, copyPlain)
+			}
+		}
+		if q.copyRate != 0 || !q.cmaStale || math.Abs(q.spellSend-14) > 0.01 || q.spellRead != read {
+			t.Fatalf("after the lap: rate %.1f, single copy's rate stale %v, spell %.1f/%.1f: want 0, true, 14/%.1f", q.copyRate, q.cmaStale, q.spellSend, q.spellRead, read)
+		}
+		if got := q.ringCopyFor(chunkMax, false); got != copyTimed {
+			t.Fatalf("after the lap: %v, want %v", got, copyTimed)
 		}
 	}
-	if q.copyRate != 0 || !q.cmaStale {
-		t.Fatalf("rate %.1f after the lap, single copy's rate stale %v: want 0 and true (both measured afresh)", q.copyRate, q.cmaStale)
+	q.seg.out.readRate[0].Store(math.Float64bits(30)) // plain records read at 30 bytes/ns
+
+	slowStart()
+	spell(2*lap, 5) // streamed records read at 5: max(1/14, 1/5) against max(1/7, 1/30)
+	slowStart()
+	for sent := 0; sent < replainAfter; sent += chunkMax {
+		if got := q.ringCopyFor(chunkMax, false); got != copyTimed {
+			t.Fatalf("%d bytes after a spell that delivered less: %v, want %v", sent, got, copyTimed)
+		}
 	}
-	if got := q.ringCopyFor(chunkMax, false); got != copyTimed {
-		t.Fatalf("after the lap: %v, want %v", got, copyTimed)
+	spell(2*lap, 12) // a trial again, and now the spell delivers more
+	slowStart()
+	spell(restreamAfter, 12)
+}
+
+// TestRingCost: an exchange's cores make both copies in turn; one way,
+// the slower copy decides; an unknown rate costs nothing.
+func TestRingCost(t *testing.T) {
+	for _, tc := range []struct {
+		send, read float64
+		duplex     bool
+		want       float64
+	}{
+		{10, 40, true, 0.125},
+		{10, 40, false, 0.1},
+		{40, 10, false, 0.1},
+		{10, 0, true, 0.1},
+		{0, 0, false, 0},
+	} {
+		if got := ringCost(tc.send, tc.read, tc.duplex); math.Abs(got-tc.want) > 1e-9 {
+			t.Errorf("ringCost(%v, %v, duplex %v) = %v, want %v", tc.send, tc.read, tc.duplex, got, tc.want)
+		}
 	}
 }
 

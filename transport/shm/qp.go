@@ -161,12 +161,17 @@ type QP struct {
 	rateFirst  [rateStart]float64 // sender: the timed copies before copyRate is known
 	rateFirstN int                // sender: how many of rateFirst are taken
 	teeUntimed int                // sender: records teed untimed since the last timed one (teeRecheck)
-	streamed   int                // sender: bytes streamed into the ring since the rate was last measured afresh
+	streamed   int                // sender: bytes streamed into the ring in this spell (0: not streaming)
+	spell      int                // sender: bytes this streamed spell lasts
+	spellSend  float64            // sender: the streamed rate at the end of the last spell, bytes per ns (0: to be measured)
+	spellRead  float64            // sender: the receiver's read rate of streamed records then (0: not known)
+	plainSince int                // sender: bytes copied plainly while slow since the last spell (replainAfter: measure a spell again)
 	relap      int                // sender: bytes still to copy plainly, untimed, before the rate is measured afresh
 	streamRate float64            // sender: its recent streamed copies into the ring, bytes per ns (0: to be measured)
 	cmaStale   bool               // sender: the receiver's published read rate is to be measured afresh
 	cmaBytes   int                // sender: bytes sent by single copy since the streamed rate was last measured
 	cmaRateIn  float64            // receiver: its recent single-copy reads, bytes per ns (published in cmaRate)
+	readRateIn [2]float64         // receiver: its recent reads out of plain and streamed records, bytes per ns (published in readRate)
 	quietCMA   int                // receiver: plain receives still to announce without single copy since a reducing one
 	closeRest  int                // receiver: plain receives still to announce without single copy since the cores looked close
 	handoff    int64              // receiver: the least publish-to-read time of the single-copy records in this window (ns)
@@ -620,6 +625,10 @@ func (q *QP) recvPass(budget *int) bool {
 			q.protocolError("message overruns its length %d", r.msgLen)
 			return true
 		}
+		var t0 int64
+		if n >= rateSample {
+			t0 = flowtel.Monotonic()
+		}
 		if r.wr.Reduce != nil {
 			// Records start at multiples of recAlign and their payloads
 			// are cut to multiples of recAlign-recHdr (see sendPass), so
@@ -629,6 +638,9 @@ func (q *QP) recvPass(budget *int) bool {
 			copyStream(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n])
 		} else {
 			copy(r.wr.Buf[r.off:r.off+n], rb[pos+recHdr:pos+recHdr+n])
+		}
+		if t0 != 0 {
+			q.noteRingRead(flags&fStream != 0, n, flowtel.Monotonic()-t0)
 		}
 		r.off += n
 		*budget -= n
@@ -934,13 +946,17 @@ func (q *QP) sendPass(budget *int) bool {
 			if !tooBig && s.off+n == len(buf) {
 				flags |= fLast
 			}
+			mode := q.ringCopyFor(n, s.cmaOK && !q.streamWins())
+			if mode == copyStreamed {
+				flags |= fStream
+			}
 			putRec(rb, pos, flags, n, len(buf))
 			dst, src := rb[pos+recHdr:pos+recHdr+n], buf[s.off:s.off+n]
 			var tee []byte
 			if s.wr.Tee != nil {
 				tee = s.wr.Tee[s.off : s.off+n]
 			}
-			switch mode := q.ringCopyFor(n, s.cmaOK && !q.streamWins()); {
+			switch {
 			case mode == copyStreamed:
 				t0 := flowtel.Monotonic()
 				copyStream(dst, src)
@@ -1088,25 +1104,24 @@ func (c ringCopy) String() string {
 
 // ringCopyFor decides how the next record of n bytes goes into the ring
 // (cmaOK: its receive offered single copy, which the sender did not take
-// on the copy rate alone, so this copy measures it). Records of rateSample bytes or
-// more are timed while this side's copies run fast, and streamed past the
-// caches while they run slow (the far placement, where each plain store
-// first waits for the line the peer's core last read).
+// on the copy rate alone, so this copy measures it). Records of rateSample
+// bytes or more are timed while this side's copies run fast. While they
+// run slow (the far placement, where each plain store first waits for the
+// line the peer's core last read), the ring is streamed past the caches
+// for a spell if that delivers more (streamCheaper); a spell's end
+// measures what it delivered.
 //
 // A plain copy timed while the ring is streamed says nothing of plain
 // copies: a streamed line goes to memory, the receiver's read then holds
 // it alone, and a plain store must fetch it back from that core. Such
 // copies ran at 2.2-2.4 bytes per ns in either placement, where a ring
 // kept plain ran at 40 (2 ranks, 64 MiB all-reduce), so a QP that once
-// streamed never left. So after every restreamAfter bytes streamed the
-// ring goes plain again for a whole lap, untimed, and the rate is then
-// measured afresh.
+// streamed never left. So after a spell the ring goes plain again for a
+// whole lap, untimed, and the rate is then measured afresh.
 //
-// A new QP's first copies, into a ring no one has written, run at 1-3
-// bytes per ns, so it starts streamed (or on single copy). Starting with
-// a plain lap instead was no faster on this VM and made 1-16 MiB
-// all-gathers 25-50% slower on the 16-core Xeon host, where single copy
-// beats a ring whose copies time at 10-16 bytes per ns.
+// A new QP's first copies may time slow (on the 16-core Xeon host they
+// are what puts all-gather's QPs on single copy, which wins there), so a
+// slow start tries a short spell rather than deciding anything.
 func (q *QP) ringCopyFor(n int, cmaOK bool) ringCopy {
 	switch {
 	case q.relap > 0:
@@ -1119,13 +1134,81 @@ func (q *QP) ringCopyFor(n int, cmaOK bool) ringCopy {
 		// here anyway, not for a streamed ring's sake, is the one that
 		// measures the rate for chooseCMA: copied plainly and timed.)
 		return copyTimed
+	case q.streamed == 0 && !q.streamCheaper():
+		if q.plainSince += n; q.plainSince >= replainAfter {
+			q.plainSince, q.spellSend, q.spellRead = 0, 0, 0
+		}
+		return copyTimed
+	case q.streamed == 0:
+		// A trial spell (nothing measured) lasts two laps, so that the
+		// receiver has read a lap of it when it ends.
+		q.spell = restreamAfter
+		if !q.streamMeasured() {
+			q.spell = 2 * len(q.seg.out.ring)
+		}
 	}
-	if q.streamed += n; q.streamed >= restreamAfter {
-		q.streamed, q.relap, q.cmaStale = 0, len(q.seg.out.ring), true
+	if q.streamed += n; q.streamed >= q.spell {
+		q.spellSend = q.streamRate
+		q.spellRead = math.Float64frombits(q.seg.out.readRate[1].Load())
+		q.streamed, q.plainSince, q.relap, q.cmaStale = 0, 0, len(q.seg.out.ring), true
 		q.lapPlain(n)
 		return copyPlain
 	}
 	return copyStreamed
+}
+
+// streamCheaper reports whether, while this side's plain copies into the
+// ring run slow, a streamed spell delivers more than the plain ring: what
+// the last spell measured (or not measured yet: it is tried) against
+// the plain copies now. Each mode's cost is the sender's copy in and the
+// receiver's copy out (ringCost). On this VM's host a close pair's plain
+// copies into the ring time at 7-11 bytes per ns, under cmaBelow, yet the
+// receiver reads them at 27-36 bytes per ns against 12-16 streamed, and a
+// 2-rank 64 KiB all-reduce took 12-16 µs with this choice against 18-30
+// with the rate alone (BENCHMARKS.md, eleventh round); the far pairs on
+// the host before it streamed 4 MiB all-reduces 3x faster.
+func (q *QP) streamCheaper() bool {
+	if !q.streamMeasured() {
+		return true
+	}
+	duplex := q.recvs.len() > 0
+	plain := ringCost(q.copyRate, math.Float64frombits(q.seg.out.readRate[0].Load()), duplex)
+	return ringCost(q.spellSend, q.spellRead, duplex) < plain
+}
+
+// streamMeasured reports whether a spell measured what the streamed ring
+// delivers, and neither the plain ring's copies since (replainAfter) nor
+// single copy's (noteSingleCopy) have asked for it afresh.
+func (q *QP) streamMeasured() bool { return q.spellSend != 0 && q.streamRate != 0 }
+
+// ringCost is the ns per byte a ring delivers whose sender copies in at
+// send and whose receiver copies out at read (bytes per ns; 0: not known,
+// counted as free). In an exchange (duplex) each core makes both copies,
+// one after the other; one way, the receiver's copy runs beside the
+// sender's and the slower decides.
+func ringCost(send, read float64, duplex bool) float64 {
+	inv := func(r float64) float64 {
+		if r == 0 {
+			return 0
+		}
+		return 1 / r
+	}
+	if duplex {
+		return inv(send) + inv(read)
+	}
+	return max(inv(send), inv(read))
+}
+
+// noteRingRead adds a copy of n bytes out of the ring (a record the
+// sender streamed or not) that took ns to the moving average this
+// receiver publishes for the sender's choice.
+func (q *QP) noteRingRead(streamed bool, n int, ns int64) {
+	i := 0
+	if streamed {
+		i = 1
+	}
+	q.readRateIn[i] = movingRate(q.readRateIn[i], rateOf(n, ns))
+	q.seg.in.readRate[i].Store(math.Float64bits(q.readRateIn[i]))
 }
 
 // lapPlain counts n bytes copied plainly into the lap after a streamed

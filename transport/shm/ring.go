@@ -17,7 +17,7 @@ import (
 //	0      header: magic, version, ring size, credit slots, segment size, pids
 //	512    side 0: state | bell, sleeping | probe address, probe cookie (one line each)
 //	1536   side 1: the same
-//	4096   direction 0: tail | head | posted | read | single copies done, failed, read rate | sizes[slots] | ring
+//	4096   direction 0: tail | head | posted | read | single copies done, failed, read rate, ring read rates | sizes[slots] | ring
 //	...    direction 1: the same
 //	...    mailbox of side 0: sequence | waiting | two slots (mailbox.go)
 //	...    mailbox of side 1: the same
@@ -26,7 +26,7 @@ import (
 // line (two 64-byte lines: the adjacent-line prefetcher pairs them).
 const (
 	segMagic   = 0x314d48534c434356 // "VCCLSHM1", little endian
-	segVersion = 5                  // 2: eager sends and the read word; 3: single copy; 4: mailboxes; 5: single-copy read rate
+	segVersion = 6                  // 2: eager sends and the read word; 3: single copy; 4: mailboxes; 5: single-copy read rate; 6: ring read rates
 
 	line    = 128
 	hdrSize = 4096
@@ -52,6 +52,8 @@ const (
 	offCMADone = 4 * line // single-copy records the receiver finished
 	offCMAFail = 4*line + 8
 	offCMARate = 4*line + 16 // the receiver's single-copy read rate (float64 bits, bytes per ns)
+	offReadPln = 4*line + 24 // the receiver's read rate out of plainly copied records (the same)
+	offReadStr = 4*line + 32 // and out of streamed ones
 	offSizes   = 5 * line
 
 	pageSize = 4096
@@ -105,6 +107,7 @@ const (
 	fTooBig = 8  // the message does not fit the receive; no payload follows
 	fEager  = 16 // sent ahead of its credit: one record, at most eagerMax
 	fCMA    = 32 // single copy: the payload is the sender's buffer address; the receiver reads it and acknowledges
+	fStream = 64 // the payload went into the ring with non-temporal stores (the receiver times its reads by mode)
 )
 
 // creditCMA, in a credit's size word, says the receive takes single copy.
@@ -158,8 +161,12 @@ type dirCtl struct {
 	cmaDone *atomic.Uint64 // single-copy records the receiver finished
 	cmaFail *atomic.Uint64 // of those, the ones it could not read
 	cmaRate *atomic.Uint64 // the receiver's recent single-copy reads, bytes per ns (float64 bits; 0: none yet)
-	sizes   []atomic.Uint64
-	ring    []byte
+	// readRate is the receiver's recent reads out of the ring, bytes per
+	// ns (float64 bits; 0: none yet), of plain records ([0]) and of
+	// streamed ones ([1]).
+	readRate [2]*atomic.Uint64
+	sizes    []atomic.Uint64
+	ring     []byte
 }
 
 // segment is a mapped segment seen from one side.
@@ -230,8 +237,9 @@ func view(mem []byte, g geometry, side int) *segment {
 		return dirCtl{
 			tail: u64At(mem, b+offTail), head: u64At(mem, b+offHead), posted: u64At(mem, b+offPosted),
 			read: u64At(mem, b+offRead), cmaDone: u64At(mem, b+offCMADone), cmaFail: u64At(mem, b+offCMAFail), cmaRate: u64At(mem, b+offCMARate),
-			sizes: unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offSizes])), g.slots),
-			ring:  mem[rb : rb+g.ring : rb+g.ring],
+			readRate: [2]*atomic.Uint64{u64At(mem, b+offReadPln), u64At(mem, b+offReadStr)},
+			sizes:    unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offSizes])), g.slots),
+			ring:     mem[rb : rb+g.ring : rb+g.ring],
 		}
 	}
 	s.me, s.peer = sc(side), sc(1-side)

@@ -4,6 +4,7 @@ package shm
 
 import (
 	"bytes"
+	"math"
 	"testing"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -28,6 +29,12 @@ func TestStreamedRecordsArrive(t *testing.T) {
 	a.mu.Unlock()
 	if streamed != records*chunkMax || rate != 0.5 {
 		t.Fatalf("%d bytes streamed (copy rate %.1f), want %d (0.5: no timed copy)", streamed, rate, records*chunkMax)
+	}
+	// The receiver timed its reads of the streamed records (the tail's
+	// is too short to time) and published their rate, none for plain ones.
+	b := p.B.(*QP)
+	if plain, streamed := b.seg.in.readRate[0].Load(), math.Float64frombits(b.seg.in.readRate[1].Load()); plain != 0 || streamed <= 0 {
+		t.Fatalf("receiver's read rates: plain %v, streamed %.1f bytes/ns; want 0 and more", math.Float64frombits(plain), streamed)
 	}
 }
 
