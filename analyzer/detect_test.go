@@ -75,6 +75,24 @@ func TestSyntheticSlowLink(t *testing.T) {
 	}
 }
 
+// A receiver that posts its receives late, behind sends that went ahead
+// of their credit, holds their landing: that is the receiver's lateness,
+// not the link's, and no link is slow (2 ranks, as in make run, where rank
+// 0 runs ahead).
+func TestSyntheticLateReceiver(t *testing.T) {
+	s := newSynth(2)
+	s.recvLate = func(src, dst int, seq uint64) int64 {
+		if src == 0 {
+			return 400e3 // a 64 KiB chunk moves in ~85 µs
+		}
+		return 0
+	}
+	for range 20 {
+		s.allReduce(4 << 20)
+	}
+	want(t, analyze(t, s.merged(), Options{}))
+}
+
 func TestSyntheticStraggler(t *testing.T) {
 	s := newSynth(4)
 	s.late = func(rank int, seq uint64) int64 {

@@ -421,9 +421,11 @@ func (a *Analyzer) unpark(c *commState, rank int32, ch uint16, seq uint64, ts in
 }
 
 func (a *Analyzer) recvPost(r *flowtel.Record) {
-	// Receives are timed by their completion (landing); their posts only
-	// make the link known.
-	a.qp(r)
+	// Receives are timed by their completion (landing); their posts bound
+	// the transfers' start (pair).
+	if q := a.qp(r); q != nil {
+		q.in.recvPosts.pushBounded(landedWR{seq: r.WrID >> 1, posted: r.TsNs}, maxPairing)
+	}
 }
 
 func (a *Analyzer) sendWC(r *flowtel.Record) {
@@ -505,6 +507,12 @@ func (a *Analyzer) recvWC(r *flowtel.Record) {
 	}
 	seq := r.WrID >> 1
 	d := landedWR{seq: seq, ts: r.TsNs, bytes: r.Bytes}
+	for l.recvPosts.n > 0 && l.recvPosts.front().seq < seq {
+		l.recvPosts.popFront()
+	}
+	if l.recvPosts.n > 0 && l.recvPosts.front().seq == seq {
+		d.posted = l.recvPosts.popFront().posted
+	}
 	for l.flight.n > 0 && l.flight.front().seq < seq {
 		f := l.flight.popFront()
 		l.drop(&f)

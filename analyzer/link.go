@@ -75,6 +75,7 @@ type link struct {
 	// receiver (the k-th send of a QP lands as the peer QP's k-th receive).
 	flight     fifo[flightWR]
 	landQ      fifo[landedWR] // landings whose post has not been seen yet
+	recvPosts  fifo[landedWR] // receives posted, not yet landed (ts: the post)
 	landMode   bool           // a landing was seen: landings end flights
 	arrivedSeq uint64         // the latest collective its receiver is known to have begun
 	lastLanded int64
@@ -112,9 +113,10 @@ type flightWR struct {
 }
 
 type landedWR struct {
-	seq   uint64
-	ts    int64
-	bytes uint64
+	seq    uint64
+	ts     int64
+	bytes  uint64
+	posted int64 // when the receiver posted the receive (0: not seen)
 }
 
 const maxPairing = 1 << 14 // pending sends or landings kept per link for pairing
@@ -217,11 +219,18 @@ func (l *link) firstData() int64 {
 
 // pair accounts one transfer: from when the send could move (posted,
 // credited, and the WR before it on the connection landed) to its landing.
+// A send that went ahead of its credit (eager) before its receive was
+// posted lands when the receiver gets to it: that time is the receiver's
+// lateness, and when the bytes moved is not known, so such a transfer
+// says nothing of the link's speed. Counted from the send's post, a
+// 2-rank run's early rank charged its peer's lateness to its link, which
+// read at a third of the other's rate; counted from the receive's post,
+// the link read as fast as a memory copy and made the other look slow.
 func (a *Analyzer) pair(l *link, s flightWR, d landedWR) {
 	start := max(s.post, s.grant, l.lastLanded)
 	l.lastLanded = max(l.lastLanded, d.ts)
 	bytes := max(s.bytes, d.bytes)
-	if bytes < a.o.SlowLink.MinWRBytes {
+	if bytes < a.o.SlowLink.MinWRBytes || d.posted > start {
 		return
 	}
 	ns := max(d.ts-start, 1)

@@ -28,6 +28,10 @@ type synth struct {
 	chunk  int
 	starve func(src, dst int, seq uint64) int64 // extra credit wait of sends on src->dst
 	idle   func(rank int, seq uint64, step int) int64
+	// recvLate: the receives on src->dst are posted this long after
+	// their sends, which go ahead of their credit (eager) and land once
+	// the receive is posted.
+	recvLate func(src, dst int, seq uint64) int64
 }
 
 func newSynth(n int) *synth {
@@ -41,6 +45,7 @@ func newSynth(n int) *synth {
 	s.late = func(int, uint64) int64 { return 0 }
 	s.starve = func(int, int, uint64) int64 { return 0 }
 	s.idle = func(int, uint64, int) int64 { return 0 }
+	s.recvLate = func(int, int, uint64) int64 { return 0 }
 	return s
 }
 
@@ -86,7 +91,11 @@ func (s *synth) allReduce(bytes int) {
 				s.recvN[key]++
 				// The receiver posts its receive (the credit) at its own
 				// ready time.
-				s.add(dst, flowtel.Record{TsNs: max(min(ready[dst], t)-1e3, start), Kind: flowtel.KindWRPost, Peer: int32(r), QP: s.qp(dst, r),
+				rpost := max(min(ready[dst], t)-1e3, start)
+				if w := s.recvLate(r, dst, seq); w > 0 {
+					rpost = t + w
+				}
+				s.add(dst, flowtel.Record{TsNs: rpost, Kind: flowtel.KindWRPost, Peer: int32(r), QP: s.qp(dst, r),
 					CollSeq: seq, Step: uint32(step), WrID: flowtel.WRID(rid, true), Bytes: uint64(csize), Op: opAllReduce, Depth: 2})
 				s.add(r, flowtel.Record{TsNs: t, Kind: flowtel.KindWRPost, Peer: int32(dst), QP: s.qp(r, dst), CollSeq: seq,
 					Step: uint32(step), WrID: flowtel.WRID(id, false), Bytes: uint64(csize), Op: opAllReduce, Depth: 1})
@@ -99,7 +108,7 @@ func (s *synth) allReduce(bytes int) {
 						Step: uint32(step), WrID: flowtel.WRID(id, false), Bytes: uint64(csize), Depth: 1})
 				}
 				xfer := int64(float64(csize) / s.bw(r, dst))
-				land := go_ + s.lat(r, dst) + xfer
+				land := max(go_+s.lat(r, dst)+xfer, rpost+2e3)
 				s.add(r, flowtel.Record{TsNs: go_ + xfer, Kind: flowtel.KindWC, Peer: int32(dst), QP: s.qp(r, dst), CollSeq: seq,
 					Step: uint32(step), WrID: flowtel.WRID(id, false), Bytes: uint64(csize), Depth: 0})
 				s.add(dst, flowtel.Record{TsNs: land, Kind: flowtel.KindWC, Peer: int32(r), QP: s.qp(dst, r), CollSeq: seq,
