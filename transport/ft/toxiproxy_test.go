@@ -182,10 +182,10 @@ func TestToxiproxyLatency(t *testing.T) {
 	p := proxiedPair(t, tp, Params{})
 	tr := startTraffic(p, 2000, 64<<10)
 	tr.waitProgress(t, 100)
-	// 10 ms each way: slower, not dead. (At 20 ± 5 ms, a round trip of
-	// up to 50 ms against DeadAfter's 60, the proxy starved of CPU by the
-	// suite's other packages on 2 cores now and then went silent long
-	// enough to take the path down.)
+	// 10 ms each way: slower, not dead. (At 20 ± 5 ms, up to 50 ms a
+	// round trip against DeadAfter's 60, the test now and then saw a path
+	// go down while the suite's other packages loaded the 2 cores the
+	// proxy shares with them.)
 	tp.addToxic("primary", "lat-down", "latency", "downstream", map[string]any{"latency": 10, "jitter": 3})
 	tp.addToxic("primary", "lat-up", "latency", "upstream", map[string]any{"latency": 10, "jitter": 3})
 	tr.wait(t)
