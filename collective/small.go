@@ -38,10 +38,19 @@ import (
 // mailboxes out of step with the peers, so it fails the communicator, like
 // an engine call that fails with transfers out.
 
-// smallMax is the largest all-reduce, in bytes per rank, that takes the
-// mailbox path. Above it the engine's pipelined exchange wins (see
-// docs/design.md for the measurements).
-const smallMax = 8 << 10
+// smallMax bounds what a mailbox call moves: its bytes per rank times the
+// peers it copies them to (each into its slot of that peer's QP) and reads
+// theirs from. A mailbox call does that many bytes of copying and
+// reduction each way where the engine's ring does about twice its bytes,
+// so the path keeps to 64 KiB of it: 2 ranks take it up to 64 KiB a rank
+// (there it beat the engine 1.3-2.5x at 16-64 KiB, close placement or far),
+// 3 ranks to 32 KiB, 9 ranks to 8 KiB, the old fixed limit (docs/design.md
+// has the measurements).
+const smallMax = 64 << 10
+
+// smallLimit is the largest call, in bytes per rank, that takes the
+// mailbox path on a communicator of n ranks (n >= 2).
+func smallLimit(n int) int { return smallMax / (n - 1) }
 
 // Waiting for a peer: poll without pause for smallSpin, then yield the core
 // between polls until smallYield, then sleep on the peer's sequence word in
@@ -124,17 +133,19 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 }
 
 // takesSmall reports whether a call takes the mailbox path: an
-// all-reduce, broadcast or all-gather of at most smallMax bytes per rank,
-// or a barrier, on a communicator that has the path. rq is validated.
+// all-reduce, broadcast or all-gather of at most smallLimit bytes per
+// rank, or a barrier, on a communicator that has the path. rq is
+// validated.
 func (c *Comm) takesSmall(rq *request) bool {
 	if c.small == nil || rq.seq != 0 {
 		return false
 	}
+	limit := smallLimit(c.size)
 	switch rq.call.op {
 	case OpAllReduce, OpAllGather:
-		return len(rq.in) > 0 && len(rq.in) <= smallMax
+		return len(rq.in) > 0 && len(rq.in) <= limit
 	case OpBroadcast:
-		return len(rq.out) > 0 && len(rq.out) <= smallMax && rq.call.root < 1<<7
+		return len(rq.out) > 0 && len(rq.out) <= limit && rq.call.root < 1<<7
 	case OpBarrier:
 		return true
 	}

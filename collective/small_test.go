@@ -16,8 +16,8 @@ import (
 func mailboxCalls(c *Comm) uint32 { return c.small.lastBox }
 
 // Every datatype and reduction, in and out of place, on both sides of the
-// size threshold, for every operation the path takes: up to smallMax bytes
-// per rank the call takes the mailbox path, one element more takes the
+// size threshold, for every operation the path takes: up to smallLimit
+// bytes per rank the call takes the mailbox path, one element more takes the
 // engine, and both give the reference result.
 func TestSmallMatrix(t *testing.T) {
 	for _, n := range []int{2, 3} {
@@ -31,10 +31,11 @@ func TestSmallMatrix(t *testing.T) {
 			cases := 0
 			for _, op := range []Op{OpAllReduce, OpBroadcast, OpAllGather, OpBarrier} {
 				for _, dt := range Datatypes() {
-					edge := smallMax / dt.Size()
+					limit := smallLimit(n)
+					edge := limit / dt.Size()
 					counts := []int{1, 13, edge, edge + 1}
 					if n > 2 {
-						counts = []int{13, edge}
+						counts = []int{13, edge, edge + 1}
 					}
 					redops := []ReduceOp{0}
 					if op == OpAllReduce {
@@ -52,8 +53,8 @@ func TestSmallMatrix(t *testing.T) {
 									t.Fatalf("%v: %v", mc, err)
 								}
 								took := mailboxCalls(comms[0]) != before
-								if want := op == OpBarrier || count*dt.Size() <= smallMax; took != want {
-									t.Fatalf("%v (%d bytes a rank): mailbox path taken %v, want %v (threshold %d bytes)", mc, count*dt.Size(), took, want, smallMax)
+								if want := op == OpBarrier || count*dt.Size() <= limit; took != want {
+									t.Fatalf("%v (%d bytes a rank): mailbox path taken %v, want %v (threshold %d bytes)", mc, count*dt.Size(), took, want, limit)
 								}
 								cases++
 							}

@@ -33,7 +33,7 @@ import (
 // the new sequence before it sleeps.
 const (
 	// MailboxSlot is the size of a mailbox slot in bytes.
-	MailboxSlot = 16 << 10
+	MailboxSlot = 64 << 10
 
 	// mbTags is how many publications' tags a mailbox keeps: a peer that
 	// reads a tag after the publisher has gone that many calls further
