@@ -81,14 +81,18 @@ func TestSmallAllReduceInterleaved(t *testing.T) {
 		if err != nil {
 			return err
 		}
-		defer sub.Close()
 		if sub.small == nil {
+			sub.Abort()
 			return errors.New("the Split child has no mailbox path")
 		}
 		subErr := make(chan error, 1)
 		go func() { subErr <- smallRounds(ctx, sub, 200) }()
-		err = smallRounds(ctx, c, 200)
-		return errors.Join(err, <-subErr)
+		err = errors.Join(smallRounds(ctx, c, 200), <-subErr)
+		if err != nil {
+			sub.Abort() // Close would wait for the handles a failed round left unwaited
+			return err
+		}
+		return sub.Close()
 	})
 	if err != nil {
 		t.Fatal(err)
@@ -99,7 +103,7 @@ func TestSmallAllReduceInterleaved(t *testing.T) {
 func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 	r, n := c.Rank(), c.Size()
 	sum := float32(n * (n - 1) / 2)
-	big := make([]float32, 1<<14)
+	big := make([]float32, smallLimit(2)/4+1) // over the mailbox path's limit at any size
 	for i := range rounds {
 		// An async engine call, then mailbox calls that must not overtake it.
 		for j := range big {
