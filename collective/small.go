@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"math"
 	"sync"
 	"sync/atomic"
 	"time"
@@ -435,8 +436,10 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	// stores. Publish's atomic stores have waited for the slot copy's, so
 	// begin's stores do not queue behind them.
 	tel := s.rec.Enabled()
+	var begun int64 // the begin's clock reading, while its records wait for end
+	var pending bool
 	if tel {
-		s.begin(c, seq, rq, len(in))
+		begun, pending = s.begin(c, k, seq, rq, len(in))
 	}
 	s.lastBox = k
 	st := flowtel.StatusOK
@@ -450,7 +453,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		c.smallCombine(k, rq, in)
 	}
 	if tel {
-		s.end(c, seq, rq, len(in), st)
+		s.end(c, seq, rq, len(in), st, begun, pending)
 	}
 	return err
 }
@@ -607,17 +610,31 @@ func (s *smallPath) stop() {
 // a post of the send (this rank's slot: sent bytes) and of the receive (the
 // peer's) on each peer's mailbox, all at one clock reading taken once the
 // slots are published (the moment the sends are posted, to the peers), in
-// place in the ring and published together; with one peer, as one Exchange
-// entry that the collector expands into those records.
-func (s *smallPath) begin(c *Comm, seq uint64, rq *request, sent int) {
-	ts := s.rec.Now()
+// place in the ring and published together.
+//
+// With one peer they are one Exchange entry that the collector expands
+// into those records, written now only if the peer has not published call
+// k yet, so that the wait for it hides the entry's stores. A call that
+// does not wait leaves them to end, which writes the call's begin and end
+// as one whole entry: one entry's stores and ring publication fewer on
+// the path of the rank the other waits for. begin then returns its clock
+// reading and pending true.
+func (s *smallPath) begin(c *Comm, k uint32, seq uint64, rq *request, sent int) (ts int64, pending bool) {
 	if s.peer >= 0 {
-		if x := s.rec.ReserveExchange(); x != nil {
-			s.exchange(x, c, seq, rq, ts, flowtel.StatusOK, false, sent)
+		// Polled before the clock is read: the poll's load (a miss
+		// while the peer's line is in its cache) runs under the reading.
+		arrived := s.boxes[s.peer].Arrived(k)
+		ts = s.rec.Now()
+		if arrived {
+			return ts, true
+		}
+		if x := s.rec.ReserveExchange(flowtel.ExchangeBegin); x != nil {
+			s.exchange(x, c, seq, rq, ts, flowtel.StatusOK, sent, 0)
 		}
 		s.rec.Commit()
-		return
+		return ts, false
 	}
+	ts = s.rec.Now()
 	if r := s.rec.Reserve(); r != nil {
 		s.coll(r, c, seq, rq, ts, flowtel.KindCollBegin, flowtel.StatusOK)
 	}
@@ -633,17 +650,27 @@ func (s *smallPath) begin(c *Comm, seq uint64, rq *request, sent int) {
 		}
 	}
 	s.rec.Commit()
+	return ts, false
 }
 
 // end writes the completions of the sends and receives and coll_end, at
 // one clock reading taken after the output was made (the receives complete
 // reduced or copied, as a fused receive does on the engine's path); with
-// one peer, as one Exchange entry.
-func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.Status) {
+// one peer, as one Exchange entry, or with begin's records (pending: at
+// begun) as one whole entry.
+func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.Status, begun int64, pending bool) {
 	ts := s.rec.Now()
 	if s.peer >= 0 {
-		if x := s.rec.ReserveExchange(); x != nil {
-			s.exchange(x, c, seq, rq, ts, st, true, sent)
+		part, at, after := flowtel.ExchangeEnd, ts, uint32(0)
+		if pending {
+			if d := ts - begun; d >= 0 && d <= math.MaxUint32 {
+				part, at, after = flowtel.ExchangeWhole, begun, uint32(d)
+			} else if x := s.rec.ReserveExchange(flowtel.ExchangeBegin); x != nil {
+				s.exchange(x, c, seq, rq, begun, flowtel.StatusOK, sent, 0)
+			}
+		}
+		if x := s.rec.ReserveExchange(part); x != nil {
+			s.exchange(x, c, seq, rq, at, st, sent, after)
 		}
 		s.wrs++
 		s.rec.Commit()
@@ -667,16 +694,15 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 	s.rec.Commit()
 }
 
-// exchange writes every field of the Exchange entry that stands for
-// begin's (end: end's) three records of a 2-rank call: one entry, about
-// fifteen stores, where the records took three times seventeen
-// (BenchmarkSmallRecords). Its sizes fit: a call moves at most smallMax
-// bytes a rank.
-func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, seq uint64, rq *request, ts int64, st flowtel.Status, end bool, sent int) {
+// exchange writes every field of an Exchange entry of a 2-rank call (its
+// part is the reservation's): about fifteen stores, where the records
+// took three times seventeen (BenchmarkSmallRecords). Its sizes fit: a
+// call moves at most smallMax bytes a rank.
+func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, seq uint64, rq *request, ts int64, st flowtel.Status, sent int, endAfter uint32) {
 	p := s.peer
-	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes = ts, seq, s.wrs, uint64(len(rq.out))
+	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes, x.EndAfter = ts, seq, s.wrs, uint32(len(rq.out)), endAfter
 	x.Rank, x.Peer, x.QP, x.Comm, x.SendBytes, x.RecvBytes = int32(c.rank), int32(p), s.qpids[p], s.comm, uint32(sent), uint32(recvBytes(rq, p))
-	x.Channel, x.Status, x.Op, x.Algo, x.Dtype, x.End = 0, st, uint8(rq.call.op), uint8(AlgoDirect), uint8(rq.dt), end
+	x.Channel, x.Status, x.Op, x.Algo, x.Dtype = 0, st, uint8(rq.call.op), uint8(AlgoDirect), uint8(rq.dt)
 }
 
 // recvBytes is what a call reads from peer p's slot.

@@ -2,6 +2,7 @@ package collective
 
 import (
 	"fmt"
+	"strings"
 	"testing"
 	"time"
 
@@ -11,22 +12,35 @@ import (
 )
 
 // recordsOnlyBox stands for a peer's mailbox where only its presence
-// matters (begin and end call none of its methods).
-type recordsOnlyBox struct{ transport.Mailbox }
+// matters, and whether the peer published before this rank's begin
+// (begin and end call no other method).
+type recordsOnlyBox struct {
+	transport.Mailbox
+	arrived bool
+}
+
+func (b *recordsOnlyBox) Arrived(uint32) bool { return b.arrived }
 
 // recordsPath returns rank 0 of 2's mailbox path writing into ring, and a
-// 1 KiB float32 all-reduce request.
+// 1 KiB float32 all-reduce request. The peer has not published.
 func recordsPath(ring *flowtel.Ring) (*Comm, *smallPath, *request) {
 	c := &Comm{rank: 0, size: 2}
-	s := &smallPath{boxes: []transport.Mailbox{nil, recordsOnlyBox{}}, qpids: []uint32{0, 7}, rec: flowtel.NewRecorder(ring, nil), comm: 9, peer: 1}
+	s := &smallPath{boxes: []transport.Mailbox{nil, &recordsOnlyBox{}}, qpids: []uint32{0, 7}, rec: flowtel.NewRecorder(ring, nil), comm: 9, peer: 1}
 	c.small = s
 	buf := make([]byte, 1024)
 	return c, s, &request{call: call{op: OpAllReduce}, dt: Float32, in: buf, out: buf}
 }
 
 // begin and end write their records in place over the ring's previous lap:
-// every field must be theirs, none left from what the slot held.
+// every field must be theirs, none left from what the slot held, whether
+// they wrote two entries or one whole one.
 func TestSmallRecordsOverwriteSlots(t *testing.T) {
+	for _, arrived := range []bool{false, true} {
+		t.Run(fmt.Sprintf("peer first=%v", arrived), func(t *testing.T) { testSmallRecordsOverwriteSlots(t, arrived) })
+	}
+}
+
+func testSmallRecordsOverwriteSlots(t *testing.T, arrived bool) {
 	ring, err := flowtel.NewRing(8)
 	if err != nil {
 		t.Fatal(err)
@@ -41,8 +55,19 @@ func TestSmallRecordsOverwriteSlots(t *testing.T) {
 	ring.Drain(make([]flowtel.Record, ring.Cap()))
 
 	c, s, rq := recordsPath(ring)
-	s.begin(c, 5, rq, 1024)
-	s.end(c, 5, rq, 1024, flowtel.StatusFlushed)
+	s.boxes[1].(*recordsOnlyBox).arrived = arrived
+	ts, pending := s.begin(c, 3, 5, rq, 1024)
+	if pending != arrived {
+		t.Fatalf("begin left its records to end: %v, want %v (the peer published first: %v)", pending, arrived, arrived)
+	}
+	s.end(c, 5, rq, 1024, flowtel.StatusFlushed, ts, pending)
+	entries := 2
+	if arrived {
+		entries = 1
+	}
+	if ring.Len() != entries {
+		t.Fatalf("the call wrote %d entries, want %d", ring.Len(), entries)
+	}
 	got := make([]flowtel.Record, 8)
 	if n := ring.Drain(got); n != 6 {
 		t.Fatalf("drained %d records, want 6", n)
@@ -79,18 +104,24 @@ func TestSmallRecordsOverwriteSlots(t *testing.T) {
 // for field, timestamps included, whatever room each Drain has.
 func TestSmallExchangeRecords(t *testing.T) {
 	calls := []struct {
-		op     Op
-		root   int
-		in     int
-		out    int
-		status flowtel.Status
+		op        Op
+		root      int
+		in        int
+		out       int
+		status    flowtel.Status
+		peerFirst bool          // the peer published before begin: one whole entry
+		took      time.Duration // from begin's clock reading to end's
 	}{
-		{OpAllReduce, 0, 1024, 1024, flowtel.StatusOK},
-		{OpAllReduce, 0, 8 << 10, 8 << 10, flowtel.StatusError},
-		{OpAllGather, 0, 4096, 8192, flowtel.StatusOK},
-		{OpBroadcast, 0, 512, 512, flowtel.StatusFlushed},
-		{OpBroadcast, 1, 0, 512, flowtel.StatusOK},
-		{OpBarrier, 0, 0, 0, flowtel.StatusOK},
+		{OpAllReduce, 0, 1024, 1024, flowtel.StatusOK, false, time.Microsecond},
+		{OpAllReduce, 0, 1024, 1024, flowtel.StatusOK, true, time.Microsecond},
+		{OpAllReduce, 0, 64 << 10, 64 << 10, flowtel.StatusError, false, time.Microsecond},
+		{OpAllReduce, 0, 64 << 10, 64 << 10, flowtel.StatusError, true, 3 * time.Second},
+		{OpAllGather, 0, 4096, 8192, flowtel.StatusOK, true, time.Microsecond},
+		{OpBroadcast, 0, 512, 512, flowtel.StatusFlushed, true, 0},
+		{OpBroadcast, 1, 0, 512, flowtel.StatusOK, false, time.Microsecond},
+		{OpBarrier, 0, 0, 0, flowtel.StatusOK, true, time.Microsecond},
+		// Longer than a whole entry's uint32 of ns: two entries.
+		{OpAllReduce, 0, 1024, 1024, flowtel.StatusOK, true, 5 * time.Second},
 	}
 	write := func(peer int) []flowtel.Record {
 		clk := flowteltest.NewFakeClock(1000)
@@ -100,16 +131,19 @@ func TestSmallExchangeRecords(t *testing.T) {
 		}
 		c, s, _ := recordsPath(ring)
 		c.rank = 1
-		s.boxes, s.qpids = []transport.Mailbox{recordsOnlyBox{}, nil}, []uint32{7, 0}
+		s.boxes, s.qpids = []transport.Mailbox{&recordsOnlyBox{}, nil}, []uint32{7, 0}
 		s.peer = peer
 		s.rec = flowtel.NewRecorder(ring, clk.Clock())
 		var got []flowtel.Record
 		dst := make([]flowtel.Record, 2) // less than an entry's records: expansions split across Drains
 		for i, tc := range calls {
 			rq := &request{call: call{op: tc.op, root: tc.root, redop: Max}, dt: Int64, in: make([]byte, tc.in), out: make([]byte, tc.out)}
-			s.begin(c, uint64(10+i), rq, tc.in)
-			clk.Advance(time.Microsecond)
-			s.end(c, uint64(10+i), rq, tc.in, tc.status)
+			if s.peer >= 0 {
+				s.boxes[0].(*recordsOnlyBox).arrived = tc.peerFirst
+			}
+			ts, pending := s.begin(c, uint32(i), uint64(10+i), rq, tc.in)
+			clk.Advance(tc.took)
+			s.end(c, uint64(10+i), rq, tc.in, tc.status, ts, pending)
 			clk.Advance(time.Microsecond)
 			for n := ring.Drain(dst); n > 0; n = ring.Drain(dst) {
 				got = append(got, dst[:n]...)
@@ -131,51 +165,60 @@ func TestSmallExchangeRecords(t *testing.T) {
 	}
 }
 
-// A dropped Exchange entry counts as the three records it stands for, in
-// Dropped and in the KindLost record the next call's records carry.
+// A dropped Exchange entry counts as the records it stands for (a whole
+// one six), in Dropped and in the KindLost record the next call's records
+// carry.
 func TestSmallExchangeDropped(t *testing.T) {
 	ring, err := flowtel.NewRing(2)
 	if err != nil {
 		t.Fatal(err)
 	}
 	c, s, rq := recordsPath(ring)
-	s.begin(c, 1, rq, len(rq.in))
-	s.end(c, 1, rq, len(rq.in), flowtel.StatusOK) // the ring is full: begin's and end's entries take both slots
-	s.begin(c, 2, rq, len(rq.in))                 // dropped
-	if d := ring.Dropped(); d != 3 {
-		t.Fatalf("Dropped after one lost entry = %d, want 3", d)
+	call := func(k uint32) {
+		ts, pending := s.begin(c, k, uint64(k), rq, len(rq.in))
+		s.end(c, uint64(k), rq, len(rq.in), flowtel.StatusOK, ts, pending)
+	}
+	call(1) // the peer has not published: begin's and end's entries fill the ring
+	s.boxes[1].(*recordsOnlyBox).arrived = true
+	call(2) // one whole entry, dropped
+	if d := ring.Dropped(); d != 6 {
+		t.Fatalf("Dropped after a lost whole entry = %d, want 6", d)
 	}
 	recs := make([]flowtel.Record, 8)
 	if n := ring.Drain(recs); n != 6 {
 		t.Fatalf("drained %d records, want 6", n)
 	}
-	s.end(c, 2, rq, len(rq.in), flowtel.StatusOK)
+	call(3)
 	n := ring.Drain(recs)
-	if n != 4 || recs[0].Kind != flowtel.KindLost || recs[0].Bytes != 3 || recs[3].Kind != flowtel.KindCollEnd {
-		t.Fatalf("after the loss drained %d records %v, want lost(3) then end's 3", n, fmt.Sprint(recs[:n]))
+	if n != 7 || recs[0].Kind != flowtel.KindLost || recs[0].Bytes != 6 || recs[1].CollSeq != 3 || recs[6].Kind != flowtel.KindCollEnd {
+		t.Fatalf("after the loss drained %d records %v, want lost(6) then call 3's 6", n, fmt.Sprint(recs[:n]))
 	}
 }
 
 // BenchmarkSmallRecords is what a 2-rank mailbox call's telemetry costs
 // the caller: begin's and end's records written into a ring ("exchange":
-// as the two Exchange entries a 2-rank path writes; "records": as the six
-// records a path with more peers writes a peer), drained outside the
-// timer; "+drain" times the drain too (the collector's share, on the same
-// CPU when a rank is bound to one).
+// as the two Exchange entries a 2-rank path writes when the peer has not
+// published at begin; "whole": as the one entry it writes when the peer
+// had; "records": as the six records a path with more peers writes a
+// peer), drained outside the timer; "+drain" times the drain too (the
+// collector's share, on the same CPU when a rank is bound to one).
 func BenchmarkSmallRecords(b *testing.B) {
-	for _, peer := range []int{1, -1} {
+	for _, name := range []string{"exchange", "whole", "records"} {
 		for _, drain := range []bool{false, true} {
-			name := map[bool]string{true: "exchange", false: "records"}[peer >= 0]
+			run := name
 			if drain {
-				name += "+drain"
+				run += "+drain"
 			}
-			b.Run(name, func(b *testing.B) {
+			b.Run(run, func(b *testing.B) {
 				ring, err := flowtel.NewRing(1 << 15)
 				if err != nil {
 					b.Fatal(err)
 				}
 				c, s, rq := recordsPath(ring)
-				s.peer = peer
+				if strings.HasPrefix(name, "records") {
+					s.peer = -1
+				}
+				s.boxes[1].(*recordsOnlyBox).arrived = strings.HasPrefix(name, "whole")
 				dst := make([]flowtel.Record, 4096)
 				b.ResetTimer()
 				for i := range b.N {
@@ -189,8 +232,8 @@ func BenchmarkSmallRecords(b *testing.B) {
 							b.StartTimer()
 						}
 					}
-					s.begin(c, uint64(i), rq, len(rq.in))
-					s.end(c, uint64(i), rq, len(rq.in), flowtel.StatusOK)
+					ts, pending := s.begin(c, uint32(i), uint64(i), rq, len(rq.in))
+					s.end(c, uint64(i), rq, len(rq.in), flowtel.StatusOK, ts, pending)
 				}
 			})
 		}

@@ -149,16 +149,16 @@ func (r *Recorder) Reserve() *Record {
 	return r.ring.Reserve()
 }
 
-// ReserveExchange is Reserve for an Exchange entry, written in place
-// (every exported field, one at a time: Ring.ReserveExchange) and published by Commit; sinks get the three
-// records it stands for. nil when the recorder is nil or paused, or the
-// ring is full (the entry is dropped and counted as three records). Owner
-// only.
-func (r *Recorder) ReserveExchange() *Exchange {
+// ReserveExchange is Reserve for an Exchange entry standing for part's
+// records, written in place (every exported field, one at a time:
+// Ring.ReserveExchange) and published by Commit; sinks get the records it
+// stands for. nil when the recorder is nil or paused, or the ring is full
+// (the entry is dropped and counted as its records). Owner only.
+func (r *Recorder) ReserveExchange(part ExchangePart) *Exchange {
 	if r == nil || r.paused.Load() {
 		return nil
 	}
-	return r.ring.ReserveExchange()
+	return r.ring.ReserveExchange(part)
 }
 
 // Commit publishes the records reserved since the last Commit. Owner only.

@@ -144,19 +144,19 @@ func (r *Ring) publish(t0, t uint64) {
 // Producer only, with no Push between Reserve and Commit.
 func (r *Ring) Reserve() *Record { return r.reserve(1) }
 
-// ReserveExchange is Reserve for an Exchange entry, which stands for three
-// records (counted three when dropped). The caller writes every exported
-// field, one at a time: assigning a whole Exchange would clear the mark
-// that makes the slot an entry (and a composite literal is built on the
-// stack and copied in, the stall Reserve's in-place writes avoid).
+// ReserveExchange is Reserve for an Exchange entry standing for part's
+// records (counted as those when dropped). The caller writes every
+// exported field, one at a time: assigning a whole Exchange would clear
+// the mark that makes the slot an entry (and a composite literal is built
+// on the stack and copied in, the stall Reserve's in-place writes avoid).
 // Producer only.
-func (r *Ring) ReserveExchange() *Exchange {
-	slot := r.reserve(exchangeRecords)
+func (r *Ring) ReserveExchange(part ExchangePart) *Exchange {
+	slot := r.reserve(uint64(part.records()))
 	if slot == nil {
 		return nil
 	}
 	x := asExchange(slot)
-	x.kind = kindExchange
+	x.kind, x.part = kindExchange, part
 	return x
 }
 
@@ -204,17 +204,18 @@ func (r *Ring) Drain(dst []Record) int {
 		slot := &r.buf[(h+i)&r.mask]
 		if slot.Kind == kindExchange {
 			x := asExchange(slot)
-			if r.part == 0 && len(dst)-n >= exchangeRecords {
-				x.expand(dst[n : n+exchangeRecords])
-				n += exchangeRecords
+			w := x.part.records()
+			if r.part == 0 && len(dst)-n >= w {
+				x.expand(dst[n : n+w])
+				n += w
 				i++
 				continue
 			}
-			var recs [exchangeRecords]Record
+			var recs [maxExchangeRecords]Record
 			x.expand(recs[:])
-			c := copy(dst[n:], recs[r.part:])
+			c := copy(dst[n:], recs[r.part:w])
 			n += c
-			if r.part += c; r.part == exchangeRecords {
+			if r.part += c; r.part == w {
 				r.part = 0
 				i++
 			}
