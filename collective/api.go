@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"sync/atomic"
 	"time"
 	"unsafe"
 
@@ -41,9 +42,10 @@ type Handle struct {
 	comm   *Comm
 	err    error
 	waited bool
-	dev    *deviceWait // a device operation: the engine waits
-	small  *smallWait  // a call on the mailbox path (small.go)
-	inline bool        // a blocking call's, never seen by the caller: reused once waited
+	dev    *deviceWait  // a device operation: the engine waits
+	small  *smallWait   // a call on the mailbox path (small.go)
+	inline bool         // a blocking call's, never seen by the caller: reused once waited
+	left   atomic.Int32 // not inline: tasks not finished; the last to finish ends the call (Comm.pending)
 }
 
 // Wait blocks until the operation finished or ctx ended, and returns its
@@ -63,7 +65,6 @@ func (h *Handle) Wait(ctx context.Context) error {
 			return fmt.Errorf("collective: waiting for %v: %w", OpAllReduce, ctx.Err())
 		}
 		h.waited, h.err = true, w.err
-		h.comm.pending.Done()
 		return h.err
 	}
 	for _, t := range h.tasks {
@@ -88,7 +89,9 @@ func (h *Handle) Wait(ctx context.Context) error {
 			break
 		}
 	}
-	h.comm.pending.Done()
+	if h.inline {
+		h.comm.pending.Done() // an async call's ended when its last task finished
+	}
 	return h.err
 }
 
@@ -205,7 +208,19 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 		_ = ch
 		h.tasks = append(h.tasks, t)
 	}
+	// The call is pending until it finishes: a blocking one until its
+	// caller's Wait, which comes at once, an async one until its last
+	// task finishes, whether or not anyone waits for it (Close waits for
+	// calls in flight, not for handles).
 	c.pending.Add(1)
+	var owner *Handle
+	if !h.inline {
+		owner = h
+		h.left.Store(int32(len(h.tasks)))
+	}
+	for _, t := range h.tasks {
+		t.owner = owner
+	}
 	if c.small != nil {
 		if !p2p && rq.seq == 0 {
 			c.small.engineTicket()

@@ -116,6 +116,9 @@ type task struct {
 	// channel someone waits on (made on demand: most callers drive their
 	// own task and never block on it), closed when it finishes.
 	done atomic.Pointer[chan struct{}]
+	// owner is an async call's handle, whose count of unfinished tasks
+	// markDone brings down; nil for a blocking call's.
+	owner *Handle
 }
 
 var closedChan = func() chan struct{} { c := make(chan struct{}); close(c); return c }()
@@ -137,10 +140,19 @@ func (t *task) doneChan() <-chan struct{} {
 }
 
 // markDone finishes the task. It is the engine's last touch of t: a
-// blocking caller may reuse t as soon as it sees it finished.
+// blocking caller may reuse t as soon as it sees it finished (an async
+// call's tasks are never reused: its owner is read before, and holds).
 func (t *task) markDone() {
-	if p := t.done.Swap(&closedChan); p != nil && p != &closedChan {
+	owner := t.owner
+	p := t.done.Swap(&closedChan)
+	if p == &closedChan {
+		return
+	}
+	if p != nil {
 		close(*p)
+	}
+	if owner != nil && owner.left.Add(-1) == 0 {
+		owner.comm.pending.Done()
 	}
 }
 

@@ -284,6 +284,51 @@ func TestAbortFromAnotherGoroutine(t *testing.T) {
 	}
 }
 
+// Close waits for the calls in flight, not for their handles: async calls
+// nobody waits for, on the engine and on the mailbox path, end and Close
+// returns once they have.
+func TestCloseWithUnwaitedHandles(t *testing.T) {
+	for _, tr := range []string{"shm", "tcp"} {
+		t.Run(tr, func(t *testing.T) {
+			comms := newLocal(t, 2, WithTransport(tr))
+			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
+			defer cancel()
+			big := make([]float32, smallLimit(2)) // the engine's, on either transport
+			err := runOnAll(comms, func(c *Comm) error {
+				bufs := [][]float32{make([]float32, len(big)), make([]float32, 4), make([]float32, len(big))}
+				var hs []*Handle
+				for _, b := range bufs {
+					h, err := c.AllReduceAsync(ctx, Buf(b), Buf(b), Sum)
+					if err != nil {
+						return err
+					}
+					hs = append(hs, h)
+				}
+				closed := make(chan error, 1)
+				go func() { closed <- c.Close() }()
+				select {
+				case err := <-closed:
+					if err != nil {
+						return fmt.Errorf("Close: %w", err)
+					}
+				case <-ctx.Done():
+					return errors.New("Close did not return with async calls nobody waited for")
+				}
+				// Their handles still answer, with the calls' results.
+				for i, h := range hs {
+					if err := h.Wait(ctx); err != nil {
+						return fmt.Errorf("call %d, waited after Close: %w", i, err)
+					}
+				}
+				return nil
+			})
+			if err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
 func TestAsyncHandles(t *testing.T) {
 	comms := newLocal(t, 3)
 	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)

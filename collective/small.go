@@ -175,6 +175,7 @@ func (c *Comm) smallAsync(ctx context.Context, k uint32, seq uint64, prev []*Han
 	go func() {
 		w.err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
 		close(w.done)
+		c.pending.Done() // finished, waited for or not
 	}()
 	return &Handle{comm: c, small: w}
 }

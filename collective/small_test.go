@@ -89,7 +89,7 @@ func TestSmallAllReduceInterleaved(t *testing.T) {
 		go func() { subErr <- smallRounds(ctx, sub, 200) }()
 		err = errors.Join(smallRounds(ctx, c, 200), <-subErr)
 		if err != nil {
-			sub.Abort() // Close would wait for the handles a failed round left unwaited
+			sub.Abort() // Close would wait out the failed round's calls still in flight
 			return err
 		}
 		return sub.Close()
