@@ -62,9 +62,6 @@ func (p ExchangePart) records() int {
 	return exchangeRecords
 }
 
-// Part returns which records the entry stands for.
-func (x *Exchange) Part() ExchangePart { return x.part }
-
 // kindExchange marks a ring slot holding an Exchange. It is not a schema v1
 // kind and never leaves the ring.
 const kindExchange Kind = 0xff
