@@ -103,7 +103,7 @@ func TestSmallAllReduceInterleaved(t *testing.T) {
 func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 	r, n := c.Rank(), c.Size()
 	sum := float32(n * (n - 1) / 2)
-	big := make([]float32, smallLimit(2)/4+1) // over the mailbox path's limit at any size
+	big := make([]float32, smallLimit(2)/4+1) // over the mailbox path's limit for any number of ranks
 	for i := range rounds {
 		// An async engine call, then mailbox calls that must not overtake it.
 		for j := range big {
