@@ -218,9 +218,6 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 		owner = h
 		h.left.Store(int32(len(h.tasks)))
 	}
-	for _, t := range h.tasks {
-		t.owner = owner
-	}
 	if c.small != nil {
 		if !p2p && rq.seq == 0 {
 			c.small.engineTicket()
@@ -231,7 +228,7 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 	}
 	inline = inline && len(h.tasks) == 1
 	for ch, t := range h.tasks {
-		t.eng = c.engines[ch]
+		t.owner, t.eng = owner, c.engines[ch]
 		t.eng.enqueue(t, inline)
 	}
 	c.mu.Unlock()

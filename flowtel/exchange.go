@@ -105,11 +105,11 @@ func asExchange(r *Record) *Exchange { return (*Exchange)(unsafe.Pointer(r)) }
 func (x *Exchange) expand(dst []Record) {
 	dst = dst[:x.part.records()]
 	ts, st := x.TsNs, x.Status
+	send, recv := WRID(x.WRSeq, false), WRID(x.WRSeq, true)
 	if x.part != ExchangeEnd {
 		if x.part == ExchangeWhole {
 			st = StatusOK
 		}
-		send, recv := WRID(x.WRSeq, false), WRID(x.WRSeq, true)
 		x.coll(&dst[0], ts, KindCollBegin, st)
 		x.wr(&dst[1], ts, KindWRPost, st, send, 1, x.SendBytes)
 		x.wr(&dst[2], ts, KindWRPost, st, recv, 2, x.RecvBytes)
@@ -119,7 +119,6 @@ func (x *Exchange) expand(dst []Record) {
 		dst = dst[exchangeRecords:]
 		ts, st = ts+int64(x.EndAfter), x.Status
 	}
-	send, recv := WRID(x.WRSeq, false), WRID(x.WRSeq, true)
 	x.wr(&dst[0], ts, KindWC, st, send, 1, x.SendBytes)
 	x.wr(&dst[1], ts, KindWC, st, recv, 0, x.RecvBytes)
 	x.coll(&dst[2], ts, KindCollEnd, st)
