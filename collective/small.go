@@ -53,6 +53,19 @@ const smallMax = 64 << 10
 // mailbox path on a communicator of n ranks (n >= 2).
 func smallLimit(n int) int { return smallMax / (n - 1) }
 
+// telLateMin is the size of a mailbox call's copies (its bytes per rank
+// times its peers) from which begin's clock reading is taken before the
+// copies, and its records written with end's, rather than both after the
+// publication. In 2-rank all-reduces (vccl-bench --telemetry alternate,
+// docs/design.md) begin's work after the publication cost nothing up to
+// 16 KiB, where the wait for the peer's publication hides it, and moving
+// it to the end of the call cost 4-15% there; from 32 KiB it was the
+// reverse: any of begin's poll, clock reading or stores after a large
+// copy's publication alone cost 0.5-0.8 us a 64 KiB call (7-9%), the
+// whole of it at the end nothing measurable. Why the gap after a large
+// publication costs so much is not understood.
+const telLateMin = 32 << 10
+
 // Waiting for a peer: poll without pause for smallSpin, then yield the core
 // between polls until smallYield, then sleep on the peer's sequence word in
 // slices of smallNap, checking the deadline, the abort board and the peer's
@@ -83,8 +96,9 @@ type smallPath struct {
 	waiters  int
 
 	// Under the turn.
-	lastBox uint32 // the last ticket that was a mailbox call
-	wrs     uint64 // telemetry WR sequence
+	lastBox uint32    // the last ticket that was a mailbox call
+	wrs     uint64    // telemetry WR sequence
+	held    heldBegin // the running call's begin, while its records wait
 
 	// live is held while a call touches the mailboxes; teardown takes it
 	// (after raising stopping) before the QPs unmap them.
@@ -412,7 +426,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	if s.lastBox != k-1 {
 		for p, b := range s.boxes {
 			if b != nil && !b.Arrived(k-1) {
-				if err := c.smallWait(ctx, b, k-1, p, seq, deadline); err != nil {
+				if err := c.smallWait(ctx, b, k-1, p, seq, deadline, rq); err != nil {
 					return err
 				}
 			}
@@ -426,25 +440,27 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		in = nil
 	}
 	tag := smallTag(rq)
+	// Telemetry: begin's clock reading and records go after the
+	// publication, in the time the peers take to see it, unless this
+	// rank's copies are large (see telLateMin); then the reading is taken
+	// before them and the records wait for end.
+	tel := s.rec.Enabled()
+	late := tel && len(in)*(c.size-1) >= telLateMin
+	if late {
+		s.hold(seq, len(in), s.rec.Now())
+	}
 	for _, b := range s.boxes {
 		if b != nil {
 			copy(b.Slot(k), in)
 			b.Publish(k, tag)
 		}
 	}
-	// Telemetry after the publication, in the time the peers take to see
-	// it: written before, it held up every peer for its clock reading and
-	// stores. Publish's atomic stores have waited for the slot copy's, so
-	// begin's stores do not queue behind them.
-	tel := s.rec.Enabled()
-	var begun int64 // the begin's clock reading, while its records wait for end
-	var pending bool
-	if tel {
-		begun, pending = s.begin(c, k, seq, rq, len(in))
+	if tel && !late {
+		s.begin(c, k, seq, rq, len(in))
 	}
 	s.lastBox = k
 	st := flowtel.StatusOK
-	err := c.smallGather(ctx, k, seq, deadline, tag)
+	err := c.smallGather(ctx, k, seq, deadline, tag, rq)
 	switch {
 	case err == errFallback:
 		st = flowtel.StatusFlushed // the call runs again on the engine
@@ -454,7 +470,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		c.smallCombine(k, rq, in)
 	}
 	if tel {
-		s.end(c, seq, rq, len(in), st, begun, pending)
+		s.end(c, seq, rq, len(in), st)
 	}
 	return err
 }
@@ -495,14 +511,14 @@ func (c *Comm) smallCombine(k uint32, rq *request, in []byte) {
 
 // smallGather waits until every peer has published call k, and returns
 // errFallback unless each made the same mailbox call (tag).
-func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, tag uint32) error {
+func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, tag uint32, rq *request) error {
 	fallback := false
 	for p, b := range c.small.boxes {
 		if b == nil {
 			continue
 		}
 		if !b.Arrived(k) {
-			if err := c.smallWait(ctx, b, k, p, seq, deadline); err != nil {
+			if err := c.smallWait(ctx, b, k, p, seq, deadline, rq); err != nil {
 				return err
 			}
 		}
@@ -518,10 +534,11 @@ func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline *
 	return nil
 }
 
-// smallWait waits until the peer p has published call k: spinning, then
-// yielding, then sleeping, and failing on the call's deadline, the abort
-// board, teardown or the peer's end.
-func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline *smallDeadline) error {
+// smallWait waits until the peer p has published call k (of request rq):
+// spinning, then yielding, then sleeping, and failing on the call's
+// deadline, the abort board, teardown or the peer's end. Once it stops
+// spinning it writes the records of a begin held for end.
+func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline *smallDeadline, rq *request) error {
 	spin := c.engines[0].spins()
 	var start int64 // read at the 64th poll: most waits end before
 	for i := 1; ; i++ {
@@ -546,6 +563,11 @@ func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p i
 			if b.Arrived(k) {
 				return nil
 			}
+		}
+		if c.small.held.on {
+			// A long wait: a hung call shows live, not only once it
+			// fails.
+			c.small.writeHeld(c, rq)
 		}
 		if waited < smallYield {
 			osYield()
@@ -616,58 +638,81 @@ func (s *smallPath) stop() {
 // With one peer they are one Exchange entry that the collector expands
 // into those records, written now only if the peer has not published call
 // k yet, so that the wait for it hides the entry's stores. A call that
-// does not wait leaves them to end, which writes the call's begin and end
+// does not wait holds them for end, which writes the call's begin and end
 // as one whole entry: one entry's stores and ring publication fewer on
-// the path of the rank the other waits for. begin then returns its clock
-// reading and pending true.
-func (s *smallPath) begin(c *Comm, k uint32, seq uint64, rq *request, sent int) (ts int64, pending bool) {
+// the path of the rank the other waits for.
+func (s *smallPath) begin(c *Comm, k uint32, seq uint64, rq *request, sent int) {
 	if s.peer >= 0 {
 		// Polled before the clock is read: the poll's load (a miss
 		// while the peer's line is in its cache) runs under the reading.
 		arrived := s.boxes[s.peer].Arrived(k)
-		ts = s.rec.Now()
-		if arrived {
-			return ts, true
+		ts := s.rec.Now()
+		s.hold(seq, sent, ts)
+		if !arrived {
+			s.writeHeld(c, rq)
 		}
+		return
+	}
+	s.hold(seq, sent, s.rec.Now())
+	s.writeHeld(c, rq)
+}
+
+// heldBegin is a call's begin whose records are not written yet.
+type heldBegin struct {
+	ts   int64
+	seq  uint64
+	sent int
+	on   bool
+}
+
+// hold notes a call's begin, taken at ts, for writeHeld or end.
+func (s *smallPath) hold(seq uint64, sent int, ts int64) {
+	s.held = heldBegin{ts: ts, seq: seq, sent: sent, on: true}
+}
+
+// writeHeld writes the held begin's records (of call rq).
+func (s *smallPath) writeHeld(c *Comm, rq *request) {
+	h := &s.held
+	h.on = false
+	if s.peer >= 0 {
 		if x := s.rec.ReserveExchange(flowtel.ExchangeBegin); x != nil {
-			s.exchange(x, c, seq, rq, ts, flowtel.StatusOK, sent, 0)
+			s.exchange(x, c, h.seq, rq, h.ts, flowtel.StatusOK, h.sent, 0)
 		}
 		s.rec.Commit()
-		return ts, false
+		return
 	}
-	ts = s.rec.Now()
 	if r := s.rec.Reserve(); r != nil {
-		s.coll(r, c, seq, rq, ts, flowtel.KindCollBegin, flowtel.StatusOK)
+		s.coll(r, c, h.seq, rq, h.ts, flowtel.KindCollBegin, flowtel.StatusOK)
 	}
 	for p, b := range s.boxes {
 		if b == nil {
 			continue
 		}
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, seq, rq, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), 1, sent)
+			s.wr(r, c, p, h.seq, rq, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), 1, h.sent)
 		}
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, seq, rq, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), 2, recvBytes(rq, p))
+			s.wr(r, c, p, h.seq, rq, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), 2, recvBytes(rq, p))
 		}
 	}
 	s.rec.Commit()
-	return ts, false
 }
 
 // end writes the completions of the sends and receives and coll_end, at
 // one clock reading taken after the output was made (the receives complete
-// reduced or copied, as a fused receive does on the engine's path); with
-// one peer, as one Exchange entry, or with begin's records (pending: at
-// begun) as one whole entry.
-func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.Status, begun int64, pending bool) {
+// reduced or copied, as a fused receive does on the engine's path), after
+// the held begin's records if any: with one peer as one Exchange entry, or
+// with a held begin as one whole entry.
+func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.Status) {
 	ts := s.rec.Now()
 	if s.peer >= 0 {
 		part, at, after := flowtel.ExchangeEnd, ts, uint32(0)
-		if pending {
-			if d := ts - begun; d >= 0 && d <= math.MaxUint32 {
-				part, at, after = flowtel.ExchangeWhole, begun, uint32(d)
-			} else if x := s.rec.ReserveExchange(flowtel.ExchangeBegin); x != nil {
-				s.exchange(x, c, seq, rq, begun, flowtel.StatusOK, sent, 0)
+		if s.held.on {
+			if d := ts - s.held.ts; d >= 0 && d <= math.MaxUint32 {
+				part, at, after = flowtel.ExchangeWhole, s.held.ts, uint32(d)
+				s.held.on = false
+			} else {
+				s.writeHeld(c, rq)
 			}
 		}
 		if x := s.rec.ReserveExchange(part); x != nil {
@@ -676,6 +721,9 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 		s.wrs++
 		s.rec.Commit()
 		return
+	}
+	if s.held.on {
+		s.writeHeld(c, rq)
 	}
 	for p, b := range s.boxes {
 		if b == nil {

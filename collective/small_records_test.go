@@ -56,11 +56,11 @@ func testSmallRecordsOverwriteSlots(t *testing.T, arrived bool) {
 
 	c, s, rq := recordsPath(ring)
 	s.boxes[1].(*recordsOnlyBox).arrived = arrived
-	ts, pending := s.begin(c, 3, 5, rq, 1024)
-	if pending != arrived {
-		t.Fatalf("begin left its records to end: %v, want %v (the peer published first: %v)", pending, arrived, arrived)
+	s.begin(c, 3, 5, rq, 1024)
+	if s.held.on != arrived {
+		t.Fatalf("begin held its records for end: %v, want %v (the peer published first: %v)", s.held.on, arrived, arrived)
 	}
-	s.end(c, 5, rq, 1024, flowtel.StatusFlushed, ts, pending)
+	s.end(c, 5, rq, 1024, flowtel.StatusFlushed)
 	entries := 2
 	if arrived {
 		entries = 1
@@ -141,9 +141,9 @@ func TestSmallExchangeRecords(t *testing.T) {
 			if s.peer >= 0 {
 				s.boxes[0].(*recordsOnlyBox).arrived = tc.peerFirst
 			}
-			ts, pending := s.begin(c, uint32(i), uint64(10+i), rq, tc.in)
+			s.begin(c, uint32(i), uint64(10+i), rq, tc.in)
 			clk.Advance(tc.took)
-			s.end(c, uint64(10+i), rq, tc.in, tc.status, ts, pending)
+			s.end(c, uint64(10+i), rq, tc.in, tc.status)
 			clk.Advance(time.Microsecond)
 			for n := ring.Drain(dst); n > 0; n = ring.Drain(dst) {
 				got = append(got, dst[:n]...)
@@ -175,8 +175,8 @@ func TestSmallExchangeDropped(t *testing.T) {
 	}
 	c, s, rq := recordsPath(ring)
 	call := func(k uint32) {
-		ts, pending := s.begin(c, k, uint64(k), rq, len(rq.in))
-		s.end(c, uint64(k), rq, len(rq.in), flowtel.StatusOK, ts, pending)
+		s.begin(c, k, uint64(k), rq, len(rq.in))
+		s.end(c, uint64(k), rq, len(rq.in), flowtel.StatusOK)
 	}
 	call(1) // the peer has not published: begin's and end's entries fill the ring
 	s.boxes[1].(*recordsOnlyBox).arrived = true
@@ -232,8 +232,8 @@ func BenchmarkSmallRecords(b *testing.B) {
 							b.StartTimer()
 						}
 					}
-					ts, pending := s.begin(c, uint32(i), uint64(i), rq, len(rq.in))
-					s.end(c, uint64(i), rq, len(rq.in), flowtel.StatusOK, ts, pending)
+					s.begin(c, uint32(i), uint64(i), rq, len(rq.in))
+					s.end(c, uint64(i), rq, len(rq.in), flowtel.StatusOK)
 				}
 			})
 		}

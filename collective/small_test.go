@@ -226,15 +226,28 @@ func TestSmallAllReduceDeadline(t *testing.T) {
 
 // A mailbox call writes what an engine call writes: coll_begin, a post and
 // a completion of each send and receive (matched by WR id on the
-// mailbox's own queue pair id), coll_end.
+// mailbox's own queue pair id), coll_end; whether its begin's records
+// were written after the publication or with end's (copies of telLateMin
+// bytes or more), and whether as Exchange entries (2 ranks) or records.
 func TestSmallAllReduceRecords(t *testing.T) {
+	for _, tc := range []struct{ n, floats int }{
+		{2, 64}, {2, telLateMin / 4}, {2, smallLimit(2) / 4},
+		{3, 64}, {3, telLateMin / 8}, {3, smallLimit(3) / 4},
+	} {
+		t.Run(fmt.Sprintf("%d ranks %d B", tc.n, 4*tc.floats), func(t *testing.T) { testSmallAllReduceRecords(t, tc.n, tc.floats) })
+	}
+}
+
+func testSmallAllReduceRecords(t *testing.T, n, floats int) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	col, sink := memoryCollector()
-	const n = 3
 	comms := newLocal(t, n, WithCollector(col), WithTransport("shm"))
 	if err := runOnAll(comms, func(c *Comm) error {
-		buf := make([]float32, 64)
+		if c.small == nil {
+			return errors.New("no mailbox path")
+		}
+		buf := make([]float32, floats)
 		return AllReduce(ctx, c, buf, buf, Sum)
 	}); err != nil {
 		t.Fatal(err)
@@ -252,8 +265,8 @@ func TestSmallAllReduceRecords(t *testing.T) {
 			kinds[r.Rank] = map[flowtel.Kind]int{}
 		}
 		kinds[r.Rank][r.Kind]++
-		if r.Algo != uint8(AlgoDirect) || r.Op != uint8(OpAllReduce) || r.Dtype != uint8(Float32) || r.Bytes != 256 {
-			t.Errorf("record %+v: want a 256-byte float32 direct all-reduce", r)
+		if r.Algo != uint8(AlgoDirect) || r.Op != uint8(OpAllReduce) || r.Dtype != uint8(Float32) || r.Bytes != uint64(4*floats) {
+			t.Errorf("record %+v: want a %d-byte float32 direct all-reduce", r, 4*floats)
 		}
 		key := [3]uint64{uint64(r.Rank), uint64(r.QP), r.WrID}
 		switch r.Kind {
@@ -278,15 +291,26 @@ func TestSmallAllReduceRecords(t *testing.T) {
 }
 
 // A mailbox call that waits for a peer has written its coll_begin and
-// posts already: a hung call shows live, not only once it fails.
+// posts already, whether begin wrote them after the publication or held
+// them for end (a large call): a hung call shows live, not only once it
+// fails.
 func TestSmallAllReduceBeginWhileWaiting(t *testing.T) {
+	for _, floats := range []int{1, telLateMin / 4} {
+		t.Run(fmt.Sprintf("%d B", 4*floats), func(t *testing.T) { testSmallAllReduceBeginWhileWaiting(t, floats) })
+	}
+}
+
+func testSmallAllReduceBeginWhileWaiting(t *testing.T, floats int) {
 	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col), WithTransport("shm"))
+	if comms[0].small == nil {
+		t.Fatal("no mailbox path")
+	}
 	ctx, cancel := context.WithCancel(context.Background())
 	defer cancel()
 	done := make(chan error, 1)
 	go func() {
-		buf := []float32{1}
+		buf := make([]float32, floats)
 		done <- AllReduce(ctx, comms[0], buf, buf, Sum) // rank 1 never calls
 	}()
 	wait, cancelWait := context.WithTimeout(context.Background(), 10*time.Second)
