@@ -650,6 +650,42 @@ func TestRingAllGatherOwnTee(t *testing.T) {
 	}
 }
 
+// Out of place, a broadcast root's sends tee its input into its output
+// where the transports tee (call.tee), with no copy apart; elsewhere one
+// copy, and nothing in place or on the other ranks.
+func TestChainBroadcastRootTee(t *testing.T) {
+	const count = 1 << 20 // 4 MiB of float32: 8 chunks of 512 KiB
+	for _, tc := range []struct {
+		rank          int
+		inPlace, tees bool
+		teed, copies  int
+	}{
+		{0, false, true, 4 * count, 0},
+		{0, false, false, 0, 1},
+		{0, true, true, 0, 0},
+		{1, false, true, 0, 0},
+	} {
+		c := &call{op: OpBroadcast, rank: tc.rank, n: 2, count: count, esize: 4, chunk: 512 << 10, inPlace: tc.inPlace, tee: tc.tees}
+		s := &schedule{}
+		chainBroadcast(c, s)
+		teed, copies := 0, 0
+		for _, p := range s.prims {
+			switch {
+			case p.kind == primCopy:
+				copies++
+			case p.kind == primSend && p.tee:
+				teed += p.n
+				if p.a.buf != bufIn || p.b.buf != bufOut || p.b.off != p.a.off {
+					t.Errorf("%+v: send of %d bytes from %v teed to %v", tc, p.n, p.a, p.b)
+				}
+			}
+		}
+		if teed != tc.teed || copies != tc.copies {
+			t.Errorf("rank %d, in place %v, tees %v: %d bytes teed, %d copies; want %d, %d", tc.rank, tc.inPlace, tc.tees, teed, copies, tc.teed, tc.copies)
+		}
+	}
+}
+
 // Out of place, all-gather copies its own block into the output in pieces,
 // one per chunk after that chunk's first send, unless the output reaches
 // streamFrom: then whole, before the sends (memmove's non-temporal stores).
