@@ -199,19 +199,19 @@ func TestWhileSlow(t *testing.T) {
 	q := rateQP()
 	q.streamRate = 3                               // streamed copies slower than
 	q.seg.out.cmaRate.Store(math.Float64bits(8.0)) // the receiver's single-copy reads
-	if q.chooseCMA() || q.ringCopyFor(chunkMax, false) != copyTimed {
+	if q.chooseCMA(0) || q.ringCopyFor(chunkMax, false) != copyTimed {
 		t.Fatal("single copy or no timing before any copy into the ring was timed")
 	}
 	for range 8 {
 		q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
 	}
-	if q.chooseCMA() || q.ringCopyFor(chunkMax, false) != copyTimed {
+	if q.chooseCMA(0) || q.ringCopyFor(chunkMax, false) != copyTimed {
 		t.Fatalf("single copy or no timing at %.1f bytes/ns", q.copyRate)
 	}
 	for range 8 {
 		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far cores
 	}
-	if !q.chooseCMA() {
+	if !q.chooseCMA(0) {
 		t.Fatalf("no single copy at %.1f bytes/ns", q.copyRate)
 	}
 	for _, tc := range []struct {
@@ -233,7 +233,7 @@ func TestWhileSlow(t *testing.T) {
 	for range 9 {
 		q.noteCopy(64<<10, 3277)
 	}
-	if q.chooseCMA() || q.ringCopyFor(chunkMax, false) != copyTimed {
+	if q.chooseCMA(0) || q.ringCopyFor(chunkMax, false) != copyTimed {
 		t.Fatalf("single copy or no timing still, after fast copies (%.1f bytes/ns)", q.copyRate)
 	}
 }
@@ -347,25 +347,25 @@ func TestStreamThenSingleCopy(t *testing.T) {
 	for range rateStart {
 		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far
 	}
-	if q.chooseCMA() || !q.streamWins() {
+	if q.chooseCMA(0) || !q.streamWins() {
 		t.Fatal("single copy before a streamed copy was timed")
 	}
 	q.noteStream(64<<10, 4681) // 14 bytes/ns
-	if !q.chooseCMA() {
+	if !q.chooseCMA(0) {
 		t.Fatalf("streamed at %.1f bytes/ns, single copy not measured: not tried", q.streamRate)
 	}
 	q.noteSingleCopy(1 << 20)
 	r := rateQP()
 	r.seg.in.cmaRate = q.seg.out.cmaRate // the receiver's side of the word
 	r.noteRead(1<<20, 194180)            // 5.4 bytes/ns
-	if q.chooseCMA() {
+	if q.chooseCMA(0) {
 		t.Fatalf("single copy at %.1f bytes/ns against a ring streamed at %.1f", math.Float64frombits(q.seg.out.cmaRate.Load()), q.streamRate)
 	}
 	r.noteRead(1<<20, 1<<20) // much slower: the average follows
 	for range 8 {
 		r.noteRead(1<<20, 34953) // 30 bytes/ns
 	}
-	if !q.chooseCMA() {
+	if !q.chooseCMA(0) {
 		t.Fatalf("no single copy at %.1f bytes/ns against a ring streamed at %.1f", math.Float64frombits(q.seg.out.cmaRate.Load()), q.streamRate)
 	}
 	for sent := 1 << 20; sent < restreamAfter; sent += 1 << 20 { // 1 MiB went by single copy above
@@ -374,8 +374,75 @@ func TestStreamThenSingleCopy(t *testing.T) {
 		}
 		q.noteSingleCopy(1 << 20)
 	}
-	if q.streamRate != 0 || q.chooseCMA() {
-		t.Fatalf("after %d bytes by single copy: streamed rate %.1f, single copy chosen %v; want 0 and false", restreamAfter, q.streamRate, q.chooseCMA())
+	if q.streamRate != 0 || q.chooseCMA(0) {
+		t.Fatalf("after %d bytes by single copy: streamed rate %.1f, single copy chosen %v; want 0 and false", restreamAfter, q.streamRate, q.chooseCMA(0))
+	}
+}
+
+// TestExchangeCMA: a send with a large receive queued beside it (an
+// exchange) tries single copy even while the copies into the ring run
+// fast, for cmaTrial sends; then keeps it unless the ring, both copies of
+// every byte counted, costs less by cmaBias; on the ring it tries single
+// copy again after cmaRetryMin sends, then after twice as many. Small
+// receives (signature headers) make no exchange; a send shortly after an
+// exchange's receives counts as one.
+func TestExchangeCMA(t *testing.T) {
+	q := rateQP()
+	for range 8 {
+		q.noteCopy(64<<10, 3277) // 20 bytes/ns: close cores
+	}
+	q.seg.out.readRate[0].Store(math.Float64bits(30))
+	idx := uint64(0)
+	send := func() bool { idx++; return q.chooseCMA(idx) }
+	if send() {
+		t.Fatal("single copy for a one-way send at 20 bytes/ns")
+	}
+	q.recvs.push(recvOp{wr: transport.WR{Buf: make([]byte, 1024)}})
+	if send() {
+		t.Fatal("single copy beside a small receive only")
+	}
+	q.recvs.push(recvOp{wr: transport.WR{Buf: make([]byte, cmaMin)}})
+	for i := range cmaTrial {
+		if !send() {
+			t.Fatalf("exchange send %d of the trial through the ring", i)
+		}
+	}
+	// The ring delivers 12 bytes per ns both ways (1/20 + 1/30 ns a byte).
+	q.seg.out.cmaRate.Store(math.Float64bits(9)) // within cmaBias of it
+	if !send() {
+		t.Fatal("ring chosen against single copy at 9 bytes/ns")
+	}
+	q.seg.out.cmaRate.Store(math.Float64bits(5))
+	ringRun := func(n int) {
+		t.Helper()
+		for i := range n {
+			if send() {
+				t.Fatalf("single copy at 5 bytes/ns, ring send %d of %d", i, n)
+			}
+		}
+	}
+	trial := func() {
+		t.Helper()
+		for i := range cmaTrial {
+			if !send() {
+				t.Fatalf("retry send %d through the ring", i)
+			}
+		}
+	}
+	ringRun(cmaRetryMin)
+	trial()
+	ringRun(2 * cmaRetryMin)
+	trial()
+	q.recvs.pop()
+	q.recvs.pop()
+	q.seg.out.cmaRate.Store(math.Float64bits(20))
+	for i := range exchangeSends - 1 {
+		if !send() {
+			t.Fatalf("send %d after the exchange's receives through the ring", i)
+		}
+	}
+	if send() {
+		t.Fatalf("single copy %d sends after the last receive", exchangeSends)
 	}
 }
 

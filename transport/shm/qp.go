@@ -149,34 +149,38 @@ type QP struct {
 	ncomp     uint64       // completions queued (Close's flush too, under mu)
 
 	// Single copy (cma_linux.go), guarded by mu.
-	cma        *cmaPeer           // nil: cannot read the peer
-	noCMA      error              // why cma is nil from the start
-	probed     bool               // the probe ran (cma is nil if it failed)
-	cmaOff     bool               // sender: a read failed, keep to the ring
-	cmaSent    uint64             // sender: single-copy records published
-	cmaFails   uint64             // sender: failures acknowledged
-	cmaIn      uint64             // receiver: single-copy records finished
-	cmaInFail  uint64             // receiver: of those, failed
-	copyRate   float64            // sender: its recent copies into the ring, bytes per ns (moving average; 0: not known yet)
-	rateFirst  [rateStart]float64 // sender: the timed copies before copyRate is known
-	rateFirstN int                // sender: how many of rateFirst are taken
-	teeUntimed int                // sender: records teed untimed since the last timed one (teeRecheck)
-	streamed   int                // sender: bytes streamed into the ring in this spell (0: not streaming)
-	spell      int                // sender: bytes this streamed spell lasts
-	spellSend  float64            // sender: the streamed rate at the end of the last spell, bytes per ns (0: to be measured)
-	spellRead  float64            // sender: the receiver's read rate of streamed records then (0: not known)
-	plainSince int                // sender: bytes copied plainly while slow since the last spell (replainAfter: measure a spell again)
-	relap      int                // sender: bytes still to copy plainly, untimed, before the rate is measured afresh
-	streamRate float64            // sender: its recent streamed copies into the ring, bytes per ns (0: to be measured)
-	cmaStale   bool               // sender: the receiver's published read rate is to be measured afresh
-	cmaBytes   int                // sender: bytes sent by single copy since the streamed rate was last measured
-	cmaRateIn  float64            // receiver: its recent single-copy reads, bytes per ns (published in cmaRate)
-	readRateIn [2]float64         // receiver: its recent reads out of plain and streamed records, bytes per ns (published in readRate)
-	quietCMA   int                // receiver: plain receives still to announce without single copy since a reducing one
-	closeRest  int                // receiver: plain receives still to announce without single copy since the cores looked close
-	handoff    int64              // receiver: the least publish-to-read time of the single-copy records in this window (ns)
-	handoffN   int                // receiver: single-copy records in this window
-	closeSeen  int                // receiver: windows in a row whose least trip said close
+	cma          *cmaPeer           // nil: cannot read the peer
+	noCMA        error              // why cma is nil from the start
+	probed       bool               // the probe ran (cma is nil if it failed)
+	cmaOff       bool               // sender: a read failed, keep to the ring
+	cmaSent      uint64             // sender: single-copy records published
+	cmaFails     uint64             // sender: failures acknowledged
+	cmaIn        uint64             // receiver: single-copy records finished
+	cmaInFail    uint64             // receiver: of those, failed
+	copyRate     float64            // sender: its recent copies into the ring, bytes per ns (moving average; 0: not known yet)
+	rateFirst    [rateStart]float64 // sender: the timed copies before copyRate is known
+	rateFirstN   int                // sender: how many of rateFirst are taken
+	teeUntimed   int                // sender: records teed untimed since the last timed one (teeRecheck)
+	streamed     int                // sender: bytes streamed into the ring in this spell (0: not streaming)
+	spell        int                // sender: bytes this streamed spell lasts
+	spellSend    float64            // sender: the streamed rate at the end of the last spell, bytes per ns (0: to be measured)
+	spellRead    float64            // sender: the receiver's read rate of streamed records then (0: not known)
+	plainSince   int                // sender: bytes copied plainly while slow since the last spell (replainAfter: measure a spell again)
+	relap        int                // sender: bytes still to copy plainly, untimed, before the rate is measured afresh
+	streamRate   float64            // sender: its recent streamed copies into the ring, bytes per ns (0: to be measured)
+	exchangeTill uint64             // sender: sends before this index count as an exchange (exchanging)
+	cmaTrial     int                // sender: exchange sends still to try by single copy (exchangeCMA)
+	ringSends    int                // sender: exchange sends through the ring since single copy was last tried
+	cmaRetry     int                // sender: ring sends before single copy is tried again (0: cmaRetryMin)
+	cmaStale     bool               // sender: the receiver's published read rate is to be measured afresh
+	cmaBytes     int                // sender: bytes sent by single copy since the streamed rate was last measured
+	cmaRateIn    float64            // receiver: its recent single-copy reads, bytes per ns (published in cmaRate)
+	readRateIn   [2]float64         // receiver: its recent reads out of plain and streamed records, bytes per ns (published in readRate)
+	quietCMA     int                // receiver: plain receives still to announce without single copy since a reducing one
+	closeRest    int                // receiver: plain receives still to announce without single copy since the cores looked close
+	handoff      int64              // receiver: the least publish-to-read time of the single-copy records in this window (ns)
+	handoffN     int                // receiver: single-copy records in this window
+	closeSeen    int                // receiver: windows in a row whose least trip said close
 
 	gone atomic.Pointer[goneReason]
 	mbox *Mailbox
@@ -523,7 +527,11 @@ func (q *QP) drainPosts() {
 			q.quietCMA = reduceQuiet
 		case q.quietCMA > 0:
 			q.quietCMA--
-		case q.closeRest > 0:
+		case q.closeRest > 0 && !q.sendsBig():
+			// Not in an exchange (large sends queued beside): there
+			// the sender decides by both modes' costs (exchangeCMA),
+			// and a spell of the ring costs half the time of every call
+			// in it.
 			q.closeRest--
 		case q.probed && q.cma != nil:
 			w |= creditCMA
@@ -898,7 +906,7 @@ func (q *QP) sendPass(budget *int) bool {
 				q.sends.pop()
 				continue
 			}
-		} else if s.off == 0 && s.cmaOK && !q.cmaOff && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && q.chooseCMA() {
+		} else if s.off == 0 && s.cmaOK && !q.cmaOff && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && q.chooseCMA(s.idx) {
 			if !q.sendCMA(buf) {
 				return moved
 			}
@@ -1005,7 +1013,109 @@ func (q *QP) sendPass(budget *int) bool {
 // single copy. The receiver, which times each single-copy record's
 // hand-off, stops offering it for a while when the cores look close
 // (noteHandoff); the ring's copies are timed again then.
-func (q *QP) chooseCMA() bool { return cmaAlways.Load() || q.copiesSlow() && !q.streamWins() }
+//
+// In an exchange (receives queued beside the send, as in a 2-rank
+// all-gather or send/recv pair) it decides by cost even while the copies
+// run fast: see exchangeCMA.
+func (q *QP) chooseCMA(idx uint64) bool {
+	if cmaAlways.Load() {
+		return true
+	}
+	if q.exchanging(idx) && !q.copiesSlow() {
+		return q.exchangeCMA()
+	}
+	return q.copiesSlow() && !q.streamWins()
+}
+
+// exchanging reports whether the QP carries an exchange: a receive of
+// cmaMin bytes or more queued beside this send (credit index idx), or
+// beside one of the last exchangeSends sends (the first sends of a 2-rank
+// all-gather step are posted before its receives). Smaller receives do
+// not count: every collective call exchanges its signature headers, a
+// broadcast too. Under mu.
+func (q *QP) exchanging(idx uint64) bool {
+	for i := range q.recvs.len() {
+		if len(q.recvs.at(i).wr.Buf) >= cmaMin {
+			q.exchangeTill = idx + exchangeSends
+			return true
+		}
+	}
+	return idx < q.exchangeTill
+}
+
+// sendsBig reports whether a send of cmaMin bytes or more is queued.
+// Under mu.
+func (q *QP) sendsBig() bool {
+	for i := range q.sends.len() {
+		if len(q.sends.at(i).wr.Buf) >= cmaMin {
+			return true
+		}
+	}
+	return false
+}
+
+// exchangeSends: see exchanging.
+const exchangeSends = 16
+
+// exchangeCMA decides single copy for a send of an exchange whose copies
+// into the ring run fast, by what each mode costs a byte: through the
+// ring each core makes both copies of every byte, one after the other
+// (ringCost, duplex), against one read by single copy. Single copy is
+// tried first, for a trial of cmaTrial sends (the receiver's moving
+// average of its reads then holds only theirs), and again after
+// cmaRetryMin sends through the ring, then twice as many each time it
+// loses, up to cmaRetryMax (a trial where the ring is cheaper costs ~1%
+// then). A trial's reads run slower than single copy does once both sides
+// use it (11-14 bytes per ns, one 6.8, against 21-24 later: what each
+// side's copies cost depends on what the other side's do), so single copy
+// keeps an exchange unless the ring costs less by a factor cmaBias; a
+// rate frozen since the last trial decides nothing, hence the retries.
+//
+// On the Intel host of 2026-12-01, close cores (cache-line hand-off 57
+// ns), the ring measured 25-30 bytes per ns in and 17 out (10.7 a byte
+// delivered both ways) and single copy read 21-24: a 2-rank 1 MiB
+// all-gather took 90-118 us through the ring and 56-59 by single copy
+// (Open MPI 46-48), send/recv of 1 MiB each way 144-169 against 110-119.
+// Where the ring's copies are cheap against single copy's reads (AMD EPYC
+// hosts: 25 in, 27-36 out, single copy 5-8) it keeps the ring.
+func (q *QP) exchangeCMA() bool {
+	if q.cmaTrial > 0 {
+		q.cmaTrial--
+		return true
+	}
+	cr := 0.0
+	if !q.cmaStale {
+		cr = math.Float64frombits(q.seg.out.cmaRate.Load())
+	}
+	if cr == 0 {
+		q.cmaTrial = cmaTrial - 1
+		return true
+	}
+	rr := math.Float64frombits(q.seg.out.readRate[0].Load())
+	if q.copyRate == 0 || rr == 0 {
+		return false // the ring not measured yet: measure it
+	}
+	if 1/cr < cmaBias*ringCost(q.copyRate, rr, true) {
+		q.cmaRetry = 0
+		return true
+	}
+	if q.cmaRetry == 0 {
+		q.cmaRetry = cmaRetryMin
+	}
+	if q.ringSends++; q.ringSends >= q.cmaRetry {
+		q.ringSends, q.cmaTrial = 0, cmaTrial
+		q.cmaRetry = min(2*q.cmaRetry, cmaRetryMax)
+	}
+	return false
+}
+
+// cmaTrial, cmaRetryMin, cmaRetryMax, cmaBias: see exchangeCMA.
+const (
+	cmaBias     = 1.5
+	cmaTrial    = 32
+	cmaRetryMin = 256
+	cmaRetryMax = 8192
+)
 
 // streamWins reports whether, while this side's plain copies into the ring
 // run slow, a streamed ring beats single copy: see streamBeatsCMA. A send
