@@ -59,7 +59,7 @@ func smallLimit(n int) int { return smallMax / (n - 1) }
 // publication. In 2-rank all-reduces (vccl-bench --telemetry alternate,
 // docs/design.md) begin's work after the publication cost nothing up to
 // 16 KiB, where the wait for the peer's publication hides it, and moving
-// it to the end of the call cost 4-15% there; from 32 KiB it was the
+// it to the end of the call cost 1-11% there; from 32 KiB it was the
 // reverse: any of begin's poll, clock reading or stores after a large
 // copy's publication alone cost 0.5-0.8 us a 64 KiB call (7-9%), the
 // whole of it at the end nothing measurable. Why the gap after a large
