@@ -1074,7 +1074,7 @@ const exchangeSends = 16
 // On the Intel host of 2026-12-01, close cores (cache-line hand-off 57
 // ns), the ring measured 25-30 bytes per ns in and 17 out (10.7 a byte
 // delivered both ways) and single copy read 21-24: a 2-rank 1 MiB
-// all-gather took 90-118 us through the ring and 56-59 by single copy
+// all-gather took 88-118 us through the ring and 56-59 by single copy
 // (Open MPI 46-48), send/recv of 1 MiB each way 144-169 against 110-119.
 // Where the ring's copies are cheap against single copy's reads (AMD EPYC
 // hosts: 25 in, 27-36 out, single copy 5-8) it keeps the ring.
