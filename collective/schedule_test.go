@@ -632,22 +632,30 @@ func TestRingAllGatherOwnTee(t *testing.T) {
 		c := &call{op: OpAllGather, rank: 1, n: 2, count: tc.block / 4, esize: 4, chunk: 512 << 10, fuse: true, tee: true}
 		s := &schedule{}
 		ringAllGather(c, s)
-		teed, copies := 0, 0
-		for _, p := range s.prims {
-			switch {
-			case p.kind == primCopy:
-				copies++
-			case p.kind == primSend && p.tee:
-				teed += p.n
-				if p.b.buf != bufOut || p.b.off != c.rank*tc.block+p.a.off || p.a.buf != bufIn {
-					t.Errorf("%d bytes each: send of %d bytes from %v teed to %v", tc.block, p.n, p.a, p.b)
-				}
+		teed, copies := teesAndCopies(s, func(p prim) {
+			if p.b.buf != bufOut || p.b.off != c.rank*tc.block+p.a.off || p.a.buf != bufIn {
+				t.Errorf("%d bytes each: send of %d bytes from %v teed to %v", tc.block, p.n, p.a, p.b)
 			}
-		}
+		})
 		if want := map[bool][2]int{true: {tc.block, 0}, false: {0, 1}}[tc.tees]; teed != want[0] || copies != want[1] {
 			t.Errorf("%d bytes each: %d bytes teed, %d copies; want %d, %d", tc.block, teed, copies, want[0], want[1])
 		}
 	}
+}
+
+// teesAndCopies returns the bytes s's sends tee and its copies, handing
+// each teeing send to check.
+func teesAndCopies(s *schedule, check func(p prim)) (teed, copies int) {
+	for _, p := range s.prims {
+		switch {
+		case p.kind == primCopy:
+			copies++
+		case p.kind == primSend && p.tee:
+			teed += p.n
+			check(p)
+		}
+	}
+	return teed, copies
 }
 
 // Out of place, a broadcast root's sends tee its input into its output
@@ -668,18 +676,11 @@ func TestChainBroadcastRootTee(t *testing.T) {
 		c := &call{op: OpBroadcast, rank: tc.rank, n: 2, count: count, esize: 4, chunk: 512 << 10, inPlace: tc.inPlace, tee: tc.tees}
 		s := &schedule{}
 		chainBroadcast(c, s)
-		teed, copies := 0, 0
-		for _, p := range s.prims {
-			switch {
-			case p.kind == primCopy:
-				copies++
-			case p.kind == primSend && p.tee:
-				teed += p.n
-				if p.a.buf != bufIn || p.b.buf != bufOut || p.b.off != p.a.off {
-					t.Errorf("%+v: send of %d bytes from %v teed to %v", tc, p.n, p.a, p.b)
-				}
+		teed, copies := teesAndCopies(s, func(p prim) {
+			if p.a.buf != bufIn || p.b.buf != bufOut || p.b.off != p.a.off {
+				t.Errorf("%+v: send of %d bytes from %v teed to %v", tc, p.n, p.a, p.b)
 			}
-		}
+		})
 		if teed != tc.teed || copies != tc.copies {
 			t.Errorf("rank %d, in place %v, tees %v: %d bytes teed, %d copies; want %d, %d", tc.rank, tc.inPlace, tc.tees, teed, copies, tc.teed, tc.copies)
 		}
