@@ -67,17 +67,6 @@ func (c *Comm) chunkFor(cl *call) int {
 		return c.opts.chunk
 	}
 	block := cl.count * cl.esize / max(cl.n, 1)
-	if own := cl.count * cl.esize; !c.overTCP && cl.op == OpAllGather && cl.n == 2 && own <= wholeBlockMax {
-		// Nothing relays a 2-rank all-gather's block, so chunks only
-		// cost: each a message, and by single copy (an exchange, see
-		// shm's exchangeCMA) a read behind the last one's
-		// acknowledgement. Intel host, close, 3 launches each, us out of
-		// place / in place: 1 MiB 67-75 / 46-59 -> 47-54 / 32-38, 4 MiB
-		// 307-341 / 263-287 -> 291-314 / 191-203, 16 MiB 1733-1902 /
-		// 1033-1160 -> 1455-1464 / 744-763 (2 launches); a 64 MiB call in
-		// 8 MiB chunks was slower out of place (9.9-10.4 -> 10.6-11.1 ms).
-		return max(own, 1)
-	}
 	if !c.overTCP && (cl.op == OpAllGather || cl.op == OpBroadcast) {
 		// What one step moves is the whole of count (a rank's block of
 		// an all-gather, a broadcast's buffer), not count/n. Over shared
@@ -89,6 +78,17 @@ func (c *Comm) chunkFor(cl *call) int {
 		// 4 MiB in 256/512 KiB 210/179 us close; broadcast 1 MiB in
 		// 128/256 KiB 63.5/52.6 us close.
 		block = cl.count * cl.esize
+	}
+	if cl.op == OpAllGather && cl.n == 2 && !c.overTCP && block <= wholeBlockMax {
+		// Nothing relays a 2-rank all-gather's block, so chunks only
+		// cost: each a message, and by single copy (an exchange, see
+		// shm's exchangeCMA) a read behind the last one's
+		// acknowledgement. Intel host, close, 3 launches each, us out of
+		// place / in place: 1 MiB 67-75 / 46-59 -> 47-54 / 32-38, 4 MiB
+		// 307-341 / 263-287 -> 291-314 / 191-203, 16 MiB 1733-1902 /
+		// 1033-1160 -> 1455-1464 / 744-763 (2 launches); a 64 MiB call in
+		// 8 MiB chunks was slower out of place (9.9-10.4 -> 10.6-11.1 ms).
+		return max(block, 1)
 	}
 	least := 32 << 10
 	if c.overTCP {

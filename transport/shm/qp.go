@@ -515,6 +515,10 @@ func (q *QP) drainPosts() {
 	if len(pr) > 0 && !q.probed {
 		q.probe()
 	}
+	// In an exchange (large sends queued beside) the sender decides by
+	// both modes' costs (exchangeCMA): the close-cores rest, which would
+	// put half of each call on the ring, does not apply.
+	rest := q.closeRest > 0 && !q.sendsBig()
 	for i := range pr {
 		w := uint64(len(pr[i].wr.Buf))
 		// A reducing receive combines as it copies: it keeps to the ring.
@@ -527,11 +531,7 @@ func (q *QP) drainPosts() {
 			q.quietCMA = reduceQuiet
 		case q.quietCMA > 0:
 			q.quietCMA--
-		case q.closeRest > 0 && !q.sendsBig():
-			// Not in an exchange (large sends queued beside): there
-			// the sender decides by both modes' costs (exchangeCMA),
-			// and a spell of the ring costs half the time of every call
-			// in it.
+		case rest && q.closeRest > 0:
 			q.closeRest--
 		case q.probed && q.cma != nil:
 			w |= creditCMA
