@@ -31,6 +31,25 @@ func TestCopyStream(t *testing.T) {
 	}
 }
 
+// TestCopyTeeWhole: lengths around its piece and its largest cached tee
+// copy exactly src and nothing past it.
+func TestCopyTeeWhole(t *testing.T) {
+	src := patternOf(cachedMax+100, 5)
+	for _, n := range []int{0, 1, cachedPiece - 1, cachedPiece, cachedPiece + 1, cachedMax, cachedMax + 100} {
+		dst := bytes.Repeat([]byte{0xee}, len(src)+10)
+		copyTeeWhole(dst, src[:n])
+		if !bytes.Equal(dst[:n], src[:n]) {
+			t.Fatalf("%d bytes: copy differs", n)
+		}
+		copyTeeWhole(nil, src[:n]) // no tee: nothing to copy
+		for i := n; i < len(dst); i++ {
+			if dst[i] != 0xee {
+				t.Fatalf("%d bytes: byte %d past the copy written", n, i)
+			}
+		}
+	}
+}
+
 // TestStreamReceive: a receive flagged Stream gets a multi-record message
 // intact, at an unaligned offset too (its records are copied past the
 // caches).
