@@ -137,3 +137,35 @@ func newAbortJob(t *testing.T, ctx context.Context, how string) []*Comm {
 	})
 	return comms
 }
+
+// A panic in an engine's driver (a bug) unwinds through the caller's
+// deferred Close: Close fails the call and returns, and the panic goes on
+// up, where Close used to wait forever for the token and the call.
+func TestDriverPanicDoesNotHangClose(t *testing.T) {
+	comms := newLocal(t, 2, WithTransport("shm"))
+	c := comms[0]
+	c.engines[0].testFault = func() { panic("injected") }
+	recovered := make(chan any, 1)
+	closed := make(chan error, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		defer func() { closed <- c.Close() }()
+		big := make([]float32, smallLimit(2)) // the engine's, not the mailbox's
+		_ = AllReduce(context.Background(), c, big, big, Sum)
+	}()
+	select {
+	case p := <-recovered:
+		if p != "injected" {
+			t.Fatalf("recovered %v, want the injected panic", p)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return after the driver panicked")
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	buf := make([]float32, 4)
+	if err := AllReduce(context.Background(), c, buf, buf, Sum); err == nil {
+		t.Fatal("all-reduce on the closed communicator succeeded")
+	}
+}

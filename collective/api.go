@@ -89,9 +89,6 @@ func (h *Handle) Wait(ctx context.Context) error {
 			break
 		}
 	}
-	if h.inline {
-		h.comm.pending.Done() // an async call's ended when its last task finished
-	}
 	return h.err
 }
 

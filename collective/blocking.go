@@ -11,9 +11,16 @@ import (
 // wait finishes a blocking call. A handle whose tasks all finished is
 // reused; one whose caller gave up waiting stays with the engine. A call
 // on the mailbox path has no handle: it is over.
+//
+// A blocking call is pending (Close waits for it) until wait returns, by
+// any way: an error, or a panic unwinding through a deferred Close.
+// An async call ends when its last task finishes (markDone).
 func (c *Comm) wait(ctx context.Context, h *Handle, err error) error {
 	if err != nil || h == nil {
 		return err
+	}
+	if h.inline {
+		defer c.pending.Done()
 	}
 	err = h.Wait(ctx)
 	if h.waited && h.inline {

@@ -74,6 +74,8 @@ type engine struct {
 	scratch      [][]byte // free scratch buffers
 	spinning     bool     // the spinners were told the driver spins
 	passTs       int64    // telemetry time the next step's posts may share (0: none)
+
+	testFault func() // tests only: called as drive starts, to make it panic
 }
 
 // task is one collective call's work on one channel.
@@ -319,8 +321,7 @@ func (e *engine) await(ctx context.Context, t *task) error {
 			// the full select below (and without making t's channel).
 			select {
 			case e.token <- struct{}{}:
-				e.drive(ctx, t)
-				<-e.token
+				e.driveHolding(ctx, t)
 				if e.pending() {
 					e.wake()
 				}
@@ -335,8 +336,7 @@ func (e *engine) await(ctx context.Context, t *task) error {
 			<-t.doneChan() // shutdown finishes every task
 			return nil
 		case e.token <- struct{}{}:
-			e.drive(ctx, t)
-			<-e.token
+			e.driveHolding(ctx, t)
 			if e.pending() {
 				e.wake()
 			}
@@ -365,8 +365,7 @@ func (e *engine) background() {
 		for e.pending() {
 			select {
 			case e.token <- struct{}{}:
-				e.drive(context.Background(), nil)
-				<-e.token
+				e.driveHolding(context.Background(), nil)
 			case <-e.stop:
 				return
 			}
@@ -460,9 +459,32 @@ func (e *engine) admitQueued() {
 	e.admitting = q[:0]
 }
 
+// driveHolding drives (see drive) with the token taken, and gives the token
+// back even when drive panics (a bug, here or in a transport). The engine is
+// then failed: the panic unwinds through the caller's deferred Close, which
+// finishes the other tasks with the failure and returns, so the process
+// crashes with the panic rather than hanging on the token.
+func (e *engine) driveHolding(ctx context.Context, until *task) {
+	returned := false
+	defer func() {
+		if !returned {
+			e.setFailed(errDriverPanicked)
+		}
+		<-e.token
+	}()
+	e.drive(ctx, until)
+	returned = true
+}
+
+// errDriverPanicked fails an engine whose driver panicked.
+var errDriverPanicked = errors.New("collective: the engine's driver panicked; the communicator is unusable")
+
 // drive progresses every task until `until` is done (nil: until no task is
 // left), ctx ends, or the engine stops. The caller holds the token.
 func (e *engine) drive(ctx context.Context, until *task) {
+	if e.testFault != nil {
+		e.testFault()
+	}
 	idle := 0
 	var idleSince int64
 	for iter := 0; ; iter++ {

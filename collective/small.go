@@ -177,9 +177,8 @@ func (c *Comm) smallStart(ctx context.Context, inline bool, rq request) (*Handle
 	if !inline {
 		return c.smallAsync(ctx, k, seq, prev, timeout, rq), nil
 	}
-	err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
-	c.pending.Done()
-	return nil, err
+	defer c.pending.Done() // also when a panic unwinds through a deferred Close
+	return nil, c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
 }
 
 // smallAsync runs an async call on a goroutine. Its own function: a blocking
