@@ -58,3 +58,30 @@ func TestCoreRecordsOverwriteSlots(t *testing.T) {
 		t.Errorf("completion record\n got %+v\nwant %+v", got[1], want)
 	}
 }
+
+// A completion is stamped only when telemetry would record it: with the
+// recorder paused (telemetry off) the WC's time stays 0, no clock read.
+func TestCompletionStampedOnlyWithTelemetry(t *testing.T) {
+	for _, paused := range []bool{false, true} {
+		ring, err := flowtel.NewRing(8)
+		if err != nil {
+			t.Fatal(err)
+		}
+		rec := flowtel.NewRecorder(ring, nil)
+		rec.SetPaused(paused)
+		c := NewCore("test", Config{Recorder: rec})
+		wr := WR{Buf: make([]byte, 10)}
+		id := c.Posted(OpSend, &wr)
+		c.Complete(WC{Status: flowtel.StatusOK, Bytes: 10}, id, wr.Tag)
+		wcs := make([]WC, 1)
+		if n := c.Poll(wcs); n != 1 {
+			t.Fatalf("paused %v: polled %d completions, want 1", paused, n)
+		}
+		if stamped := wcs[0].TsNs != 0; stamped == paused {
+			t.Errorf("paused %v: completion time %d", paused, wcs[0].TsNs)
+		}
+		if n, want := ring.Drain(make([]flowtel.Record, 8)), map[bool]int{false: 2, true: 0}[paused]; n != want {
+			t.Errorf("paused %v: %d records, want %d", paused, n, want)
+		}
+	}
+}

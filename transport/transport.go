@@ -148,7 +148,7 @@ type WC struct {
 	Status flowtel.Status
 	Bytes  int   // bytes moved (for a receive, the message length)
 	Err    error // why Status is not OK
-	TsNs   int64 // when the backend completed it, on the recorder's time base
+	TsNs   int64 // when the backend completed it, on the recorder's time base; 0 with telemetry off
 }
 
 // QP is a connected queue pair to one peer.
