@@ -1381,8 +1381,9 @@ func copyTee(dst, tee, src []byte) {
 // memory. Larger tees are copied whole: their lines would leave the cache
 // before anything reads them. 2 ranks, all-gather out of place, shared
 // memory, AMD EPYC host (16 MiB L3), 3 interleaved launches each, whole
-// -> pieces (us): 2 MiB 210-218 -> 124-137, 4 MiB 442-460 -> 342-417
-// (Open MPI 320-360), 8 MiB 973-1188 -> 1291-1370.
+// -> pieces (us), by output (the tee is half of it): 2 MiB 210-218 ->
+// 124-137, 4 MiB 442-460 -> 342-417 (Open MPI 320-360), 8 MiB 973-1188
+// -> 1291-1370.
 func copyTeeWhole(tee, src []byte) {
 	n := min(len(tee), len(src))
 	if n > cachedMax {
