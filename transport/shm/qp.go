@@ -1076,8 +1076,10 @@ const exchangeSends = 16
 // delivered both ways) and single copy read 21-24: a 2-rank 1 MiB
 // all-gather took 88-118 us through the ring and 56-59 by single copy
 // (Open MPI 46-48), send/recv of 1 MiB each way 144-169 against 110-119.
-// Where the ring's copies are cheap against single copy's reads (AMD EPYC
-// hosts: 25 in, 27-36 out, single copy 5-8) it keeps the ring.
+// Where the ring's copies are cheap against single copy's reads (the AMD
+// EPYC hosts of 2026-11-30: 25 in, 27-36 out, single copy 5-8) it keeps
+// the ring; on the AMD host of 2026-12-01 10:16 a 4 MiB all-gather went by
+// single copy (a profile: the kernel's read 37% of a rank's CPU).
 func (q *QP) exchangeCMA() bool {
 	if q.cmaTrial > 0 {
 		q.cmaTrial--
