@@ -391,9 +391,18 @@ func TestResetPrimary(t *testing.T) {
 	a.paths[0].conn.SetLinger(0)
 	a.paths[0].conn.Close()
 	a.mu.Unlock()
-	took := waitFor(t, "failover", time.Second, func() bool { return stats(p.A).Failovers == 1 && stats(p.B).Failovers == 1 })
+	// The reset end fails over and back. The other end does the same when
+	// it reads the reset first; when the primary's new connection comes
+	// first, it replaces the old one in place (install: a link down and
+	// up, its unacknowledged sends replayed, no failover). Under load in
+	// CI the second happened once.
+	movedOrReplaced := func(s Stats) bool { return s.Failovers == 1 || s.LinkDowns >= 1 }
+	took := waitFor(t, "failover", time.Second, func() bool { return stats(p.A).Failovers == 1 && movedOrReplaced(stats(p.B)) })
 	t.Logf("failover %v after the reset", took)
-	waitFor(t, "fail-back", 2*time.Second, func() bool { return stats(p.A).Failbacks == 1 && stats(p.B).Failbacks == 1 })
+	waitFor(t, "fail-back", 2*time.Second, func() bool {
+		b := stats(p.B)
+		return stats(p.A).Failbacks == 1 && b.Failbacks == b.Failovers && !b.OnBackup
+	})
 	tr.wait(t)
 }
 
