@@ -12,7 +12,8 @@
 // small read-ahead buffer). So a message costs no hand-off between
 // goroutines. Each QP also runs two goroutines for what its users cannot do
 // without blocking: the writer takes over a batch the socket did not take
-// whole and waits for room, and sends the credits of receives that no send
+// whole and waits for room (unless the owner spins: then its Polls go on
+// writing it, see pump), and sends the credits of receives that no send
 // took along; the reader reads, and wakes the owner through its Notifier,
 // while nobody polls. An owner that polls without pause says so with
 // SetSpinning (the collective engine does, while it spins): the reader

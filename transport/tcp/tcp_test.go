@@ -619,3 +619,94 @@ func TestMoreHoldsSends(t *testing.T) {
 		}
 	}
 }
+
+// A spinning owner keeps the batch the socket did not take and writes the
+// rest from its own Polls; when spinning stops, or the QP closes, the
+// writer goroutine takes it over. The message is far larger than the
+// socket buffers, and the receiver reads only when the test says so.
+func TestSpinningOwnerKeepsFullBatch(t *testing.T) {
+	const size = 32 << 20
+	msg := patternOf(size, 7)
+	// held connects a pair, posts msg on A while both ends spin and B
+	// does not read, and returns once A holds the unwritten rest.
+	held := func(t *testing.T) (*transporttest.Pair, []byte) {
+		p := connect(t, Backend{}, "")
+		qa, qb := p.A.(*QP), p.B.(*QP)
+		qa.SetSpinning(true)
+		qb.SetSpinning(true) // B's reader goroutine stays parked
+		dst := make([]byte, size)
+		p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
+		qb.Poll(nil) // writes the credit
+		pollUntil(t, qa, 1, "credits arrived", func() int { return qa.credits.len() })
+		if err := p.A.PostSend(transport.WR{ID: 2, Buf: msg}); err != nil {
+			t.Fatal(err)
+		}
+		qa.mu.Lock()
+		kept, handed := qa.wheld.Load(), qa.handoff
+		qa.mu.Unlock()
+		if !kept || handed {
+			t.Fatalf("a %d-byte send the socket cannot take: kept by the spinning owner %v, handed to the writer %v", size, kept, handed)
+		}
+		return p, dst
+	}
+	wcs := make([]transport.WC, 1)
+
+	t.Run("owner writes on", func(t *testing.T) {
+		p, dst := held(t)
+		deadline := time.Now().Add(transporttest.Deadline)
+		sent, got := false, false
+		for !sent || !got {
+			if time.Now().After(deadline) {
+				t.Fatalf("send done %v, receive done %v", sent, got)
+			}
+			if p.A.Poll(wcs) == 1 {
+				if wcs[0].Err != nil {
+					t.Fatalf("send: %v", wcs[0].Err)
+				}
+				sent = true
+			}
+			if p.B.Poll(wcs) == 1 {
+				got = true
+				if wcs[0].Err != nil || !bytes.Equal(dst, msg) {
+					t.Fatalf("receive: %v", wcs[0].Err)
+				}
+			}
+		}
+	})
+
+	t.Run("spinning stops", func(t *testing.T) {
+		p, dst := held(t)
+		p.A.(*QP).SetSpinning(false)
+		// Nobody polls A from here: only its writer goroutine can
+		// finish the send.
+		deadline := time.Now().Add(transporttest.Deadline)
+		for p.B.Poll(wcs) == 0 {
+			if time.Now().After(deadline) {
+				t.Fatal("the receive did not complete after the sender stopped spinning")
+			}
+		}
+		if wcs[0].Err != nil || !bytes.Equal(dst, msg) {
+			t.Fatalf("receive: %v", wcs[0].Err)
+		}
+		if sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]; sc.Err != nil {
+			t.Fatalf("send: %v", sc.Err)
+		}
+	})
+
+	t.Run("close", func(t *testing.T) {
+		p, _ := held(t)
+		closed := make(chan struct{})
+		go func() {
+			p.A.Close()
+			close(closed)
+		}()
+		select {
+		case <-closed:
+		case <-time.After(transporttest.Deadline):
+			t.Fatal("Close hung on the batch its spinning owner kept")
+		}
+		if n := p.A.Poll(wcs); n != 1 || !errors.Is(wcs[0].Err, transport.ErrClosed) {
+			t.Fatalf("after Close: %d completions, %v; want the send flushed", n, wcs[0].Err)
+		}
+	})
+}
