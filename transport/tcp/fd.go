@@ -21,7 +21,9 @@ import (
 // connection's descriptor and closes the net.TCPConn (which takes it out of
 // the poller); the goroutines that must block (the reader while nobody
 // polls, the writer while the socket is full) wait in poll(2) on the socket
-// and on a pipe that becomes readable, for good, once the QP stops.
+// and on a pipe that becomes readable, for good, once the QP stops. The
+// reader's wait also watches a second pipe, kicked when its owner starts
+// spinning (kick).
 type sockFD struct {
 	fd int
 	// users counts the calls of do in progress (they nest: a read may
@@ -32,8 +34,9 @@ type sockFD struct {
 	closing atomic.Bool
 
 	mu           sync.Mutex
-	closed, gone bool // fd closed; the wake pipe closed
+	closed, gone bool // fd closed; the pipes closed
 	wakeR, wakeW int
+	kickR, kickW int
 }
 
 // detach takes conn's descriptor out of Go's poller: it dups it and closes
@@ -51,19 +54,27 @@ func detach(conn *net.TCPConn) (*sockFD, error) {
 	if derr != nil {
 		return nil, fmt.Errorf("tcp: dup of %s: %w", conn.LocalAddr(), derr)
 	}
-	var p [2]int
+	var p, k [2]int
 	if err := pipe(p[:]); err != nil {
 		unix.Close(fd)
 		return nil, fmt.Errorf("tcp: pipe for %s: %w", conn.LocalAddr(), err)
 	}
+	if err := pipe(k[:]); err != nil {
+		closeAll(fd, p[0], p[1])
+		return nil, fmt.Errorf("tcp: pipe for %s: %w", conn.LocalAddr(), err)
+	}
 	if err := unix.SetNonblock(fd, true); err != nil {
-		unix.Close(fd)
-		unix.Close(p[0])
-		unix.Close(p[1])
+		closeAll(fd, p[0], p[1], k[0], k[1])
 		return nil, fmt.Errorf("tcp: non-blocking %s: %w", conn.LocalAddr(), err)
 	}
 	conn.Close() // the dup keeps the connection open
-	return &sockFD{fd: fd, wakeR: p[0], wakeW: p[1]}, nil
+	return &sockFD{fd: fd, wakeR: p[0], wakeW: p[1], kickR: k[0], kickW: k[1]}, nil
+}
+
+func closeAll(fds ...int) {
+	for _, fd := range fds {
+		unix.Close(fd)
+	}
 }
 
 // do runs f on the descriptor, unless it is closed (net.ErrClosed). f must
@@ -79,8 +90,9 @@ func (s *sockFD) do(f func(fd int)) error {
 }
 
 // wait blocks until the socket has events (unix.POLLIN or unix.POLLOUT), or
-// an error, or the QP stops; it reports false in the last case.
-func (s *sockFD) wait(events int16) bool {
+// an error, or the QP stops, or, with kickable, until kick; it reports
+// false once the QP stops. Only one goroutine may wait kickable.
+func (s *sockFD) wait(events int16, kickable bool) bool {
 	s.mu.Lock()
 	if s.closed || s.gone {
 		s.mu.Unlock()
@@ -88,15 +100,35 @@ func (s *sockFD) wait(events int16) bool {
 	}
 	// poll holds its own reference to the socket, and close makes the wake
 	// pipe readable: no lock is held through it.
-	pfd := []unix.PollFd{{Fd: int32(s.fd), Events: events}, {Fd: int32(s.wakeR), Events: unix.POLLIN}}
+	pfd := []unix.PollFd{{Fd: int32(s.fd), Events: events}, {Fd: int32(s.wakeR), Events: unix.POLLIN}, {Fd: int32(s.kickR), Events: unix.POLLIN}}
+	if !kickable {
+		pfd = pfd[:2]
+	}
 	s.mu.Unlock()
 	for {
 		_, err := unix.Poll(pfd, -1)
 		if err == syscall.EINTR {
 			continue
 		}
+		if err == nil && kickable && pfd[2].Revents != 0 {
+			var b [16]byte
+			for {
+				if n, _ := unix.Read(s.kickR, b[:]); n < len(b) {
+					break
+				}
+			}
+		}
 		return err == nil && pfd[1].Revents == 0
 	}
+}
+
+// kick ends a kickable wait now, or the next one at once.
+func (s *sockFD) kick() {
+	s.mu.Lock()
+	if !s.gone {
+		unix.Write(s.kickW, []byte{0})
+	}
+	s.mu.Unlock()
 }
 
 // shutdown ends the connection (the peer reads end of file) and every wait.
@@ -142,8 +174,7 @@ func (s *sockFD) release() {
 	s.mu.Lock()
 	if !s.gone {
 		s.gone = true
-		unix.Close(s.wakeR)
-		unix.Close(s.wakeW)
+		closeAll(s.wakeR, s.wakeW, s.kickR, s.kickW)
 	}
 	s.mu.Unlock()
 }

@@ -80,6 +80,7 @@ type QP struct {
 	local, remote string
 	closed        atomic.Bool   // Close was called: posts are refused
 	spinning      atomic.Bool   // the owner polls without pause (SetSpinning)
+	rwaiting      atomic.Bool   // the reader goroutine waits in poll(2), or is about to
 	arm           chan struct{} // wakes the reader goroutine when spinning stops
 
 	mu        sync.Mutex
@@ -594,7 +595,7 @@ func (q *QP) writeAll() error {
 		}
 		switch {
 		case w.err == syscall.EAGAIN:
-			if !q.sock.wait(unix.POLLOUT) {
+			if !q.sock.wait(unix.POLLOUT, false) {
 				return net.ErrClosed
 			}
 		case w.err != nil:
@@ -694,7 +695,18 @@ func (q *QP) writeLoop() {
 // goroutine (pump says why). The owner must turn spinning off, and poll
 // once, before it waits on the notifier.
 func (q *QP) SetSpinning(on bool) {
-	if q.spinning.Swap(on) == on || on {
+	if q.spinning.Swap(on) == on {
+		return
+	}
+	if on {
+		// A reader left waiting in poll(2) would be woken by every
+		// message that arrives, each time taking the CPU from the owner
+		// that reads it (a 2-rank 4 MiB broadcast over loopback: ~40
+		// context switches a call on the receiving rank). Kick it out,
+		// to park on arm.
+		if q.rwaiting.Load() {
+			q.sock.kick()
+		}
 		return
 	}
 	q.mu.Lock()
@@ -761,9 +773,13 @@ func (q *QP) readLoop() {
 		// tens of microseconds later.
 		runtime.Gosched()
 		// Wait until the socket is readable, unless the owner now spins.
-		if !q.spinning.Load() && !q.sock.wait(unix.POLLIN) {
+		// rwaiting goes up before spinning is read, and SetSpinning reads
+		// it after it sets spinning: one of the two sees the other.
+		q.rwaiting.Store(true)
+		if !q.spinning.Load() && !q.sock.wait(unix.POLLIN, true) {
 			err = net.ErrClosed
 		}
+		q.rwaiting.Store(false)
 	}
 	if rerr == nil {
 		rerr = q.peerDead(err)

@@ -710,3 +710,42 @@ func TestSpinningOwnerKeepsFullBatch(t *testing.T) {
 		}
 	})
 }
+
+// A reader goroutine waiting in poll(2) when its owner starts spinning
+// leaves the wait at once, to park until spinning stops: left there, every
+// message arriving would wake it, each time taking the CPU from the owner
+// that reads the message.
+func TestSpinningKicksWaitingReader(t *testing.T) {
+	p := connect(t, Backend{}, "")
+	qb := p.B.(*QP)
+	waitFor := func(want bool, what string) {
+		t.Helper()
+		deadline := time.Now().Add(transporttest.Deadline)
+		for qb.rwaiting.Load() != want {
+			if time.Now().After(deadline) {
+				t.Fatal(what)
+			}
+			runtime.Gosched()
+		}
+	}
+	waitFor(true, "the reader goroutine of an owner that does not spin never waited in poll")
+	qb.SetSpinning(true)
+	waitFor(false, "the reader goroutine stayed in poll after its owner started spinning")
+	msg := patternOf(100, 3)
+	dst := make([]byte, len(msg))
+	p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
+	p.A.PostSend(transport.WR{ID: 2, Buf: msg})
+	wcs := make([]transport.WC, 1)
+	deadline := time.Now().Add(transporttest.Deadline)
+	for qb.Poll(wcs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal("no completion while spinning")
+		}
+	}
+	if wcs[0].Err != nil || !bytes.Equal(dst, msg) {
+		t.Fatalf("receive: %v", wcs[0].Err)
+	}
+	if qb.rwaiting.Load() {
+		t.Fatal("the reader goroutine went back to poll while its owner spins")
+	}
+}
