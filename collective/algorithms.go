@@ -407,24 +407,33 @@ func ringReduceScatter(c *call, s *schedule) {
 
 // chainBroadcast pipelines chunks down the chain root, root+1, …. Out of
 // place, the root's input reaches its output on its sends where the
-// transports tee them (c.tee: read once, written twice), else in one copy
-// after the sends are posted: copied apart over shared memory, it was half
-// of a 2-rank broadcast's time from 4 MiB (4 MiB 621-656 us against 486-504
-// teed, 16 MiB 2.68-2.69 ms against 1.99-2.02, 64 MiB 17.2-17.5 ms against
-// 14.7; in place 330-340 us, 1.37-1.46 ms, 6.8-9.5 ms).
+// transports tee them (c.tee: read once, written twice): copied apart over
+// shared memory, it was half of a 2-rank broadcast's time from 4 MiB
+// (4 MiB 621-656 us against 486-504 teed, 16 MiB 2.68-2.69 ms against
+// 1.99-2.02, 64 MiB 17.2-17.5 ms against 14.7; in place 330-340 us,
+// 1.37-1.46 ms, 6.8-9.5 ms). Elsewhere each chunk is copied once its send
+// has left, while the next waits for room in the socket, and from
+// streamFrom in one copy after the sends are posted (memmove's
+// non-temporal stores). 2 ranks over TCP, out of place, one copy after the
+// sends against pieces, us: 1 MiB 228-231 -> 209-213, 4 MiB 894-907 ->
+// 891-927, 16 MiB 4139-4937 -> 7054-7662 (so one copy from there).
 func chainBroadcast(c *call, s *schedule) {
 	r, n := c.rank, c.n
 	v := mod(r-c.root, n)
 	next, prev := mod(r+1, n), mod(r-1, n)
 	bl := c.count * c.esize
 	tee := v == 0 && !c.inPlace && c.tee
+	pieces := v == 0 && !c.inPlace && !tee && bl < streamFrom
 	for _, ch := range c.chunks(bl) {
 		if v == 0 {
 			if tee && ch[1] > 0 {
 				s.sendTee(next, in(ch[0]), out(ch[0]), ch[1], 0)
 				continue
 			}
-			s.send(next, in(ch[0]), ch[1], 0)
+			snd := s.send(next, in(ch[0]), ch[1], 0)
+			if pieces && ch[1] > 0 {
+				s.copyTo(out(ch[0]), in(ch[0]), ch[1], 0, snd)
+			}
 			continue
 		}
 		rv := s.recv(prev, out(ch[0]), ch[1], uint32(v-1))
@@ -434,7 +443,7 @@ func chainBroadcast(c *call, s *schedule) {
 			s.streamed(rv, bl)
 		}
 	}
-	if v == 0 && !c.inPlace && !tee && bl > 0 {
+	if v == 0 && !c.inPlace && !tee && !pieces && bl > 0 {
 		s.copyTo(out(0), in(0), bl, 0)
 	}
 }

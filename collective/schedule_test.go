@@ -660,20 +660,25 @@ func teesAndCopies(s *schedule, check func(p prim)) (teed, copies int) {
 
 // Out of place, a broadcast root's sends tee its input into its output
 // where the transports tee (call.tee), with no copy apart; elsewhere one
-// copy, and nothing in place or on the other ranks.
+// copy per chunk, each after that chunk's send, or one copy from
+// streamFrom; and nothing in place or on the other ranks.
 func TestChainBroadcastRootTee(t *testing.T) {
 	const count = 1 << 20 // 4 MiB of float32: 8 chunks of 512 KiB
 	for _, tc := range []struct {
 		rank          int
+		count         int
 		inPlace, tees bool
 		teed, copies  int
 	}{
-		{0, false, true, 4 * count, 0},
-		{0, false, false, 0, 1},
-		{0, true, true, 0, 0},
-		{1, false, true, 0, 0},
+		{0, count, false, true, 4 * count, 0},
+		{0, count, false, false, 0, 8},
+		{0, streamFrom / 4, false, false, 0, 1},
+		{0, count, true, true, 0, 0},
+		{0, count, true, false, 0, 0},
+		{1, count, false, true, 0, 0},
+		{1, count, false, false, 0, 0},
 	} {
-		c := &call{op: OpBroadcast, rank: tc.rank, n: 2, count: count, esize: 4, chunk: 512 << 10, inPlace: tc.inPlace, tee: tc.tees}
+		c := &call{op: OpBroadcast, rank: tc.rank, n: 2, count: tc.count, esize: 4, chunk: 512 << 10, inPlace: tc.inPlace, tee: tc.tees}
 		s := &schedule{}
 		chainBroadcast(c, s)
 		teed, copies := teesAndCopies(s, func(p prim) {
@@ -682,7 +687,12 @@ func TestChainBroadcastRootTee(t *testing.T) {
 			}
 		})
 		if teed != tc.teed || copies != tc.copies {
-			t.Errorf("rank %d, in place %v, tees %v: %d bytes teed, %d copies; want %d, %d", tc.rank, tc.inPlace, tc.tees, teed, copies, tc.teed, tc.copies)
+			t.Errorf("rank %d, %d bytes, in place %v, tees %v: %d bytes teed, %d copies; want %d, %d", tc.rank, 4*tc.count, tc.inPlace, tc.tees, teed, copies, tc.teed, tc.copies)
+		}
+		for _, p := range s.prims {
+			if p.kind == primCopy && tc.copies > 1 && (len(p.deps) != 1 || s.prims[p.deps[0]].kind != primSend || s.prims[p.deps[0]].a != p.a) {
+				t.Errorf("rank %d, %d bytes: a piece's copy of %v waits on %v, want the send of that chunk", tc.rank, 4*tc.count, p.a, p.deps)
+			}
 		}
 	}
 }
