@@ -418,15 +418,8 @@ func TestSpinning(t *testing.T) {
 	dst := make([]byte, size)
 	p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
 	p.A.PostSend(transport.WR{ID: 2, Buf: msg})
-	wcs := make([]transport.WC, 2)
-	deadline := time.Now().Add(transporttest.Deadline)
-	for qb.Poll(wcs) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no completion while spinning")
-		}
-	}
-	if wcs[0].Err != nil || wcs[0].Bytes != size || !bytes.Equal(dst, msg) {
-		t.Fatalf("spinning receive: %v, %d bytes", wcs[0].Err, wcs[0].Bytes)
+	if wc := pollOne(t, qb, "no completion while spinning"); wc.Err != nil || wc.Bytes != size || !bytes.Equal(dst, msg) {
+		t.Fatalf("spinning receive: %v, %d bytes", wc.Err, wc.Bytes)
 	}
 	transporttest.WaitN(t, p.A, p.NotA, 1)
 	select { // a completion's stale signal
@@ -443,9 +436,23 @@ func TestSpinning(t *testing.T) {
 	case <-time.After(transporttest.Deadline):
 		t.Fatal("the reader goroutine did not signal a message after spinning stopped")
 	}
+	wcs := make([]transport.WC, 2)
 	if n := qb.Poll(wcs); n != 1 || wcs[0].Err != nil || !bytes.Equal(dst, msg) {
 		t.Fatalf("after spinning: %d completions, %v", n, wcs[0].Err)
 	}
+}
+
+// pollOne polls q until it returns a completion, within the test deadline.
+func pollOne(t *testing.T, q transport.QP, what string) transport.WC {
+	t.Helper()
+	wcs := make([]transport.WC, 1)
+	deadline := time.Now().Add(transporttest.Deadline)
+	for q.Poll(wcs) == 0 {
+		if time.Now().After(deadline) {
+			t.Fatal(what)
+		}
+	}
+	return wcs[0]
 }
 
 func TestResolve(t *testing.T) {
@@ -679,14 +686,8 @@ func TestSpinningOwnerKeepsFullBatch(t *testing.T) {
 		p.A.(*QP).SetSpinning(false)
 		// Nobody polls A from here: only its writer goroutine can
 		// finish the send.
-		deadline := time.Now().Add(transporttest.Deadline)
-		for p.B.Poll(wcs) == 0 {
-			if time.Now().After(deadline) {
-				t.Fatal("the receive did not complete after the sender stopped spinning")
-			}
-		}
-		if wcs[0].Err != nil || !bytes.Equal(dst, msg) {
-			t.Fatalf("receive: %v", wcs[0].Err)
+		if wc := pollOne(t, p.B, "the receive did not complete after the sender stopped spinning"); wc.Err != nil || !bytes.Equal(dst, msg) {
+			t.Fatalf("receive: %v", wc.Err)
 		}
 		if sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]; sc.Err != nil {
 			t.Fatalf("send: %v", sc.Err)
@@ -735,15 +736,8 @@ func TestSpinningKicksWaitingReader(t *testing.T) {
 	dst := make([]byte, len(msg))
 	p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
 	p.A.PostSend(transport.WR{ID: 2, Buf: msg})
-	wcs := make([]transport.WC, 1)
-	deadline := time.Now().Add(transporttest.Deadline)
-	for qb.Poll(wcs) == 0 {
-		if time.Now().After(deadline) {
-			t.Fatal("no completion while spinning")
-		}
-	}
-	if wcs[0].Err != nil || !bytes.Equal(dst, msg) {
-		t.Fatalf("receive: %v", wcs[0].Err)
+	if wc := pollOne(t, qb, "no completion while spinning"); wc.Err != nil || !bytes.Equal(dst, msg) {
+		t.Fatalf("receive: %v", wc.Err)
 	}
 	if qb.rwaiting.Load() {
 		t.Fatal("the reader goroutine went back to poll while its owner spins")
