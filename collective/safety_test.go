@@ -293,7 +293,7 @@ func TestCloseWithUnwaitedHandles(t *testing.T) {
 			comms := newLocal(t, 2, WithTransport(tr))
 			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
 			defer cancel()
-			big := make([]float32, smallLimit(2)) // the engine's, on either transport
+			big := make([]float32, smallMax) // the engine's, on either transport
 			err := runOnAll(comms, func(c *Comm) error {
 				bufs := [][]float32{make([]float32, len(big)), make([]float32, 4), make([]float32, len(big))}
 				var hs []*Handle

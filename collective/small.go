@@ -43,15 +43,28 @@ import (
 // peers it copies them to (each into its slot of that peer's QP) and reads
 // theirs from. A mailbox call does that many bytes of copying and
 // reduction each way where the engine's ring does about twice its bytes,
-// so the path keeps to 64 KiB of it: 2 ranks take it up to 64 KiB a rank
-// (there it beat the engine 1.3-2.5x at 16-64 KiB, close placement or far),
-// 3 ranks to 32 KiB, 9 ranks to 8 KiB, the old fixed limit (docs/design.md
-// has the measurements).
+// so where the engines spin the path keeps to 64 KiB of it: 2 ranks take
+// it up to 64 KiB a rank (there it beat the engine 1.3-2.5x at 16-64 KiB,
+// close placement or far), 3 ranks to 32 KiB, 9 ranks to 8 KiB, the old
+// fixed limit (docs/design.md has the measurements). It is also a slot's
+// size.
 const smallMax = 64 << 10
 
 // smallLimit is the largest call, in bytes per rank, that takes the
-// mailbox path on a communicator of n ranks (n >= 2).
-func smallLimit(n int) int { return smallMax / (n - 1) }
+// mailbox path on a communicator of n ranks (n >= 2) whose engines spin or
+// not. Engines that may not spin (more of them than cores) wait for every
+// step of a call through a sleep or a yield, which costs more than the
+// mailbox's extra copies: there the path takes a whole slot whatever n.
+// 4 ranks on 2 cores, shm, us: all-reduce 32 KiB 61-95 -> 46-48 and 64 KiB
+// 143-221 -> 87-90 (Open MPI 62-71, 101-108); all-gather of 32 KiB a rank
+// 111-133 -> 49-55; broadcast 32 KiB 74-78 -> 18-19; 3 ranks, all-reduce
+// 64 KiB 67-77 -> 47.
+func smallLimit(n int, spin bool) int {
+	if !spin {
+		return smallMax
+	}
+	return smallMax / (n - 1)
+}
 
 // telLateMin is the size of a mailbox call's copies (its bytes per rank
 // times its peers) from which begin's clock reading is taken before the
@@ -150,12 +163,13 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 // takesSmall reports whether a call takes the mailbox path: an
 // all-reduce, broadcast or all-gather of at most smallLimit bytes per
 // rank, or a barrier, on a communicator that has the path. rq is
-// validated.
+// validated. Ranks that decide otherwise (their engines' spinning differs)
+// meet at the tag check and run the call on the engine together.
 func (c *Comm) takesSmall(rq *request) bool {
 	if c.small == nil || rq.seq != 0 {
 		return false
 	}
-	limit := smallLimit(c.size)
+	limit := smallLimit(c.size, c.engines[0].spins())
 	switch rq.call.op {
 	case OpAllReduce, OpAllGather:
 		return len(rq.in) > 0 && len(rq.in) <= limit

@@ -31,7 +31,7 @@ func TestSmallMatrix(t *testing.T) {
 			cases := 0
 			for _, op := range []Op{OpAllReduce, OpBroadcast, OpAllGather, OpBarrier} {
 				for _, dt := range Datatypes() {
-					limit := smallLimit(n)
+					limit := smallLimit(n, comms[0].engines[0].spins())
 					edge := limit / dt.Size()
 					counts := []int{1, 13, edge, edge + 1}
 					if n > 2 {
@@ -103,7 +103,7 @@ func TestSmallAllReduceInterleaved(t *testing.T) {
 func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 	r, n := c.Rank(), c.Size()
 	sum := float32(n * (n - 1) / 2)
-	big := make([]float32, smallLimit(2)/4+1) // over the mailbox path's limit for any number of ranks
+	big := make([]float32, smallMax/4+1) // over the mailbox path's limit for any number of ranks
 	for i := range rounds {
 		// An async engine call, then mailbox calls that must not overtake it.
 		for j := range big {
@@ -231,8 +231,8 @@ func TestSmallAllReduceDeadline(t *testing.T) {
 // bytes or more), and whether as Exchange entries (2 ranks) or records.
 func TestSmallAllReduceRecords(t *testing.T) {
 	for _, tc := range []struct{ n, floats int }{
-		{2, 64}, {2, telLateMin / 4}, {2, smallLimit(2) / 4},
-		{3, 64}, {3, telLateMin / 8}, {3, smallLimit(3) / 4},
+		{2, 64}, {2, telLateMin / 4}, {2, smallLimit(2, true) / 4},
+		{3, 64}, {3, telLateMin / 8}, {3, smallLimit(3, true) / 4},
 	} {
 		t.Run(fmt.Sprintf("%d ranks %d B", tc.n, 4*tc.floats), func(t *testing.T) { testSmallAllReduceRecords(t, tc.n, tc.floats) })
 	}
@@ -388,5 +388,23 @@ func TestSmallAllReduceAllocatesNothing(t *testing.T) {
 	}
 	if allocs != 0 {
 		t.Fatalf("%v allocations per 1 KiB mailbox all-reduce, want 0", allocs)
+	}
+}
+
+// The mailbox path's limit shrinks with the peers while engines spin, and
+// is a whole slot when they may not (their waits cost more than the
+// mailbox's extra copies).
+func TestSmallLimit(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		spin bool
+		want int
+	}{
+		{2, true, 64 << 10}, {3, true, 32 << 10}, {9, true, 8 << 10},
+		{2, false, 64 << 10}, {3, false, 64 << 10}, {9, false, 64 << 10},
+	} {
+		if got := smallLimit(tc.n, tc.spin); got != tc.want {
+			t.Errorf("%d ranks, spinning %v: limit %d bytes a rank, want %d", tc.n, tc.spin, got, tc.want)
+		}
 	}
 }
