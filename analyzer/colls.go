@@ -53,7 +53,7 @@ type p2pKey struct {
 type p2pBegin struct {
 	ts    int64
 	bytes uint64
-	op    uint8
+	op    flowtel.Op
 }
 
 func newCommState(id uint32) *commState {
@@ -80,7 +80,9 @@ func (c *commState) seeRank(r int32) {
 // collState is one collective call across the ranks.
 type collState struct {
 	seq              uint64
-	op, algo, dtype  uint8
+	op               flowtel.Op
+	algo             flowtel.Algorithm
+	dtype            flowtel.Datatype
 	parts            uint16
 	ranks            []collRank
 	begun, ended     int32
@@ -289,7 +291,7 @@ func (a *Analyzer) judgeColl(c *commState, cs *collState) {
 	if complete {
 		dur := max(cs.maxEnd-cs.maxBegin, 1)
 		algbw := float64(bytes) * 1e9 / float64(dur)
-		busbw := algbw * busBWFactor(cs.op, int(size))
+		busbw := algbw * flowtel.BusBWFactor(cs.op, int(size))
 		g := c.group(groupKey{op: cs.op, algo: cs.algo, bytes: bytes})
 		g.add(dur, busbw, skew)
 	}
@@ -297,88 +299,11 @@ func (a *Analyzer) judgeColl(c *commState, cs *collState) {
 	a.sampleTimeline(c, cs)
 }
 
-// busBWFactor is collective.BusBWFactor by operation code (the analyzer
-// must not import the comm library).
-func busBWFactor(op uint8, ranks int) float64 {
-	if ranks <= 1 {
-		return 1
-	}
-	n := float64(ranks)
-	switch op {
-	case opAllReduce:
-		return 2 * (n - 1) / n
-	case opAllGather, opReduceScatter, opAllToAll, opAllToAllv, opGather, opScatter:
-		return (n - 1) / n
-	}
-	return 1
-}
-
-// Operation and algorithm codes of collective.Op and collective.Algorithm
-// (schema v1 values: appended to, never renumbered).
-const (
-	opAllReduce = iota + 1
-	opAllGather
-	opReduceScatter
-	opBroadcast
-	opReduce
-	opAllToAll
-	opAllToAllv
-	opGather
-	opScatter
-	opSend
-	opRecv
-	opGroup
-	opBarrier
-	opEnd
-)
-
-var opNames = [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce",
-	"alltoall", "alltoallv", "gather", "scatter", "send", "recv", "group", "barrier"}
-
-// OpName names an operation code as collective.Op does.
-func OpName(op uint8) string {
-	if op == 0 || op >= opEnd {
-		return "op(" + itoa(int(op)) + ")"
-	}
-	return opNames[op]
-}
-
-var algoNames = [...]string{"auto", "ring", "tree", "rd", "direct"}
-
-// AlgoName names an algorithm code as collective.Algorithm does.
-func AlgoName(algo uint8) string {
-	if int(algo) >= len(algoNames) {
-		return "algo(" + itoa(int(algo)) + ")"
-	}
-	return algoNames[algo]
-}
-
-func itoa(n int) string {
-	if n == 0 {
-		return "0"
-	}
-	var b [20]byte
-	i := len(b)
-	neg := n < 0
-	if neg {
-		n = -n
-	}
-	for n > 0 {
-		i--
-		b[i] = byte('0' + n%10)
-		n /= 10
-	}
-	if neg {
-		i--
-		b[i] = '-'
-	}
-	return string(b[i:])
-}
-
 // groupKey groups collectives for the summary: operation, algorithm, size.
 type groupKey struct {
-	op, algo uint8
-	bytes    uint64
+	op    flowtel.Op
+	algo  flowtel.Algorithm
+	bytes uint64
 }
 
 // collGroup summarises the calls of one group.
@@ -465,7 +390,7 @@ func (h *hist) quantile(q float64) float64 {
 // timelineColl is one collective kept for the timeline chart.
 type timelineColl struct {
 	seq    uint64
-	op     uint8
+	op     flowtel.Op
 	bytes  uint64
 	begins []int64 // by rank; 0: unknown
 	ends   []int64

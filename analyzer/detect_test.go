@@ -190,11 +190,11 @@ func TestSyntheticFailover(t *testing.T) {
 	send := func(path uint8, xfer int64) {
 		id := flowtel.WRID(seq, false)
 		rid := flowtel.WRID(seq, true)
-		add(flowtel.Record{TsNs: now, Kind: flowtel.KindWRPost, Rank: 1, Peer: 0, QP: 2, WrID: rid, Bytes: 64 << 10, Path: path})
-		add(flowtel.Record{TsNs: now, Kind: flowtel.KindWRPost, Rank: 0, Peer: 1, QP: 1, WrID: id, Bytes: 64 << 10, Path: path})
+		add(flowtel.Record{TsNs: now, Kind: flowtel.KindWRPost, Rank: 1, Peer: 0, QP: 2, WrID: rid, Bytes: 64 << 10, Path: flowtel.Path(path)})
+		add(flowtel.Record{TsNs: now, Kind: flowtel.KindWRPost, Rank: 0, Peer: 1, QP: 1, WrID: id, Bytes: 64 << 10, Path: flowtel.Path(path)})
 		now += xfer
-		add(flowtel.Record{TsNs: now, Kind: flowtel.KindWC, Rank: 0, Peer: 1, QP: 1, WrID: id, Bytes: 64 << 10, Path: path})
-		add(flowtel.Record{TsNs: now + 1000, Kind: flowtel.KindWC, Rank: 1, Peer: 0, QP: 2, WrID: rid, Bytes: 64 << 10, Path: path})
+		add(flowtel.Record{TsNs: now, Kind: flowtel.KindWC, Rank: 0, Peer: 1, QP: 1, WrID: id, Bytes: 64 << 10, Path: flowtel.Path(path)})
+		add(flowtel.Record{TsNs: now + 1000, Kind: flowtel.KindWC, Rank: 1, Peer: 0, QP: 2, WrID: rid, Bytes: 64 << 10, Path: flowtel.Path(path)})
 		now += 2000
 		seq++
 	}

@@ -591,7 +591,7 @@ func (a *Analyzer) linkEvent(r *flowtel.Record) {
 	}
 	l := q.out
 	if len(l.events) < maxLinkEvents {
-		l.events = append(l.events, linkEvent{ts: r.TsNs, kind: uint8(r.Kind), path: r.Path, rank: r.Rank, bytes: r.Bytes})
+		l.events = append(l.events, linkEvent{ts: r.TsNs, kind: uint8(r.Kind), path: uint8(r.Path), rank: r.Rank, bytes: r.Bytes})
 	}
 }
 

@@ -172,14 +172,14 @@ func (a *Analyzer) Finish() *Report {
 	for _, c := range sortedComms(a.comms) {
 		n := 0
 		for _, g := range c.groups {
-			if g.key.op != opSend && g.key.op != opRecv && g.key.op != opGroup {
+			if !g.key.op.IsP2P() {
 				n += g.count
 			}
 		}
 		r.Job.Comms = append(r.Job.Comms, CommSummary{ID: c.id, Ranks: int(c.size), Collectives: n})
 		r.Collectives = append(r.Collectives, c.summaries()...)
 		for _, t := range c.timeline {
-			r.Timeline = append(r.Timeline, TimelineEntry{Comm: c.id, Seq: t.seq, Op: OpName(t.op), Bytes: t.bytes, Begins: t.begins, Ends: t.ends})
+			r.Timeline = append(r.Timeline, TimelineEntry{Comm: c.id, Seq: t.seq, Op: t.op.String(), Bytes: t.bytes, Begins: t.begins, Ends: t.ends})
 		}
 	}
 	if r.Collectives == nil {
@@ -207,10 +207,10 @@ func sortedComms(m map[uint32]*commState) []*commState {
 func (c *commState) summaries() []CollectiveSummary {
 	var out []CollectiveSummary
 	for _, g := range c.groups {
-		s := CollectiveSummary{Comm: c.id, Op: OpName(g.key.op), Algo: AlgoName(g.key.algo), Bytes: g.key.bytes, Count: g.count,
+		s := CollectiveSummary{Comm: c.id, Op: g.key.op.String(), Algo: g.key.algo.String(), Bytes: g.key.bytes, Count: g.count,
 			BusBWP50: g.busbw.quantile(0.5), BusBWP99: g.busbw.quantile(0.99), TimeP50Ns: int64(g.dur.quantile(0.5)),
 			SkewP50Ns: -1, SkewP99Ns: -1, SkewMaxNs: -1}
-		if g.key.op == opSend || g.key.op == opRecv || g.key.op == opGroup {
+		if g.key.op.IsP2P() {
 			s.Algo = "-"
 		}
 		if g.nSkew > 0 {

@@ -63,7 +63,7 @@ func (s *synth) allReduce(bytes int) {
 	n := s.n
 	for r := range n {
 		s.now[r] += s.late(r, seq)
-		s.add(r, flowtel.Record{TsNs: s.now[r], Kind: flowtel.KindCollBegin, Peer: -1, CollSeq: seq, Op: opAllReduce, Algo: 1, Dtype: 9, Bytes: uint64(bytes), Step: 1})
+		s.add(r, flowtel.Record{TsNs: s.now[r], Kind: flowtel.KindCollBegin, Peer: -1, CollSeq: seq, Op: flowtel.OpAllReduce, Algo: 1, Dtype: 9, Bytes: uint64(bytes), Step: 1})
 	}
 	// Every rank must have begun before data moves (the signature check).
 	start := int64(0)
@@ -96,9 +96,9 @@ func (s *synth) allReduce(bytes int) {
 					rpost = t + w
 				}
 				s.add(dst, flowtel.Record{TsNs: rpost, Kind: flowtel.KindWRPost, Peer: int32(r), QP: s.qp(dst, r),
-					CollSeq: seq, Step: uint32(step), WrID: flowtel.WRID(rid, true), Bytes: uint64(csize), Op: opAllReduce, Depth: 2})
+					CollSeq: seq, Step: uint32(step), WrID: flowtel.WRID(rid, true), Bytes: uint64(csize), Op: flowtel.OpAllReduce, Depth: 2})
 				s.add(r, flowtel.Record{TsNs: t, Kind: flowtel.KindWRPost, Peer: int32(dst), QP: s.qp(r, dst), CollSeq: seq,
-					Step: uint32(step), WrID: flowtel.WRID(id, false), Bytes: uint64(csize), Op: opAllReduce, Depth: 1})
+					Step: uint32(step), WrID: flowtel.WRID(id, false), Bytes: uint64(csize), Op: flowtel.OpAllReduce, Depth: 1})
 				go_ := t
 				if w := s.starve(r, dst, seq); w > 0 {
 					s.add(r, flowtel.Record{TsNs: t + 100, Kind: flowtel.KindCreditWait, Peer: int32(dst), QP: s.qp(r, dst), CollSeq: seq,
@@ -122,7 +122,7 @@ func (s *synth) allReduce(bytes int) {
 	}
 	for r := range n {
 		s.now[r] = ready[r] + 3e3
-		s.add(r, flowtel.Record{TsNs: s.now[r], Kind: flowtel.KindCollEnd, Peer: -1, CollSeq: seq, Op: opAllReduce, Algo: 1, Dtype: 9, Bytes: uint64(bytes), Step: 1})
+		s.add(r, flowtel.Record{TsNs: s.now[r], Kind: flowtel.KindCollEnd, Peer: -1, CollSeq: seq, Op: flowtel.OpAllReduce, Algo: 1, Dtype: 9, Bytes: uint64(bytes), Step: 1})
 		s.now[r] += s.gap
 	}
 }

@@ -138,10 +138,10 @@ func (c *Comm) check(b Buffer, what string) error {
 // single-channel call itself, so the background driver is not woken to race
 // it for the engine, and its handle is reused (the caller never sees it).
 func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, error) {
-	if !rq.call.redop.Valid() && rq.call.op.reduces() {
+	if !rq.call.redop.Valid() && rq.call.op.Reduces() {
 		return nil, fmt.Errorf("collective: %v with invalid reduction %v", rq.call.op, rq.call.redop)
 	}
-	if rq.call.op.rooted() && (rq.call.root < 0 || rq.call.root >= c.size) {
+	if rq.call.op.Rooted() && (rq.call.root < 0 || rq.call.root >= c.size) {
 		return nil, fmt.Errorf("collective: %v root %d out of range for %d ranks", rq.call.op, rq.call.root, c.size)
 	}
 	if c.takesSmall(&rq) {
@@ -262,7 +262,7 @@ func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint
 		t = &task{}
 	}
 	t.call, t.dt, t.sched, t.ctx, t.seq = cl, rq.dt, s, ctx, seq
-	t.tag = transport.Tag{CollSeq: seq, Op: uint8(cl.op), Algo: uint8(algo), Dtype: uint8(rq.dt)}
+	t.tag = transport.Tag{CollSeq: seq, Op: cl.op, Algo: algo, Dtype: rq.dt}
 	if need := int(numBufs) + len(rq.extra); cap(t.bufs) < need {
 		t.bufs = make([][]byte, numBufs, need)
 	} else {

@@ -100,10 +100,10 @@ func (c *Comm) startDevice(ctx context.Context, op DeviceOp) (*Handle, error) {
 	if op.Send.Dev != nil && op.Recv.Dev != nil && op.Send.Type != op.Recv.Type {
 		return nil, fmt.Errorf("collective: %v send buffer is %v but receive buffer is %v", op.Op, op.Send.Type, op.Recv.Type)
 	}
-	if op.Op.reduces() && !op.Reduce.Valid() {
+	if op.Op.Reduces() && !op.Reduce.Valid() {
 		return nil, fmt.Errorf("collective: %v with invalid reduction %v", op.Op, op.Reduce)
 	}
-	if op.Op.rooted() && (op.Root < 0 || op.Root >= c.size) {
+	if op.Op.Rooted() && (op.Root < 0 || op.Root >= c.size) {
 		return nil, fmt.Errorf("collective: %v root %d out of range for %d ranks", op.Op, op.Root, c.size)
 	}
 	e := c.DeviceEngine()

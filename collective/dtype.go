@@ -3,84 +3,33 @@ package collective
 import (
 	"fmt"
 	"unsafe"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
-// Datatype is the element type of a buffer. Values appear in telemetry
-// records (Record.Dtype) and on the wire: append, never renumber.
-type Datatype uint8
+// Datatype is the element type of a buffer, as telemetry records and the
+// wire name it (flowtel.Datatype).
+type Datatype = flowtel.Datatype
 
+// Datatypes.
 const (
-	Int8 Datatype = iota + 1
-	Uint8
-	Int32
-	Uint32
-	Int64
-	Uint64
-	Float16
-	BFloat16
-	Float32
-	Float64
-	datatypeEnd
+	Int8     = flowtel.Int8
+	Uint8    = flowtel.Uint8
+	Int32    = flowtel.Int32
+	Uint32   = flowtel.Uint32
+	Int64    = flowtel.Int64
+	Uint64   = flowtel.Uint64
+	Float16  = flowtel.Float16
+	BFloat16 = flowtel.BFloat16
+	Float32  = flowtel.Float32
+	Float64  = flowtel.Float64
 )
-
-var datatypeNames = [...]string{"", "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64"}
-var datatypeSizes = [...]int{0, 1, 1, 4, 4, 8, 8, 2, 2, 4, 8}
 
 // Datatypes lists every supported datatype.
-func Datatypes() []Datatype {
-	out := make([]Datatype, 0, datatypeEnd-1)
-	for d := Int8; d < datatypeEnd; d++ {
-		out = append(out, d)
-	}
-	return out
-}
-
-// Valid reports whether d is a known datatype.
-func (d Datatype) Valid() bool { return d >= Int8 && d < datatypeEnd }
-
-// Size returns the size of one element in bytes.
-func (d Datatype) Size() int {
-	if !d.Valid() {
-		return 0
-	}
-	return datatypeSizes[d]
-}
-
-func (d Datatype) String() string {
-	if !d.Valid() {
-		return fmt.Sprintf("datatype(%d)", uint8(d))
-	}
-	return datatypeNames[d]
-}
-
-// IsFloat reports whether d is a floating-point type.
-func (d Datatype) IsFloat() bool {
-	return d == Float16 || d == BFloat16 || d == Float32 || d == Float64
-}
+func Datatypes() []Datatype { return flowtel.Datatypes() }
 
 // ParseDatatype returns the datatype named s ("float32", "bf16", "half", …).
-func ParseDatatype(s string) (Datatype, error) {
-	switch s {
-	case "half", "fp16", "f16":
-		return Float16, nil
-	case "bf16":
-		return BFloat16, nil
-	case "float", "fp32", "f32":
-		return Float32, nil
-	case "double", "fp64", "f64":
-		return Float64, nil
-	case "int", "i32":
-		return Int32, nil
-	case "char":
-		return Int8, nil
-	}
-	for d := Int8; d < datatypeEnd; d++ {
-		if datatypeNames[d] == s {
-			return d, nil
-		}
-	}
-	return 0, fmt.Errorf("collective: unknown datatype %q (want one of int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64)", s)
-}
+func ParseDatatype(s string) (Datatype, error) { return flowtel.ParseDatatype(s) }
 
 // Half is an IEEE 754 binary16 value, stored as its bits.
 type Half uint16

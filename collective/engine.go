@@ -984,7 +984,7 @@ func (e *engine) end(t *task, st flowtel.Status) {
 func (e *engine) coll(r *flowtel.Record, t *task, ts int64, kind flowtel.Kind, st flowtel.Status) {
 	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, t.seq, 0, uint64(t.payload())
 	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(e.rank), -1, 0, e.comm, 0, uint32(t.parts)
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = uint16(e.channel), kind, st, uint8(t.call.op), uint8(t.sched.algo), uint8(t.dt), 0
+	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = uint16(e.channel), kind, st, t.call.op, t.sched.algo, t.dt, 0
 }
 
 // deadPeerGrace is how long a channel may make no progress, with a peer's

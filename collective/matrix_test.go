@@ -42,7 +42,7 @@ func matrixCases(n int, large int) []matrixCase {
 	for _, op := range matrixOps {
 		for _, dt := range Datatypes() {
 			redops := []ReduceOp{0}
-			if op.reduces() {
+			if op.Reduces() {
 				redops = ReduceOps()
 			}
 			for _, redop := range redops {

@@ -5,6 +5,8 @@ import (
 	"math"
 	"runtime"
 	"unsafe"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
 // Reduction semantics (reduceInto, reduceSlices, reduceRef):
@@ -45,7 +47,7 @@ var ntThreshold = 4 << 20
 // a zero entry means the pure-Go loop handles that pair.
 type kernelSet struct {
 	name string
-	k    [datatypeEnd][reduceOpEnd]kernel
+	k    [flowtel.DatatypeCount][reduceOpEnd]kernel
 }
 
 var (

@@ -219,7 +219,7 @@ func TestSchedulesSimulated(t *testing.T) {
 				for _, count := range counts {
 					for _, inPlace := range []bool{false, true} {
 						for _, redop := range []ReduceOp{Sum, Max, Avg} {
-							if redop != Sum && !op.reduces() {
+							if redop != Sum && !op.Reduces() {
 								continue
 							}
 							name := fmt.Sprintf("%v/%v/n=%d/count=%d/inplace=%v/%v", op, algo, n, count, inPlace, redop)

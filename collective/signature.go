@@ -57,12 +57,12 @@ func (c *call) signature(dt Datatype, algo Algorithm, seq uint64) [sigSize]byte 
 	var b [sigSize]byte
 	b[0] = byte(c.op)
 	b[1] = byte(dt)
-	if c.op.reduces() {
+	if c.op.Reduces() {
 		b[2] = byte(c.redop)
 	}
 	b[3] = byte(algo)
 	root := int32(-1)
-	if c.op.rooted() {
+	if c.op.Rooted() {
 		root = int32(c.root)
 	}
 	binary.LittleEndian.PutUint32(b[4:], uint32(root))
@@ -94,14 +94,6 @@ func describeSig(b []byte) string {
 	}
 	fmt.Fprintf(&sb, ") at seq %d", seq)
 	return sb.String()
-}
-
-func (o Op) reduces() bool {
-	return o == OpAllReduce || o == OpReduceScatter || o == OpReduce
-}
-
-func (o Op) rooted() bool {
-	return o == OpBroadcast || o == OpReduce || o == OpGather || o == OpScatter
 }
 
 // hdrPlan lays out a checked call's header buffer: one receive slot per

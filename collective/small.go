@@ -789,11 +789,11 @@ func recvBytes(rq *request, p int) int {
 func (s *smallPath) coll(r *flowtel.Record, c *Comm, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status) {
 	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, seq, 0, uint64(len(rq.out))
 	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(c.rank), -1, 0, s.comm, 0, 1
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, uint8(rq.call.op), uint8(AlgoDirect), uint8(rq.dt), 0
+	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, rq.call.op, AlgoDirect, rq.dt, 0
 }
 
 func (s *smallPath) wr(r *flowtel.Record, c *Comm, p int, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status, id uint64, depth uint32, bytes int) {
 	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, seq, id, uint64(bytes)
 	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(c.rank), int32(p), s.qpids[p], s.comm, depth, 0
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, uint8(rq.call.op), uint8(AlgoDirect), uint8(rq.dt), 0
+	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, rq.call.op, AlgoDirect, rq.dt, 0
 }

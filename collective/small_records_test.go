@@ -74,11 +74,11 @@ func testSmallRecordsOverwriteSlots(t *testing.T, arrived bool) {
 	}
 	coll := func(kind flowtel.Kind, st flowtel.Status) flowtel.Record {
 		return flowtel.Record{Kind: kind, Status: st, Rank: 0, Peer: -1, Comm: 9, CollSeq: 5,
-			Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(Float32), Bytes: 1024, Step: 1}
+			Op: OpAllReduce, Algo: AlgoDirect, Dtype: Float32, Bytes: 1024, Step: 1}
 	}
 	wr := func(kind flowtel.Kind, st flowtel.Status, id uint64, depth uint32) flowtel.Record {
 		return flowtel.Record{Kind: kind, Status: st, WrID: id, Depth: depth, Rank: 0, Peer: 1, QP: 7, Comm: 9, CollSeq: 5,
-			Op: uint8(OpAllReduce), Algo: uint8(AlgoDirect), Dtype: uint8(Float32), Bytes: 1024}
+			Op: OpAllReduce, Algo: AlgoDirect, Dtype: Float32, Bytes: 1024}
 	}
 	want := []flowtel.Record{
 		coll(flowtel.KindCollBegin, flowtel.StatusOK),
@@ -266,7 +266,7 @@ func TestEngineCollRecordsOverwriteSlots(t *testing.T) {
 			t.Fatalf("drained %d records, want 1", n)
 		}
 		want := flowtel.Record{TsNs: 100, CollSeq: 7, Bytes: 1024, Rank: 1, Peer: -1, Comm: 9, Step: 2, Channel: 3,
-			Kind: kind, Status: st, Op: uint8(OpAllReduce), Algo: uint8(AlgoRing), Dtype: uint8(Float32)}
+			Kind: kind, Status: st, Op: OpAllReduce, Algo: AlgoRing, Dtype: Float32}
 		if got[0] != want {
 			t.Errorf("\n got %v\nwant %v", got[0], want)
 		}

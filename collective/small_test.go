@@ -265,7 +265,7 @@ func testSmallAllReduceRecords(t *testing.T, n, floats int) {
 			kinds[r.Rank] = map[flowtel.Kind]int{}
 		}
 		kinds[r.Rank][r.Kind]++
-		if r.Algo != uint8(AlgoDirect) || r.Op != uint8(OpAllReduce) || r.Dtype != uint8(Float32) || r.Bytes != uint64(4*floats) {
+		if r.Algo != AlgoDirect || r.Op != OpAllReduce || r.Dtype != Float32 || r.Bytes != uint64(4*floats) {
 			t.Errorf("record %+v: want a %d-byte float32 direct all-reduce", r, 4*floats)
 		}
 		key := [3]uint64{uint64(r.Rank), uint64(r.QP), r.WrID}

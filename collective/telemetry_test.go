@@ -75,7 +75,7 @@ func TestCollectiveRecords(t *testing.T) {
 			if r.Comm == comms[0].ID() && r.CollSeq == 1 {
 				begins[r.CollSeq]++
 				partBytes += r.Bytes
-				if r.Step != 2 || r.Op != uint8(OpAllReduce) || r.Dtype != uint8(Float32) {
+				if r.Step != 2 || r.Op != OpAllReduce || r.Dtype != Float32 {
 					t.Errorf("coll_begin %v: want one of 2 channel parts of a float32 allreduce", r)
 				}
 			}

@@ -30,12 +30,12 @@ type Record struct {
 
 	Channel uint16 // channel (parallel ring / stream)
 
-	Kind   Kind   // what happened
-	Status Status // ok, error, flushed, retransmitted
-	Op     uint8  // collective operation, where it applies
-	Algo   uint8  // algorithm, where it applies
-	Dtype  uint8  // datatype, where it applies
-	Path   uint8  // 0 primary, 1 backup
+	Kind   Kind      // what happened
+	Status Status    // ok, error, flushed, retransmitted
+	Op     Op        // collective operation, where it applies
+	Algo   Algorithm // algorithm, where it applies
+	Dtype  Datatype  // datatype, where it applies
+	Path   Path      // PathPrimary or PathBackup
 }
 
 // WRID returns the telemetry id of the seq'th send (recv false) or receive
@@ -136,5 +136,5 @@ func (s Status) String() string {
 // String formats a record compactly for logs and test failures.
 func (r Record) String() string {
 	return fmt.Sprintf("%d %s/%s rank=%d peer=%d qp=%d ch=%d path=%d comm=%08x seq=%d step=%d wr=%d bytes=%d depth=%d op=%d algo=%d dtype=%d",
-		r.TsNs, r.Kind, r.Status, r.Rank, r.Peer, r.QP, r.Channel, r.Path, r.Comm, r.CollSeq, r.Step, r.WrID, r.Bytes, r.Depth, r.Op, r.Algo, r.Dtype)
+		r.TsNs, r.Kind, r.Status, r.Rank, r.Peer, r.QP, r.Channel, r.Path, r.Comm, r.CollSeq, r.Step, r.WrID, r.Bytes, r.Depth, uint8(r.Op), uint8(r.Algo), uint8(r.Dtype))
 }

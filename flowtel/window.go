@@ -40,7 +40,7 @@ type LinkKey struct {
 	Rank    int32
 	Peer    int32
 	Channel uint16
-	Path    uint8
+	Path    Path
 	Dir     Dir
 }
 

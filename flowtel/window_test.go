@@ -24,7 +24,7 @@ func credit(ts int64, k flowtel.Kind, qp uint32, seq uint64) flowtel.Record {
 	return flowtel.Record{TsNs: ts, Kind: k, Rank: 0, Peer: 1, QP: qp, WrID: flowtel.WRID(seq, false)}
 }
 
-func on(r flowtel.Record, peer int32, ch uint16, path uint8) flowtel.Record {
+func on(r flowtel.Record, peer int32, ch uint16, path flowtel.Path) flowtel.Record {
 	r.Peer, r.Channel, r.Path = peer, ch, path
 	return r
 }

@@ -40,7 +40,7 @@ type event struct {
 	tag   Tag
 	grant bool         // a credit grant for a waiting send, not a completion
 	link  flowtel.Kind // a link event (KindLinkDown, …), not a completion
-	path  uint8        // the path its record carries
+	path  flowtel.Path // the path its record carries
 	recSt flowtel.Status
 	bytes int
 }
@@ -56,10 +56,10 @@ func NewCore(backend string, cfg Config) *Core {
 // on: those of posts and credit waits, and of completions queued by Complete.
 // Backends with several paths (transport/ft) call it when traffic moves.
 // Any goroutine.
-func (c *Core) SetPath(p uint8) { c.path.Store(uint32(p)) }
+func (c *Core) SetPath(p flowtel.Path) { c.path.Store(uint32(p)) }
 
 // Path returns the path records carry now.
-func (c *Core) Path() uint8 { return uint8(c.path.Load()) }
+func (c *Core) Path() flowtel.Path { return flowtel.Path(c.path.Load()) }
 
 // Config returns the QP's configuration.
 func (c *Core) Config() Config { return c.cfg }
@@ -118,7 +118,7 @@ func (c *Core) Complete(wc WC, telID uint64, tag Tag) {
 // wc.Status. Any goroutine. With telemetry off (or paused) it reads no
 // clock: nothing would use the time, and over TCP the reading was half a
 // percent of a small call's CPU.
-func (c *Core) CompleteOn(wc WC, telID uint64, tag Tag, path uint8, recSt flowtel.Status) {
+func (c *Core) CompleteOn(wc WC, telID uint64, tag Tag, path flowtel.Path, recSt flowtel.Status) {
 	if wc.TsNs == 0 && c.cfg.Recorder.Enabled() {
 		wc.TsNs = c.Now()
 	}
@@ -130,7 +130,7 @@ func (c *Core) CompleteOn(wc WC, telID uint64, tag Tag, path uint8, recSt flowte
 // KindFailover or KindFailback) about path, stamped now and written by the
 // owner at its next Poll; bytes is what moved with it (the bytes a failover
 // replays). Nothing is queued with telemetry off. Any goroutine.
-func (c *Core) LinkEvent(kind flowtel.Kind, path uint8, bytes int) {
+func (c *Core) LinkEvent(kind flowtel.Kind, path flowtel.Path, bytes int) {
 	if !c.cfg.Recorder.Enabled() {
 		return
 	}
@@ -209,7 +209,7 @@ func (c *Core) Outstanding() int { return c.depth }
 // a record of the ring's previous lap) one store each: a record built on
 // the stack and copied in would be read back in 16-byte loads straddling
 // its narrow stores, which the CPU cannot forward (a stall per load).
-func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path uint8, id uint64, tag *Tag, bytes int) {
+func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path flowtel.Path, id uint64, tag *Tag, bytes int) {
 	rec := c.cfg.Recorder
 	r := rec.Reserve()
 	if r == nil {

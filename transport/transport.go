@@ -28,9 +28,9 @@ func (o Opcode) String() string {
 type Tag struct {
 	CollSeq uint64
 	Step    uint32
-	Op      uint8
-	Algo    uint8
-	Dtype   uint8
+	Op      flowtel.Op
+	Algo    flowtel.Algorithm
+	Dtype   flowtel.Datatype
 }
 
 // WR is a work request. For a send, Buf holds the payload; for a receive,
@@ -176,7 +176,7 @@ type Info struct {
 	Peer    int32
 	QPID    uint32
 	Channel uint16
-	Path    uint8
+	Path    flowtel.Path
 	Local   string // local address, where the backend has one
 	Remote  string // remote address, where the backend has one
 }
@@ -188,7 +188,7 @@ type Config struct {
 	QPID     uint32
 	Comm     uint32
 	Channel  uint16
-	Path     uint8
+	Path     flowtel.Path
 	Recorder *flowtel.Recorder // nil: telemetry off
 	Notifier *Notifier         // signalled when completions arrive; may be nil
 	Token    string            // job token presented in the handshake

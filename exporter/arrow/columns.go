@@ -65,10 +65,10 @@ func (b *colBatch) append(recs []flowtel.Record) int {
 		ts[i] = r.TsNs
 		kind[i] = uint8(r.Kind)
 		status[i] = uint8(r.Status)
-		op[i] = r.Op
-		algo[i] = r.Algo
-		dtype[i] = r.Dtype
-		pathID[i] = r.Path
+		op[i] = uint8(r.Op)
+		algo[i] = uint8(r.Algo)
+		dtype[i] = uint8(r.Dtype)
+		pathID[i] = uint8(r.Path)
 		channel[i] = r.Channel
 		rank[i] = r.Rank
 		peer[i] = r.Peer
@@ -224,7 +224,7 @@ func (b *batchCols) records(dst []flowtel.Record, lo, hi int) []flowtel.Record {
 			Rank: rank[i], Peer: peer[i], QP: qp[i], Comm: comm[i], Depth: depth[i], Step: step[i],
 			Channel: channel[i],
 			Kind:    flowtel.Kind(kind[i]), Status: flowtel.Status(status[i]),
-			Op: op[i], Algo: algo[i], Dtype: dtype[i], Path: pathID[i],
+			Op: flowtel.Op(op[i]), Algo: flowtel.Algorithm(algo[i]), Dtype: flowtel.Datatype(dtype[i]), Path: flowtel.Path(pathID[i]),
 		}
 	}
 	if b.nulls {

@@ -38,10 +38,10 @@ func genRecords(first, n int) []flowtel.Record {
 			Channel: uint16(i % 4),
 			Kind:    flowtel.Kind(i%11 + 1),
 			Status:  flowtel.Status(i % 4),
-			Op:      uint8(i % 5),
-			Algo:    uint8(i % 6),
-			Dtype:   uint8(i % 9),
-			Path:    uint8(i % 2),
+			Op:      flowtel.Op(i % 5),
+			Algo:    flowtel.Algorithm(i % 6),
+			Dtype:   flowtel.Datatype(i % 9),
+			Path:    flowtel.Path(i % 2),
 		}
 	}
 	return recs

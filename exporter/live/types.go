@@ -109,7 +109,7 @@ type Link struct {
 
 func linkOf(l *flowtel.LinkStats) Link {
 	return Link{
-		Rank: l.Key.Rank, Peer: l.Key.Peer, Channel: l.Key.Channel, Path: l.Key.Path, Dir: l.Key.Dir.String(),
+		Rank: l.Key.Rank, Peer: l.Key.Peer, Channel: l.Key.Channel, Path: uint8(l.Key.Path), Dir: l.Key.Dir.String(),
 		Completions: l.Completions, Failed: l.Failed, Bytes: l.Bytes, BandwidthBps: l.BandwidthBps, SpanNs: l.SpanNs,
 		LatencySamples: l.LatencySamples, LatP50Ns: l.LatP50Ns, LatP99Ns: l.LatP99Ns, LatMaxNs: l.LatMaxNs,
 		Backlog: l.Backlog, OutstandingBytes: l.OutstandingBytes, PendingWRs: l.PendingWRs,

@@ -14,7 +14,6 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	"go.opentelemetry.io/otel/trace"
 
-	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
 )
 
@@ -134,7 +133,7 @@ func (a *assembler) get(key collKey, r *flowtel.Record) *coll {
 		a.evictOldest()
 	}
 	a.serial++
-	c := &coll{key: key, serial: a.serial, op: r.Op, algo: r.Algo, dtype: r.Dtype,
+	c := &coll{key: key, serial: a.serial, op: uint8(r.Op), algo: uint8(r.Algo), dtype: uint8(r.Dtype),
 		first: r.TsNs, last: r.TsNs, steps: map[stepKey]*stepAgg{}}
 	c.sampled = sampled(key.comm, key.seq, a.cfg.wrEvents)
 	a.open[key] = c
@@ -167,7 +166,7 @@ func (a *assembler) add(r *flowtel.Record) {
 			c.begin = r.TsNs
 		}
 		c.begun++
-		c.op, c.algo, c.dtype = r.Op, r.Algo, r.Dtype
+		c.op, c.algo, c.dtype = uint8(r.Op), uint8(r.Algo), uint8(r.Dtype)
 		c.bytes += r.Bytes
 		c.closing = false
 		delete(a.closing, c.key)
@@ -249,7 +248,7 @@ func (a *assembler) addWR(c *coll, r *flowtel.Record) {
 	s.last = max(s.last, r.TsNs)
 	s.maxDepth = max(s.maxDepth, r.Depth)
 	s.paths |= 1 << min(r.Path, 7)
-	s.lastPath = r.Path
+	s.lastPath = uint8(r.Path)
 	switch r.Kind {
 	case flowtel.KindWRPost:
 		s.posts++
@@ -345,7 +344,7 @@ func (a *assembler) emit(c *coll) {
 	end = max(end, start)
 	incomplete := c.begun == 0 || c.ended == 0 || c.ended < c.begun
 	bytes := max(c.bytes, c.endBytes)
-	op := collective.Op(c.op)
+	op := flowtel.Op(c.op)
 
 	seq := c.key.seq
 	attrs := make([]attribute.KeyValue, 0, 16)
@@ -353,8 +352,8 @@ func (a *assembler) emit(c *coll) {
 		keyComm.String(fmt.Sprintf("%08x", c.key.comm)),
 		keyCollSeq.Int64(int64(seq&^p2pBit)),
 		keyOp.String(op.String()),
-		keyAlgo.String(collective.Algorithm(c.algo).String()),
-		keyDtype.String(collective.Datatype(c.dtype).String()),
+		keyAlgo.String(flowtel.Algorithm(c.algo).String()),
+		keyDtype.String(flowtel.Datatype(c.dtype).String()),
 		keyBytes.Int64(int64(min(bytes, math.MaxInt64))),
 		keyRank.Int(int(c.key.rank)),
 		keyChannels.Int(max(c.begun, c.ended)),
@@ -369,7 +368,7 @@ func (a *assembler) emit(c *coll) {
 		algbw := float64(bytes) / float64(d) // bytes per ns = GB/s
 		attrs = append(attrs, keyAlgBW.Float64(algbw))
 		if ci.size > 0 {
-			attrs = append(attrs, keyBusBW.Float64(algbw*collective.BusBWFactor(op, ci.size)))
+			attrs = append(attrs, keyBusBW.Float64(algbw*flowtel.BusBWFactor(op, ci.size)))
 		}
 	}
 	if c.status != flowtel.StatusOK {

@@ -54,8 +54,8 @@ func ExampleExporter() {
 	// 100µs. Real records come from the communicator's engines.
 	rec := col.NewRecorder()
 	t0 := flowtel.Monotonic()
-	ar := flowtel.Record{Comm: 1, Rank: 0, CollSeq: 1, Op: uint8(collective.OpAllReduce),
-		Algo: uint8(collective.AlgoRing), Dtype: uint8(collective.Float32)}
+	ar := flowtel.Record{Comm: 1, Rank: 0, CollSeq: 1, Op: collective.OpAllReduce,
+		Algo: collective.AlgoRing, Dtype: collective.Float32}
 	at := func(dt time.Duration, kind flowtel.Kind, peer int32, wr uint64, bytes uint64) {
 		r := ar
 		r.TsNs, r.Kind, r.Peer, r.WrID, r.Bytes = t0+int64(dt), kind, peer, wr, bytes

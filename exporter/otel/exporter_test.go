@@ -151,10 +151,10 @@ func TestPointToPoint(t *testing.T) {
 	e, mem := newTestExporter(t, WithWorldSize(2))
 	const seq = 1<<63 | 3
 	recs := []flowtel.Record{
-		{TsNs: 100, Kind: flowtel.KindCollBegin, Comm: 1, Rank: 0, Peer: -1, CollSeq: seq, Op: uint8(collective.OpSend), Bytes: 4096},
-		{TsNs: 110, Kind: flowtel.KindWRPost, Comm: 1, Rank: 0, Peer: 1, CollSeq: seq, Op: uint8(collective.OpSend), WrID: flowtel.WRID(0, false), Bytes: 4096},
-		{TsNs: 190, Kind: flowtel.KindWC, Comm: 1, Rank: 0, Peer: 1, CollSeq: seq, Op: uint8(collective.OpSend), WrID: flowtel.WRID(0, false), Bytes: 4096},
-		{TsNs: 200, Kind: flowtel.KindCollEnd, Comm: 1, Rank: 0, Peer: -1, CollSeq: seq, Op: uint8(collective.OpSend), Bytes: 4096},
+		{TsNs: 100, Kind: flowtel.KindCollBegin, Comm: 1, Rank: 0, Peer: -1, CollSeq: seq, Op: collective.OpSend, Bytes: 4096},
+		{TsNs: 110, Kind: flowtel.KindWRPost, Comm: 1, Rank: 0, Peer: 1, CollSeq: seq, Op: collective.OpSend, WrID: flowtel.WRID(0, false), Bytes: 4096},
+		{TsNs: 190, Kind: flowtel.KindWC, Comm: 1, Rank: 0, Peer: 1, CollSeq: seq, Op: collective.OpSend, WrID: flowtel.WRID(0, false), Bytes: 4096},
+		{TsNs: 200, Kind: flowtel.KindCollEnd, Comm: 1, Rank: 0, Peer: -1, CollSeq: seq, Op: collective.OpSend, Bytes: 4096},
 	}
 	e.Consume(context.Background(), recs)
 	flush(t, e)

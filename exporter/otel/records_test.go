@@ -50,7 +50,7 @@ func (j ringJob) records(rank int) []flowtel.Record {
 	}
 	tag := func(r flowtel.Record) flowtel.Record {
 		r.Comm, r.Rank, r.CollSeq, r.Channel = j.comm, int32(rank), j.seq, j.channel
-		r.Op, r.Algo, r.Dtype = uint8(op), uint8(collective.AlgoRing), uint8(collective.Float32)
+		r.Op, r.Algo, r.Dtype = op, collective.AlgoRing, collective.Float32
 		return r
 	}
 	var out []flowtel.Record

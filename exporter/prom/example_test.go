@@ -48,7 +48,7 @@ func ExampleCollector() {
 	// Rank 0 of a 2-rank all-reduce of 1 MiB in 100µs: one 512 KiB send to
 	// rank 1, completed after 60µs. Real records come from the engines.
 	rec := col.NewRecorder()
-	ar := flowtel.Record{Comm: 0x2a, Rank: 0, CollSeq: 1, Op: uint8(collective.OpAllReduce), Algo: uint8(collective.AlgoRing)}
+	ar := flowtel.Record{Comm: 0x2a, Rank: 0, CollSeq: 1, Op: collective.OpAllReduce, Algo: collective.AlgoRing}
 	at := func(us int64, kind flowtel.Kind, peer int32, bytes uint64) {
 		r := ar
 		r.TsNs, r.Kind, r.Peer, r.WrID, r.Bytes = 1e9+us*1000, kind, peer, flowtel.WRID(0, false), bytes

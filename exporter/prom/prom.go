@@ -13,7 +13,6 @@ import (
 	"github.com/prometheus/client_golang/prometheus/collectors"
 	"github.com/prometheus/client_golang/prometheus/promhttp"
 
-	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
 )
 
@@ -357,7 +356,7 @@ func (c *Collector) commLabel(id uint32) string {
 // link returns the series of the link r is about, folding links beyond the
 // bound into peer="other".
 func (c *Collector) link(r *flowtel.Record) *link {
-	k := linkKey{r.Comm, r.Rank, r.Peer, r.Channel, r.Path}
+	k := linkKey{r.Comm, r.Rank, r.Peer, r.Channel, uint8(r.Path)}
 	if l := c.st.links[k]; l != nil {
 		return l
 	}
@@ -430,7 +429,7 @@ func (c *Collector) addWR(r *flowtel.Record) {
 	}
 	switch r.Kind {
 	case flowtel.KindWRPost:
-		k := qpKey{r.Comm, r.Rank, r.QP, r.Path, d == 1}
+		k := qpKey{r.Comm, r.Rank, r.QP, uint8(r.Path), d == 1}
 		f := c.st.pending[k]
 		if f == nil {
 			f = &fifo{}
@@ -452,7 +451,7 @@ func (c *Collector) addWR(r *flowtel.Record) {
 		if r.Status == flowtel.StatusOK {
 			l.bytes[d].Add(float64(r.Bytes))
 		}
-		f := c.st.pending[qpKey{r.Comm, r.Rank, r.QP, r.Path, d == 1}]
+		f := c.st.pending[qpKey{r.Comm, r.Rank, r.QP, uint8(r.Path), d == 1}]
 		if f == nil {
 			return
 		}
@@ -495,7 +494,7 @@ func (c *Collector) addColl(r *flowtel.Record) {
 			clear(c.st.open)
 			clear(c.st.closing)
 		}
-		o = &coll{key: k, op: r.Op, algo: r.Algo}
+		o = &coll{key: k, op: uint8(r.Op), algo: uint8(r.Algo)}
 		c.st.open[k] = o
 	}
 	cr := commRank{r.Comm, r.Rank}
@@ -504,7 +503,7 @@ func (c *Collector) addColl(r *flowtel.Record) {
 			o.begin = r.TsNs
 		}
 		o.begun++
-		o.op, o.algo = r.Op, r.Algo
+		o.op, o.algo = uint8(r.Op), uint8(r.Algo)
 		o.bytes += r.Bytes
 		o.closing = false
 		delete(c.st.closing, k)
@@ -555,7 +554,7 @@ func (c *Collector) observe(o *coll) {
 	s := c.st.series[sk]
 	if s == nil {
 		lv := []string{c.commLabel(o.key.comm), strconv.Itoa(int(o.key.rank)),
-			collective.Op(o.op).String(), collective.Algorithm(o.algo).String(), sizeLabel(sk.size)}
+			flowtel.Op(o.op).String(), flowtel.Algorithm(o.algo).String(), sizeLabel(sk.size)}
 		s = &collSeries{labels: lv,
 			busBW: c.busBW.WithLabelValues(lv...), algBW: c.algBW.WithLabelValues(lv...),
 			exec: c.execTime.WithLabelValues(lv...), bytes: c.collBytes.WithLabelValues(lv...)}
@@ -581,7 +580,7 @@ func (c *Collector) observe(o *coll) {
 	algbw := float64(bytes) / float64(d) // bytes per ns = GB/s
 	s.algBW.Observe(algbw)
 	if n := c.worldSize(o.key.comm); n > 0 {
-		if f := collective.BusBWFactor(collective.Op(o.op), n); f > 0 {
+		if f := flowtel.BusBWFactor(flowtel.Op(o.op), n); f > 0 {
 			s.busBW.Observe(algbw * f)
 		}
 	}

@@ -48,7 +48,7 @@ func (j ringJob) records(rank int) []flowtel.Record {
 	next, prev := int32((rank+1)%n), int32((rank-1+n)%n)
 	tag := func(r flowtel.Record) flowtel.Record {
 		r.Comm, r.Rank, r.CollSeq, r.Channel = j.comm, int32(rank), j.seq, j.channel
-		r.Op, r.Algo, r.Dtype = uint8(collective.OpAllReduce), uint8(collective.AlgoRing), uint8(collective.Float32)
+		r.Op, r.Algo, r.Dtype = collective.OpAllReduce, collective.AlgoRing, collective.Float32
 		return r
 	}
 	out := []flowtel.Record{tag(flowtel.Record{TsNs: j.base, Kind: flowtel.KindCollBegin, Peer: -1, Bytes: j.bytes})}

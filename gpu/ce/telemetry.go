@@ -57,7 +57,7 @@ func (g *Group) stamp(w *wr, kind flowtel.Kind, ts int64) {
 	rec := flowtel.Record{
 		TsNs: ts, Kind: kind, Status: flowtel.StatusOK,
 		Rank: int32(w.r.global), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
-		CollSeq: t.seq, Step: t.step, Op: uint8(t.op), Algo: uint8(collective.AlgoDirect), Dtype: uint8(t.dtype),
+		CollSeq: t.seq, Step: t.step, Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype,
 		WrID: w.id, Bytes: uint64(w.bytes), Depth: uint32(max(q.depth, 0)),
 	}
 	w.r.rec.Record(&rec)

@@ -201,7 +201,7 @@ func (s *CollStats) Consume(_ context.Context, recs []flowtel.Record) error {
 				continue
 			}
 			delete(s.begin, r.CollSeq)
-			k := collKey{r.Op, r.Bytes}
+			k := collKey{uint8(r.Op), r.Bytes}
 			sum := s.by[k]
 			if sum == nil {
 				sum = &CollSummary{Op: collective.Op(r.Op).String(), Bytes: r.Bytes}

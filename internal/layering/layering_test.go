@@ -61,3 +61,20 @@ func TestTransportDoesNotKnowCollectives(t *testing.T) {
 		}
 	}
 }
+
+// The telemetry consumers take the record's vocabulary and its fold from
+// flowtel: a program that reads traces or metrics links no transport and no
+// collective code. The rendezvous store's client (collective/bootstrap, a
+// leaf over flowtel) is how the live endpoint announces itself and vccl-top
+// finds it, so it is allowed.
+func TestConsumersImportOnlyFlowtel(t *testing.T) {
+	consumers := []string{"github.com/vccl-go/vccl/exporter/...", "github.com/vccl-go/vccl/analyzer", "github.com/vccl-go/vccl/ui/..."}
+	for _, dep := range deps(t, consumers...) {
+		if dep == "github.com/vccl-go/vccl/collective/bootstrap" {
+			continue
+		}
+		if strings.HasPrefix(dep, "github.com/vccl-go/vccl/collective") || strings.HasPrefix(dep, "github.com/vccl-go/vccl/transport") {
+			t.Errorf("a telemetry consumer (exporter, analyzer or ui) depends on %s; take the vocabulary and the fold from flowtel", dep)
+		}
+	}
+}

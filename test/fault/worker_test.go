@@ -87,7 +87,7 @@ type sink struct {
 	offset atomic.Int64 // job clock - host monotonic clock
 
 	mu   sync.Mutex
-	path map[uint32]uint8 // path of each QP's last completion
+	path map[uint32]flowtel.Path // path of each QP's last completion
 	st   recStats
 }
 
@@ -165,7 +165,7 @@ func workerMain(cfgJSON string) int {
 	if cfg.Every < 1 {
 		cfg.Every = 1
 	}
-	s := &sink{out: out, path: map[uint32]uint8{}}
+	s := &sink{out: out, path: map[uint32]flowtel.Path{}}
 	s.st.SendPosts, s.st.SendWCs, s.st.RecvPosts, s.st.RecvWCs = map[int]int64{}, map[int]int64{}, map[int]int64{}, map[int]int64{}
 	coll := flowtel.NewCollector(flowtel.WithRingCapacity(1 << 18))
 	coll.AddSink(s)

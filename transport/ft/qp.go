@@ -31,8 +31,8 @@ const (
 type sendWR struct {
 	wr     transport.WR
 	telID  uint64
-	path   uint8 // the path it was last transmitted on
-	replay bool  // transmitted again after a path change
+	path   flowtel.Path // the path it was last transmitted on
+	replay bool         // transmitted again after a path change
 	// A small send is copied at post time (wr.Buf is then the copy, own
 	// the pooled buffer): it completes as soon as it was written, as with
 	// tcp, in order; a larger one when the peer acknowledges it.
@@ -459,7 +459,7 @@ func (q *QP) pathDown(pa *path, why error, how downCause) {
 	pa.shut()
 	q.stats.LinkDowns++
 	totals.linkDowns.Add(1)
-	q.core.LinkEvent(flowtel.KindLinkDown, uint8(pa.idx), 0)
+	q.core.LinkEvent(flowtel.KindLinkDown, flowtel.Path(pa.idx), 0)
 	q.b.logger().Warn("vccl: ft path down", "rank", q.core.Config().Rank, "peer", q.core.Config().Peer,
 		"path", pathName(pa.idx), "local", pa.local, "remote", pa.remote, "why", why)
 	best := q.best()
@@ -549,7 +549,7 @@ func (q *QP) switchTx(pa *path) {
 	q.sendNext, q.sendOff = q.sendBase, 0
 	q.creditNext = q.recvBase
 	q.ackSent = 0
-	q.core.SetPath(uint8(pa.idx))
+	q.core.SetPath(flowtel.Path(pa.idx))
 	now := nanotime()
 	q.stats.RetransmittedWRs += wrs
 	q.stats.RetransmittedBytes += bytes
@@ -565,7 +565,7 @@ func (q *QP) switchTx(pa *path) {
 			q.stats.Failovers++
 			totals.failovers.Add(1)
 		}
-		q.core.LinkEvent(kind, uint8(pa.idx), int(bytes))
+		q.core.LinkEvent(kind, flowtel.Path(pa.idx), int(bytes))
 		q.b.logger().Info("vccl: ft "+kind.String(), "rank", q.core.Config().Rank, "peer", q.core.Config().Peer,
 			"to", pathName(pa.idx), "replayed_wrs", wrs, "replayed_bytes", bytes)
 	}
@@ -605,13 +605,13 @@ func (q *QP) install(i int, conn *net.TCPConn, gen uint64) {
 		old.shut()
 		q.stats.LinkDowns++
 		totals.linkDowns.Add(1)
-		q.core.LinkEvent(flowtel.KindLinkDown, uint8(i), 0)
+		q.core.LinkEvent(flowtel.KindLinkDown, flowtel.Path(i), 0)
 	}
 	q.paths[i] = pa
 	q.linkless = 0
 	q.stats.LinkUps++
 	totals.linkUps.Add(1)
-	q.core.LinkEvent(flowtel.KindLinkUp, uint8(i), 0)
+	q.core.LinkEvent(flowtel.KindLinkUp, flowtel.Path(i), 0)
 	q.b.logger().Info("vccl: ft path up", "rank", q.core.Config().Rank, "peer", q.core.Config().Peer,
 		"path", pathName(i), "local", pa.local, "remote", pa.remote)
 	q.startPath(pa)
@@ -1067,7 +1067,7 @@ func (q *QP) deliver(pa *path, h Header, err error) {
 	} else if h.Flags&FlagReplay != 0 {
 		st = flowtel.StatusRetransmitted
 	}
-	q.core.CompleteOn(wc, v.telID, v.wr.Tag, uint8(pa.idx), st)
+	q.core.CompleteOn(wc, v.telID, v.wr.Tag, flowtel.Path(pa.idx), st)
 	q.recvBase++
 	q.recvOff = 0
 	q.stats.RecvsDelivered++
@@ -1134,7 +1134,7 @@ func (q *QP) fillBatch(pa *path, w *writerState) {
 		s := q.sends.at(i)
 		credit := *q.credits.at(i)
 		total := uint64(len(s.wr.Buf))
-		s.path = uint8(pa.idx)
+		s.path = flowtel.Path(pa.idx)
 		var flags uint8
 		if s.replay {
 			flags |= FlagReplay

@@ -4,7 +4,6 @@ import (
 	"cmp"
 	"slices"
 
-	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/ui"
 )
@@ -72,7 +71,7 @@ func (t *collTracker) add(r *flowtel.Record) {
 	k := callKey{r.Comm, r.CollSeq}
 	c := t.calls[k]
 	if c == nil {
-		c = &call{op: r.Op, ranks: map[int32]*rankCall{}, firstTs: r.TsNs}
+		c = &call{op: uint8(r.Op), ranks: map[int32]*rankCall{}, firstTs: r.TsNs}
 		t.calls[k] = c
 	}
 	rc := c.ranks[r.Rank]
@@ -97,7 +96,7 @@ func (t *collTracker) add(r *flowtel.Record) {
 	}
 	rc.done = true
 	c.ended++
-	op := collective.Op(c.op).String()
+	op := flowtel.Op(c.op).String()
 	if t.total[op] == nil {
 		t.total[op] = map[int32]uint64{}
 	}
@@ -105,7 +104,7 @@ func (t *collTracker) add(r *flowtel.Record) {
 	if !rc.failed && rc.end > rc.begin {
 		d := doneCall{end: rc.end, op: c.op, rank: r.Rank, timeNs: rc.end - rc.begin}
 		d.algBW = float64(rc.bytes) / (float64(d.timeNs) / 1e9)
-		d.busBW = d.algBW * collective.BusBWFactor(collective.Op(c.op), t.ranks(r.Comm))
+		d.busBW = d.algBW * flowtel.BusBWFactor(flowtel.Op(c.op), t.ranks(r.Comm))
 		t.done = append(t.done, d)
 	}
 	if c.ended >= t.ranks(k.comm) {
@@ -162,7 +161,7 @@ func (t *collTracker) colls(now int64) []ui.Coll {
 	}
 	aggs := map[string]*agg{}
 	get := func(op uint8) *agg {
-		name := collective.Op(op).String()
+		name := flowtel.Op(op).String()
 		a := aggs[name]
 		if a == nil {
 			a = &agg{ranks: map[int32]bool{}}

@@ -16,7 +16,7 @@ func collRecords(n int) []flowtel.Record {
 		t0 := int64(1e9) + int64(i)*10_000_000
 		for r := range int32(4) {
 			b := flowtel.Record{TsNs: t0 + int64(r)*100_000, Kind: flowtel.KindCollBegin, Rank: r, Peer: -1, Comm: 7,
-				CollSeq: uint64(i + 1), Step: 1, Bytes: 1e6, Op: uint8(collective.OpAllReduce)}
+				CollSeq: uint64(i + 1), Step: 1, Bytes: 1e6, Op: collective.OpAllReduce}
 			e := b
 			e.Kind, e.TsNs = flowtel.KindCollEnd, t0+300_000+1_000_000
 			recs = append(recs, b, e)

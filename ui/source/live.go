@@ -200,7 +200,7 @@ func linkStatsOf(l *live.Link) flowtel.LinkStats {
 	if l.Dir == "recv" {
 		dir = flowtel.DirRecv
 	}
-	return flowtel.LinkStats{Key: flowtel.LinkKey{Rank: l.Rank, Peer: l.Peer, Channel: l.Channel, Path: l.Path, Dir: dir},
+	return flowtel.LinkStats{Key: flowtel.LinkKey{Rank: l.Rank, Peer: l.Peer, Channel: l.Channel, Path: flowtel.Path(l.Path), Dir: dir},
 		Completions: l.Completions, Failed: l.Failed, Bytes: l.Bytes, BandwidthBps: l.BandwidthBps, SpanNs: l.SpanNs,
 		LatencySamples: l.LatencySamples, LatP50Ns: l.LatP50Ns, LatP99Ns: l.LatP99Ns, LatMaxNs: l.LatMaxNs,
 		Backlog: l.Backlog, OutstandingBytes: l.OutstandingBytes, PendingWRs: l.PendingWRs,

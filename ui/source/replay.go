@@ -388,7 +388,7 @@ func (r *Replay) Frame() ui.Frame {
 		f.Ranks = append(f.Ranks, rk)
 	}
 	for _, ls := range r.win.SnapshotAt(now) {
-		f.Links = append(f.Links, ui.Link{Rank: ls.Key.Rank, Peer: ls.Key.Peer, Channel: ls.Key.Channel, Path: ls.Key.Path,
+		f.Links = append(f.Links, ui.Link{Rank: ls.Key.Rank, Peer: ls.Key.Peer, Channel: ls.Key.Channel, Path: uint8(ls.Key.Path),
 			Dir: ls.Key.Dir.String(), BandwidthBps: ls.BandwidthBps, LatP50Ns: ls.LatP50Ns, LatP99Ns: ls.LatP99Ns,
 			Backlog: ls.Backlog, PendingWRs: ls.PendingWRs, CreditWaitNs: ls.CreditWaitNs, CreditWaiting: ls.CreditWaiting,
 			Completions: ls.Completions, Failed: ls.Failed, Bytes: ls.Bytes, WindowNs: int64(r.win.Config().T)})

@@ -476,7 +476,7 @@ func TestRunAlternate(t *testing.T) {
 	}
 	begins := 0
 	for _, rec := range sink.Records() {
-		if rec.Kind == flowtel.KindCollBegin && rec.Rank == 0 && rec.Bytes == 1024 && rec.Op == uint8(collective.OpAllReduce) {
+		if rec.Kind == flowtel.KindCollBegin && rec.Rank == 0 && rec.Bytes == 1024 && rec.Op == collective.OpAllReduce {
 			begins++
 		}
 	}

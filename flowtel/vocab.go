@@ -1,0 +1,230 @@
+package flowtel
+
+import "fmt"
+
+// The vocabulary of a Record's Op, Algo, Dtype and Path fields. It lives here,
+// beside the record, so that every consumer (exporters, the analyzer,
+// vccl-top) names a code the same way without importing the comm library;
+// collective re-exports these types for its API.
+
+// Op is a communication operation (Record.Op). Values are part of schema v1:
+// append, never renumber.
+type Op uint8
+
+// Operations.
+const (
+	OpAllReduce Op = iota + 1
+	OpAllGather
+	OpReduceScatter
+	OpBroadcast
+	OpReduce
+	OpAllToAll
+	OpAllToAllv
+	OpGather
+	OpScatter
+	OpSend
+	OpRecv
+	OpGroup // grouped sends and receives
+	OpBarrier
+	opEnd
+)
+
+var opNames = [...]string{"", "allreduce", "allgather", "reducescatter", "broadcast", "reduce",
+	"alltoall", "alltoallv", "gather", "scatter", "send", "recv", "group", "barrier"}
+
+// Valid reports whether o is a known operation.
+func (o Op) Valid() bool { return o > 0 && o < opEnd }
+
+func (o Op) String() string {
+	if !o.Valid() {
+		return fmt.Sprintf("op(%d)", uint8(o))
+	}
+	return opNames[o]
+}
+
+// ParseOp returns the operation named s, as String prints it.
+func ParseOp(s string) (Op, error) {
+	for o := OpAllReduce; o < opEnd; o++ {
+		if opNames[o] == s {
+			return o, nil
+		}
+	}
+	return 0, fmt.Errorf("flowtel: unknown operation %q", s)
+}
+
+// IsP2P reports whether o moves data between two ranks only (send, recv and
+// grouped sends and receives), rather than across the communicator.
+func (o Op) IsP2P() bool { return o == OpSend || o == OpRecv || o == OpGroup }
+
+// Reduces reports whether o combines the ranks' data with a reduction.
+func (o Op) Reduces() bool { return o == OpAllReduce || o == OpReduceScatter || o == OpReduce }
+
+// Rooted reports whether o has a root rank.
+func (o Op) Rooted() bool {
+	return o == OpBroadcast || o == OpReduce || o == OpGather || o == OpScatter
+}
+
+// BusBWFactor is nccl-tests' bus bandwidth factor: busbw = algbw × factor,
+// where algbw is the operation's payload (the larger buffer for all-gather,
+// reduce-scatter and all-to-all) over its time, so busbw compares with the
+// hardware's bandwidth whatever the operation and world size. A barrier
+// moves no payload and a world of one rank moves nothing between ranks: both
+// have factor 0 for the collectives that reduce or exchange, as nccl-tests
+// prints; so does a world of no ranks.
+func BusBWFactor(op Op, ranks int) float64 {
+	if ranks <= 0 {
+		return 0
+	}
+	n := float64(ranks)
+	switch op {
+	case OpAllReduce:
+		return 2 * (n - 1) / n
+	case OpAllGather, OpReduceScatter, OpAllToAll, OpAllToAllv, OpGather, OpScatter:
+		return (n - 1) / n
+	case OpBarrier:
+		return 0
+	}
+	return 1
+}
+
+// Algorithm is how a collective moves its data (Record.Algo). Values are part
+// of schema v1: append, never renumber.
+type Algorithm uint8
+
+// Algorithms.
+const (
+	AlgoAuto              Algorithm = iota // let the tuner choose
+	AlgoRing                               // chunked, pipelined ring (chain for rooted operations)
+	AlgoTree                               // binomial tree
+	AlgoRecursiveDoubling                  // recursive doubling / halving
+	AlgoDirect                             // every peer at once
+	algoEnd
+)
+
+var algoNames = [...]string{"auto", "ring", "tree", "rd", "direct"}
+
+func (a Algorithm) String() string {
+	if a >= algoEnd {
+		return fmt.Sprintf("algo(%d)", uint8(a))
+	}
+	return algoNames[a]
+}
+
+// ParseAlgorithm returns the algorithm named s (auto, ring, tree, rd or
+// recursive-doubling, direct; empty is auto).
+func ParseAlgorithm(s string) (Algorithm, error) {
+	switch s {
+	case "":
+		return AlgoAuto, nil
+	case "recursive-doubling":
+		return AlgoRecursiveDoubling, nil
+	}
+	for a := AlgoAuto; a < algoEnd; a++ {
+		if algoNames[a] == s {
+			return a, nil
+		}
+	}
+	return 0, fmt.Errorf("flowtel: unknown algorithm %q (want auto, ring, tree, rd or direct)", s)
+}
+
+// Datatype is the element type of a collective's buffers (Record.Dtype).
+// Values are part of schema v1 and of the wire: append, never renumber.
+type Datatype uint8
+
+// Datatypes.
+const (
+	Int8 Datatype = iota + 1
+	Uint8
+	Int32
+	Uint32
+	Int64
+	Uint64
+	Float16
+	BFloat16
+	Float32
+	Float64
+	datatypeEnd
+)
+
+// DatatypeCount is one more than the largest Datatype code, for tables
+// indexed by datatype.
+const DatatypeCount = int(datatypeEnd)
+
+var datatypeNames = [...]string{"", "int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64"}
+var datatypeSizes = [...]int{0, 1, 1, 4, 4, 8, 8, 2, 2, 4, 8}
+
+// Datatypes lists every datatype.
+func Datatypes() []Datatype {
+	out := make([]Datatype, 0, datatypeEnd-1)
+	for d := Int8; d < datatypeEnd; d++ {
+		out = append(out, d)
+	}
+	return out
+}
+
+// Valid reports whether d is a known datatype.
+func (d Datatype) Valid() bool { return d >= Int8 && d < datatypeEnd }
+
+// Size returns the size of one element in bytes (0 for an unknown type).
+func (d Datatype) Size() int {
+	if !d.Valid() {
+		return 0
+	}
+	return datatypeSizes[d]
+}
+
+func (d Datatype) String() string {
+	if !d.Valid() {
+		return fmt.Sprintf("datatype(%d)", uint8(d))
+	}
+	return datatypeNames[d]
+}
+
+// IsFloat reports whether d is a floating-point type.
+func (d Datatype) IsFloat() bool {
+	return d == Float16 || d == BFloat16 || d == Float32 || d == Float64
+}
+
+// ParseDatatype returns the datatype named s: its String, or a name other
+// tools use for it ("float", "half", "double", "bf16", "fp32", "int", …).
+func ParseDatatype(s string) (Datatype, error) {
+	switch s {
+	case "half", "fp16", "f16":
+		return Float16, nil
+	case "bf16", "bfloat":
+		return BFloat16, nil
+	case "float", "fp32", "f32":
+		return Float32, nil
+	case "double", "fp64", "f64":
+		return Float64, nil
+	case "int", "i32":
+		return Int32, nil
+	case "char":
+		return Int8, nil
+	}
+	for d := Int8; d < datatypeEnd; d++ {
+		if datatypeNames[d] == s {
+			return d, nil
+		}
+	}
+	return 0, fmt.Errorf("flowtel: unknown datatype %q (want one of int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64)", s)
+}
+
+// Path is which of a link's connections a record is about (Record.Path).
+type Path uint8
+
+// Paths of a fault-tolerant link; a plain link has only the primary.
+const (
+	PathPrimary Path = 0
+	PathBackup  Path = 1
+)
+
+func (p Path) String() string {
+	switch p {
+	case PathPrimary:
+		return "primary"
+	case PathBackup:
+		return "backup"
+	}
+	return fmt.Sprintf("path(%d)", uint8(p))
+}
