@@ -179,7 +179,7 @@ const NoColor = -1
 // Split creates sub-communicators: ranks passing the same color form one,
 // ordered by key (ties by rank). Every rank must call it; ranks passing
 // NoColor get nil. The sub-communicator has its own connections and shares
-// this one's telemetry collector.
+// this one's telemetry collector, and so its exporters (RegisterTelemetry).
 func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	c.mu.Lock()
 	c.splits++
@@ -212,6 +212,9 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 		}
 	}
 	child := &Comm{clock: c.clock, opts: c.opts, uid: fmt.Sprintf("%s/split%d/%d", c.uid, nth, color)}
+	// The child records into this communicator's collector, so the
+	// exporters attached here (RegisterTelemetry) see its records too; it
+	// runs no attachers of its own, which would export them twice.
 	child.opts.collector, child.opts.telemetry = c.collector, c.collector != nil
 	child.rank, child.size = newRank, len(members)
 	child.opts.rank, child.opts.size = newRank, len(members)

@@ -36,7 +36,8 @@ type Comm struct {
 	clock      *flowtel.Clock
 
 	collector    *flowtel.Collector
-	ownCollector bool
+	ownCollector bool          // made by setup: started after the attachers, shut down by Close
+	detach       []namedDetach // the telemetry attachers' (attach.go), under mu
 	store        *bootstrap.Client
 	server       *bootstrap.Server
 	peers        []peerInfo
@@ -134,6 +135,9 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 		if err := c.setup(ctx, func(_ context.Context, me peerInfo) ([]peerInfo, error) { return []peerInfo{me}, nil }); err != nil {
 			return nil, err
 		}
+		if err := c.startTelemetry(ctx); err != nil {
+			return nil, err
+		}
 		return c, nil
 	}
 	if o.master == "" {
@@ -213,6 +217,9 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	store := c.store
 	c.watchAborts(func(uid string) abortBoard { return storeBoard{store: store, key: "vccl/" + uid + "/abort"} })
+	if err := c.startTelemetry(ctx); err != nil {
+		return nil, err
+	}
 	return c, nil
 }
 
@@ -267,6 +274,11 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 				return
 			}
 			c.watchAborts(boards.get)
+			if err := c.startTelemetry(cctx); err != nil {
+				errs[r] = err
+				ex.abort(err)
+				return
+			}
 			comms[r] = c
 		}()
 	}
@@ -431,13 +443,15 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		}
 	}
 	// Telemetry: one recorder per channel, owned by that channel's engine.
+	// A collector of the communicator's own starts once the registered
+	// attachers have added their sinks (startTelemetry): what is recorded
+	// until then waits in the rings.
 	recs := make([]*flowtel.Recorder, c.opts.channels)
 	if c.opts.telemetry {
 		c.collector = c.opts.collector
 		if c.collector == nil {
 			c.collector = flowtel.NewCollector(flowtel.WithClock(c.clock))
 			c.ownCollector = true
-			c.collector.Start()
 		}
 		for ch := range recs {
 			recs[ch] = c.collector.NewRecorderClock(c.clock)
@@ -646,11 +660,20 @@ func (c *Comm) teardown(reason error) error {
 		e.shutdown(reason)
 	}
 	c.closeQPs()
-	c.closeBootstrap()
-	if c.ownCollector && c.collector != nil {
+	// Telemetry winds down with the store still up: a collector of the
+	// communicator's own delivers the last records and shuts its sinks
+	// down (the Arrow files are finished, the last spans sent), then the
+	// attachers detach (the live endpoint, which rank 0 may still be
+	// announcing through the store, stops last, so a viewer sees the end).
+	var err error
+	if c.collector != nil {
 		ctx, cancel := context.WithTimeout(context.Background(), c.opts.timeout)
 		defer cancel()
-		return c.collector.Shutdown(ctx)
+		if c.ownCollector {
+			err = c.collector.Shutdown(ctx)
+		}
+		err = errors.Join(err, c.detachTelemetry(ctx))
 	}
-	return nil
+	c.closeBootstrap()
+	return err
 }

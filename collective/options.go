@@ -48,6 +48,7 @@ type options struct {
 	timeout     time.Duration
 	telemetry   bool
 	collector   *flowtel.Collector
+	attach      bool // run the registered TelemetryAttachers
 	logger      *slog.Logger
 	ifname      string
 	ft          bool
@@ -97,6 +98,12 @@ func WithCollector(c *flowtel.Collector) Option {
 	return func(o *options) { o.collector, o.telemetry = c, true }
 }
 
+// WithTelemetryAttachers(false) keeps the attachers registered with
+// RegisterTelemetry off this communicator, for a program that attaches its
+// exporters itself (telemetry.Attach) and would otherwise get them twice.
+// Default true.
+func WithTelemetryAttachers(on bool) Option { return func(o *options) { o.attach = on } }
+
 // WithLogger sets where the communicator logs.
 func WithLogger(l *slog.Logger) Option { return func(o *options) { o.logger = l } }
 
@@ -113,7 +120,7 @@ func WithFaultTolerance(on bool) Option { return func(o *options) { o.ft = on } 
 
 func defaultOptions(getenv func(string) string) options {
 	o := options{channels: 1, chunk: DefaultChunk, check: true, timeout: DefaultTimeout,
-		telemetry: flowtel.EnabledFromEnv(), logger: slog.Default(), transport: "auto"}
+		telemetry: flowtel.EnabledFromEnv(), attach: true, logger: slog.Default(), transport: "auto"}
 	if v := getenv(EnvTransport); v != "" {
 		o.transport = strings.ToLower(strings.TrimSpace(v))
 	}
