@@ -77,8 +77,12 @@
 // or "http/protobuf", the default), and every OTEL_EXPORTER_OTLP_* and
 // OTEL_EXPORTER_OTLP_TRACES_* endpoint, header, timeout, compression and TLS
 // variable, read by the OTLP exporters themselves; OTEL_BSP_* size the batch
-// span processor and OTEL_SPAN_*_LIMIT its limits. Options given to New win
-// over the environment. VCCL_OTEL_WR_EVENTS is the WR event sampling rate.
+// span processor and OTEL_SPAN_*_LIMIT its limits. The endpoint variables
+// are read as the specification says, where the Go exporters differ: an
+// endpoint without a scheme (localhost:4318) is plain HTTP, as in the other
+// SDKs, and a malformed one is an error of New naming the variable. Options
+// given to New win over the environment. VCCL_OTEL_WR_EVENTS is the WR
+// event sampling rate.
 //
 // Consume never blocks: it only updates in-memory state and ends spans,
 // which the batch span processor queues (or drops, when its queue is full).

@@ -5,7 +5,9 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"net/url"
 	"os"
+	"path"
 	"strconv"
 	"strings"
 	"sync"
@@ -250,9 +252,23 @@ func spanExporterFromEnv(ctx context.Context, cfg *config) (sdktrace.SpanExporte
 	}
 	switch p {
 	case "grpc":
-		return otlptracegrpc.New(ctx)
+		u, err := otlpEndpoint(cfg.getenv, true)
+		if err != nil {
+			return nil, err
+		}
+		if u == "" {
+			return otlptracegrpc.New(ctx)
+		}
+		return otlptracegrpc.New(ctx, otlptracegrpc.WithEndpointURL(u))
 	case "http/protobuf", "http":
-		return otlptracehttp.New(ctx)
+		u, err := otlpEndpoint(cfg.getenv, false)
+		if err != nil {
+			return nil, err
+		}
+		if u == "" {
+			return otlptracehttp.New(ctx)
+		}
+		return otlptracehttp.New(ctx, otlptracehttp.WithEndpointURL(u))
 	case "stdout", "console":
 		w := cfg.stdout
 		if w == nil {
@@ -265,6 +281,61 @@ func spanExporterFromEnv(ctx context.Context, cfg *config) (sdktrace.SpanExporte
 		return nil, errors.New("otel: OTLP protocol http/json is not supported by the Go exporters; use grpc or http/protobuf")
 	}
 	return nil, fmt.Errorf("otel: unknown OTLP protocol %q: want grpc, http/protobuf, stdout or none", p)
+}
+
+// otlpEndpoint returns the URL spans go to as OTEL_EXPORTER_OTLP_TRACES_ENDPOINT
+// or else OTEL_EXPORTER_OTLP_ENDPOINT gives it, or "" when neither is set
+// (the exporter's default then: http://localhost:4318/v1/traces,
+// localhost:4317 for gRPC). It reads them as the specification does, where
+// the Go exporters alone differ: an endpoint without a scheme
+// ("localhost:4318") is plain HTTP, as in the other SDKs (the Go exporters
+// take "localhost" for its scheme, and then TLS), unless
+// OTEL_EXPORTER_OTLP_[TRACES_]INSECURE is false. Over HTTP the general
+// variable is a base URL, to which /v1/traces is appended; the traces one
+// is used as it is. A gRPC endpoint of another scheme (unix:) is left to the
+// exporter.
+func otlpEndpoint(getenv func(string) string, grpc bool) (string, error) {
+	name := "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT"
+	v := strings.TrimSpace(getenv(name))
+	base := v == ""
+	if base {
+		name = "OTEL_EXPORTER_OTLP_ENDPOINT"
+		v = strings.TrimSpace(getenv(name))
+	}
+	if v == "" {
+		return "", nil
+	}
+	raw := v
+	if !strings.Contains(v, "://") && !(grpc && strings.HasPrefix(strings.ToLower(v), "unix:")) {
+		scheme := "http"
+		insecure := strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_TRACES_INSECURE"))
+		if insecure == "" {
+			insecure = strings.TrimSpace(getenv("OTEL_EXPORTER_OTLP_INSECURE"))
+		}
+		if strings.EqualFold(insecure, "false") {
+			scheme = "https"
+		}
+		v = scheme + "://" + v
+	}
+	u, err := url.Parse(v)
+	if err == nil && (u.Scheme == "http" || u.Scheme == "https") && u.Host == "" {
+		err = errors.New("no host")
+	}
+	if err != nil {
+		return "", fmt.Errorf("otel: %s=%q: want a URL such as http://localhost:4318 (%v)", name, raw, err)
+	}
+	switch u.Scheme = strings.ToLower(u.Scheme); u.Scheme {
+	case "http", "https":
+	default:
+		if grpc {
+			return "", nil
+		}
+		return "", fmt.Errorf("otel: %s=%q: want an http:// or https:// URL", name, raw)
+	}
+	if base && !grpc {
+		u.Path = path.Join("/", u.Path, "v1/traces")
+	}
+	return u.String(), nil
 }
 
 // AddComm registers a communicator: its world size, its clock (to map record
