@@ -252,17 +252,9 @@ func WithWindowClock(clk *Clock) WindowOption {
 }
 
 // Window keeps sliding per-link statistics from WR records: bandwidth, WR
-// latency, backlog and credit waits (see LinkStats).
-//
-// A wc is paired with its wr_post by WrID through a FIFO per QP and
-// direction, since a QP completes its sends in order and its receives in
-// order. When records were lost (a KindLost gap), pairing resynchronises on
-// the WrIDs: posts older than the completion at hand are dropped as orphans,
-// and a completion older than every pending post counts without a latency.
-// Credit waits are kept per QP in a FIFO as well, since a QP grants credit
-// to its waiting sends in posting order: a KindCreditGrant closes the wait
-// with its WrID, and waits older than it, or not older than a completed send,
-// lost their grant and are dropped rather than guessed.
+// latency, backlog and credit waits (see LinkStats). It is a view over a
+// Fold, which pairs each wc with its wr_post and each credit wait with its
+// grant (see Fold for the rules, and how pairing survives lost records).
 //
 // Window is a Sink, so it can be attached to a Collector. All methods are safe
 // for concurrent use; updates and snapshots take one mutex. Updating does not
@@ -273,13 +265,19 @@ type Window struct {
 	hasClock bool
 
 	mu      sync.Mutex
-	links   map[LinkKey]*linkState
-	sorted  []*linkState // links ordered by key
-	qps     map[uint64]*qpState
-	qpCache [qpCacheSize]qpCacheEntry // direct-mapped, in front of qps
-	maxTs   int64
-	lost    uint64
+	fold    *Fold
+	view    windowView
 	scratch []int64
+}
+
+// windowView is the Window's state, kept from the fold's events.
+type windowView struct {
+	NopHandler
+	n      int // completions kept per link
+	links  map[LinkKey]*linkState
+	sorted []*linkState // links ordered by key
+	qps    []*winQP // by the fold's QPIndex
+	lost   uint64
 }
 
 type sample struct {
@@ -289,65 +287,43 @@ type sample struct {
 	failed bool
 }
 
-type interval struct{ from, to int64 }
-
-type pendingWR struct {
-	wrID  uint64
-	ts    int64
-	bytes uint64
-}
-
 type linkState struct {
 	key       LinkKey
-	samples   ring[sample]
-	waits     ring[interval] // finished credit waits, overlapping ones merged
+	samples   fifo[sample]
+	waits     WaitSpans
 	qds       []*qpDir       // the QP directions feeding this link
-	outBytes  uint64
-	pending   int
 	lastNs    int64
 	unmatched uint64
 	orphaned  uint64
 }
 
-type qpDir struct {
-	qp    *qpState
-	link  *linkState
-	fifo  ring[pendingWR]
-	waits ring[openWait] // sends waiting for credit, oldest first (send direction only)
-}
-
-type openWait struct {
-	wrID uint64
-	ts   int64
-}
-
-const qpCacheSize = 256
-
-type qpCacheEntry struct {
-	key uint64
-	qp  *qpState
-}
-
-type qpState struct {
+// winQP is a QP as of its latest event: the depth the transport reported,
+// which counts both directions, and each direction's pending posts.
+type winQP struct {
+	depth uint32
 	dir   [2]qpDir
-	depth uint32 // Depth of the QP's latest record
 }
 
-// maxPending bounds a QP direction's FIFO of posts awaiting completion; past
-// it the oldest is dropped as an orphan.
-const maxPending = 1 << 16
+type qpDir struct {
+	qp        *winQP
+	link      *linkState
+	pending   int
+	pendBytes uint64
+}
 
 // NewWindow returns a window sized by cfg (zero fields take the defaults).
 func NewWindow(cfg WindowConfig, opts ...WindowOption) *Window {
-	w := &Window{
-		cfg:   cfg.withDefaults(),
-		links: make(map[LinkKey]*linkState),
-		qps:   make(map[uint64]*qpState),
-	}
+	w := &Window{cfg: cfg.withDefaults()}
+	w.view.init(w.cfg.N)
+	w.fold = NewFold(&w.view, FoldConfig{GapNs: -1})
 	for _, o := range opts {
 		o(w)
 	}
 	return w
+}
+
+func (v *windowView) init(n int) {
+	*v = windowView{n: n, links: make(map[LinkKey]*linkState)}
 }
 
 // Config returns the window's size.
@@ -356,16 +332,14 @@ func (w *Window) Config() WindowConfig { return w.cfg }
 // Add updates the window with one record.
 func (w *Window) Add(rec *Record) {
 	w.mu.Lock()
-	w.add(rec)
+	w.fold.AddRecord(rec)
 	w.mu.Unlock()
 }
 
 // Update updates the window with recs, in order.
 func (w *Window) Update(recs []Record) {
 	w.mu.Lock()
-	for i := range recs {
-		w.add(&recs[i])
-	}
+	w.fold.Add(recs)
 	w.mu.Unlock()
 }
 
@@ -383,145 +357,93 @@ func (w *Window) Shutdown(context.Context) error { return nil }
 func (w *Window) Lost() uint64 {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	return w.lost
+	return w.view.lost
 }
 
 // Reset forgets every link.
 func (w *Window) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	w.links = make(map[LinkKey]*linkState)
-	w.sorted = nil
-	w.qps = make(map[uint64]*qpState)
-	w.qpCache = [qpCacheSize]qpCacheEntry{}
-	w.maxTs = 0
-	w.lost = 0
+	w.view.init(w.cfg.N)
+	w.fold = NewFold(&w.view, FoldConfig{GapNs: -1})
 }
 
-func (w *Window) add(rec *Record) {
-	if rec.TsNs > w.maxTs {
-		w.maxTs = rec.TsNs
+// qpDir returns the state of a QP direction, moving it to link k if its
+// latest event is about another link (a fault-tolerant QP changed path).
+func (v *windowView) qpDir(idx uint32, k LinkKey) *qpDir {
+	for int(idx) >= len(v.qps) {
+		v.qps = append(v.qps, nil)
 	}
-	switch rec.Kind {
-	case KindWRPost:
-		d := Dir(rec.WrID & 1)
-		qd := w.qpDir(rec, d)
-		l := w.linkOf(qd, rec, d)
-		if qd.fifo.n == maxPending {
-			old := qd.fifo.popFront()
-			l.outBytes -= old.bytes
-			l.pending--
-			l.orphaned++
-		}
-		qd.fifo.push(pendingWR{wrID: rec.WrID, ts: rec.TsNs, bytes: rec.Bytes}, maxPending)
-		l.outBytes += rec.Bytes
-		l.pending++
-		qd.qp.depth = rec.Depth
-		l.lastNs = max(l.lastNs, rec.TsNs)
-
-	case KindWC:
-		d := Dir(rec.WrID & 1)
-		qd := w.qpDir(rec, d)
-		l := w.linkOf(qd, rec, d)
-		// Posts older than this completion lost their own completion.
-		for qd.fifo.n > 0 && qd.fifo.front().wrID < rec.WrID {
-			old := qd.fifo.popFront()
-			l.outBytes -= old.bytes
-			l.pending--
-			l.orphaned++
-		}
-		// A retransmitted WR was delivered (on another path): not a failure.
-		s := sample{ts: rec.TsNs, lat: -1, bytes: rec.Bytes, failed: rec.Status != StatusOK && rec.Status != StatusRetransmitted}
-		if qd.fifo.n > 0 && qd.fifo.front().wrID == rec.WrID {
-			p := qd.fifo.popFront()
-			s.lat = rec.TsNs - p.ts
-			if s.bytes == 0 {
-				s.bytes = p.bytes
-			}
-			l.outBytes -= p.bytes
-			l.pending--
-		} else {
-			l.unmatched++
-		}
-		l.samples.push(s, w.cfg.N)
-		// A completed send had its credit: a wait still open for it, or
-		// for an older send, lost its grant. Drop it rather than guess.
-		for qd.waits.n > 0 && qd.waits.front().wrID <= rec.WrID {
-			qd.waits.popFront()
-		}
-		qd.qp.depth = rec.Depth
-		l.lastNs = max(l.lastNs, rec.TsNs)
-
-	case KindCreditWait:
-		qd := w.qpDir(rec, DirSend)
-		l := w.linkOf(qd, rec, DirSend)
-		if qd.waits.n == 0 || rec.WrID > qd.waits.back().wrID { // else a duplicate
-			if qd.waits.n == maxPending {
-				qd.waits.popFront()
-			}
-			qd.waits.push(openWait{wrID: rec.WrID, ts: rec.TsNs}, maxPending)
-		}
-		qd.qp.depth = rec.Depth
-		l.lastNs = max(l.lastNs, rec.TsNs)
-
-	case KindCreditGrant:
-		qd := w.qpDir(rec, DirSend)
-		l := w.linkOf(qd, rec, DirSend)
-		// Credit comes in posting order: older waits lost their grant.
-		for qd.waits.n > 0 && qd.waits.front().wrID < rec.WrID {
-			qd.waits.popFront()
-		}
-		if qd.waits.n > 0 && qd.waits.front().wrID == rec.WrID {
-			wt := qd.waits.popFront()
-			l.addWait(wt.ts, rec.TsNs, w.cfg.N)
-		}
-		qd.qp.depth = rec.Depth
-		l.lastNs = max(l.lastNs, rec.TsNs)
-
-	case KindLost:
-		w.lost += rec.Bytes
-	}
-}
-
-func (w *Window) qpDir(rec *Record, d Dir) *qpDir {
-	k := uint64(uint32(rec.Rank))<<32 | uint64(rec.QP)
-	e := &w.qpCache[(uint64(rec.QP)^uint64(rec.Rank)*0x9e37)%qpCacheSize]
-	if e.qp != nil && e.key == k {
-		return &e.qp.dir[d]
-	}
-	q := w.qps[k]
+	q := v.qps[idx]
 	if q == nil {
-		q = &qpState{}
-		q.dir[0].qp, q.dir[1].qp = q, q
-		w.qps[k] = q
+		q = &winQP{}
+		q.dir[DirSend].qp, q.dir[DirRecv].qp = q, q
+		v.qps[idx] = q
 	}
-	e.key, e.qp = k, q
-	return &q.dir[d]
-}
-
-func (w *Window) linkOf(qd *qpDir, rec *Record, d Dir) *linkState {
-	if l := qd.link; l != nil && l.key.Rank == rec.Rank && l.key.Peer == rec.Peer &&
-		l.key.Channel == rec.Channel && l.key.Path == rec.Path {
-		return l
-	}
-	key := linkKeyOf(rec, d)
-	l := w.links[key]
-	if l == nil {
-		l = &linkState{key: key}
-		w.links[key] = l
-		i, _ := slices.BinarySearchFunc(w.sorted, key, func(a *linkState, k LinkKey) int { return a.key.compare(k) })
-		w.sorted = slices.Insert(w.sorted, i, l)
-	}
-	if qd.link != l {
+	qd := &q.dir[k.Dir]
+	if qd.link == nil || qd.link.key != k {
 		if old := qd.link; old != nil {
-			// The QP moved to another link (unusual).
 			old.qds = slices.DeleteFunc(old.qds, func(x *qpDir) bool { return x == qd })
 		}
+		l := v.link(k)
 		qd.link = l
 		l.qds = append(l.qds, qd)
 	}
+	return qd
+}
+
+func (v *windowView) link(key LinkKey) *linkState {
+	l := v.links[key]
+	if l == nil {
+		l = &linkState{key: key}
+		v.links[key] = l
+		i, _ := slices.BinarySearchFunc(v.sorted, key, func(a *linkState, k LinkKey) int { return a.key.compare(k) })
+		v.sorted = slices.Insert(v.sorted, i, l)
+	}
 	return l
 }
+
+func (v *windowView) transfer(t *Transfer, ts int64) *linkState {
+	qd := v.qpDir(t.QPIndex, t.Link)
+	qd.qp.depth, qd.pending, qd.pendBytes = t.Depth, t.Pending, t.PendingBytes
+	l := qd.link
+	l.orphaned += uint64(t.Orphans)
+	l.lastNs = max(l.lastNs, ts)
+	return l
+}
+
+func (v *windowView) Posted(t *Transfer) { v.transfer(t, t.PostNs) }
+
+func (v *windowView) Completed(t *Transfer) {
+	l := v.transfer(t, t.DoneNs)
+	s := sample{ts: t.DoneNs, lat: -1, bytes: t.Bytes, failed: t.Failed()}
+	if lat, ok := t.LatencyNs(); ok {
+		s.lat = lat
+	} else {
+		l.unmatched++
+	}
+	l.samples.pushBounded(s, v.n)
+}
+
+func (v *windowView) WaitBegan(cw *CreditWait) {
+	qd := v.qpDir(cw.QPIndex, cw.Link)
+	qd.qp.depth = cw.Depth
+	l := qd.link
+	l.waits.Began(cw)
+	l.lastNs = max(l.lastNs, cw.FromNs)
+}
+
+func (v *windowView) WaitEnded(cw *CreditWait) {
+	qd := v.qpDir(cw.QPIndex, cw.Link)
+	l := qd.link
+	if cw.Granted {
+		qd.qp.depth = cw.Depth
+		l.lastNs = max(l.lastNs, cw.ToNs)
+	}
+	l.waits.Ended(cw)
+}
+
+func (v *windowView) Lost(x *Lost) { v.lost += x.Records }
 
 // Snapshot returns the statistics of every link, ordered by key, as of now:
 // the window's clock if it has one (WithWindowClock), else the time of the
@@ -552,7 +474,7 @@ func (w *Window) AppendSnapshot(dst []LinkStats, now int64) []LinkStats {
 func (w *Window) Link(key LinkKey, now int64) (LinkStats, bool) {
 	w.mu.Lock()
 	defer w.mu.Unlock()
-	l := w.links[key]
+	l := w.view.links[key]
 	if l == nil {
 		return LinkStats{Key: key}, false
 	}
@@ -570,11 +492,11 @@ func (w *Window) nowLocked() int64 {
 	if w.hasClock {
 		return w.clock.Now()
 	}
-	return w.maxTs
+	return w.fold.MaxTs()
 }
 
 func (w *Window) appendSnapshot(dst []LinkStats, now int64) []LinkStats {
-	for _, l := range w.sorted {
+	for _, l := range w.view.sorted {
 		dst = append(dst, w.stats(l, now))
 	}
 	return dst
@@ -584,8 +506,6 @@ func (w *Window) stats(l *linkState, now int64) LinkStats {
 	start := now - int64(w.cfg.T)
 	st := LinkStats{
 		Key:              l.key,
-		OutstandingBytes: l.outBytes,
-		PendingWRs:       l.pending,
 		LastNs:           l.lastNs,
 		Unmatched:        l.unmatched,
 		Orphaned:         l.orphaned,
@@ -642,43 +562,16 @@ func (w *Window) stats(l *linkState, now int64) LinkStats {
 	var backlog uint64
 	for _, qd := range l.qds {
 		backlog += uint64(qd.qp.depth)
+		st.OutstandingBytes += qd.pendBytes
+		st.PendingWRs += qd.pending
 	}
 	st.Backlog = uint32(min(backlog, 1<<32-1))
 
-	// Credit waits: the time at least one send waited, so overlapping
-	// waits count once. Finished waits are stored merged; the oldest wait
-	// still open covers every later one, up to now.
-	lastTo := int64(-1 << 63)
-	for i := range l.waits.n {
-		iv := l.waits.at(i)
-		st.CreditWaitNs += overlap(iv.from, iv.to, start, now)
-		lastTo = max(lastTo, iv.to)
-	}
-	openFrom := int64(1<<63 - 1)
-	for _, qd := range l.qds {
-		if qd.waits.n > 0 {
-			st.CreditWaiting = true
-			openFrom = min(openFrom, qd.waits.front().ts)
-		}
-	}
-	if st.CreditWaiting {
-		st.CreditWaitNs += overlap(max(openFrom, lastTo), now, start, now)
-	}
+	// Credit waits: the time at least one send waited, overlapping waits
+	// counted once.
+	st.CreditWaitNs = l.waits.Within(start, now)
+	_, st.CreditWaiting = l.waits.Open()
 	return st
-}
-
-// addWait stores a finished credit wait, merging it into the previous one
-// when they overlap.
-func (l *linkState) addWait(from, to int64, bound int) {
-	to = max(to, from)
-	if l.waits.n > 0 {
-		last := l.waits.back()
-		if from <= last.to && to >= last.from {
-			last.from, last.to = min(last.from, from), max(last.to, to)
-			return
-		}
-	}
-	l.waits.push(interval{from: from, to: to}, bound)
 }
 
 // nearestRank returns the p-th percentile of sorted by the nearest-rank
@@ -690,71 +583,4 @@ func nearestRank(sorted []int64, p int) int64 {
 		r = 1
 	}
 	return sorted[r-1]
-}
-
-func overlap(a, b, lo, hi int64) int64 {
-	a, b = max(a, lo), min(b, hi)
-	if b > a {
-		return b - a
-	}
-	return 0
-}
-
-// ring is a FIFO that grows (doubling) up to a bound and then overwrites its
-// oldest element.
-type ring[T any] struct {
-	buf  []T
-	head int // index of the oldest element
-	n    int
-}
-
-func (r *ring[T]) push(v T, bound int) {
-	if r.n == len(r.buf) {
-		if len(r.buf) < bound {
-			r.grow(min(max(2*len(r.buf), 16), bound))
-		} else {
-			r.buf[r.head] = v
-			r.head++
-			if r.head == len(r.buf) {
-				r.head = 0
-			}
-			return
-		}
-	}
-	i := r.head + r.n
-	if i >= len(r.buf) {
-		i -= len(r.buf)
-	}
-	r.buf[i] = v
-	r.n++
-}
-
-func (r *ring[T]) grow(c int) {
-	buf := make([]T, c)
-	k := copy(buf, r.buf[r.head:])
-	copy(buf[k:], r.buf[:r.head])
-	r.buf, r.head = buf, 0
-}
-
-func (r *ring[T]) front() *T { return &r.buf[r.head] }
-
-func (r *ring[T]) back() *T { return r.at(r.n - 1) }
-
-func (r *ring[T]) popFront() T {
-	v := r.buf[r.head]
-	r.head++
-	if r.head == len(r.buf) {
-		r.head = 0
-	}
-	r.n--
-	return v
-}
-
-// at returns the i-th oldest element.
-func (r *ring[T]) at(i int) *T {
-	j := r.head + i
-	if j >= len(r.buf) {
-		j -= len(r.buf)
-	}
-	return &r.buf[j]
 }

@@ -75,9 +75,10 @@
 // execution time at powers of 4 from 1µs to 4^12µs (16.8 s); WR latency at
 // powers of 4 from 1µs to 16.8 s.
 //
-// A collective split over several channels records a coll_begin and a
-// coll_end per channel; it is observed once, as a whole (payload summed,
-// time from the first begin to the last end), when every part seen has
-// ended and either all the communicator's channels took part or WithLinger
-// (default 100ms) has passed since, checked at each Consume and each scrape.
+// The metrics are a view over flowtel's fold, which pairs each wc with its
+// wr_post (latency), each credit wait with its grant, and a call's
+// coll_begin and coll_end records. A collective split over several channels
+// records a coll_begin and a coll_end per channel, and its coll_begin says
+// how many; it is observed once, as a whole (payload summed, time from the
+// first begin to the last end), when every part has ended.
 package prom

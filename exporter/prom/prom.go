@@ -7,7 +7,6 @@ import (
 	"strconv"
 	"sync"
 	"sync/atomic"
-	"time"
 
 	"github.com/prometheus/client_golang/prometheus"
 	"github.com/prometheus/client_golang/prometheus/collectors"
@@ -20,12 +19,6 @@ import (
 const (
 	DefaultMaxLinks = 1024
 	DefaultMaxComms = 16
-	DefaultLinger   = 100 * time.Millisecond
-
-	// maxPending bounds the posts waiting for their completion per QP and
-	// direction, and maxOpen the collectives waiting for their end.
-	maxPending = 1 << 16
-	maxOpen    = 4096
 )
 
 // Label values used when a bound is reached.
@@ -45,8 +38,6 @@ type config struct {
 	worldSize int
 	maxLinks  int
 	maxComms  int
-	linger    time.Duration
-	now       func() time.Time
 }
 
 // WithWorldSize sets the world size of communicators not registered with
@@ -61,11 +52,6 @@ func WithMaxLinks(n int) Option { return func(c *config) { c.maxLinks = n } }
 // DefaultMaxComms); further ones are reported as comm="other".
 func WithMaxComms(n int) Option { return func(c *config) { c.maxComms = n } }
 
-// WithLinger sets how long a collective that ran on fewer channels than its
-// communicator has waits, once its parts have ended, for a late part.
-// Default DefaultLinger.
-func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
-
 // Collector is a flowtel.Sink and a prometheus.Collector. See the package
 // documentation for its metrics.
 type Collector struct {
@@ -74,19 +60,20 @@ type Collector struct {
 	busBW, algBW, execTime *prometheus.HistogramVec
 	collBytes, collCount   *prometheus.CounterVec
 
-	linkBytes, linkWRs       *prometheus.CounterVec
-	linkLatency              *prometheus.HistogramVec
-	linkBacklog              *prometheus.GaugeVec
-	linkCreditWait           *prometheus.CounterVec
-	failovers, failbacks     *prometheus.CounterVec
-	linkDowns, linkUps       *prometheus.CounterVec
-	lost                     prometheus.Counter
-	all                      []prometheus.Collector
-	sizes                    atomic.Pointer[map[uint32]int] // copy on write
-	sizesMu                  sync.Mutex
-	mu                       sync.Mutex // the state below: Consume, and the sweep in Collect
-	st                       state
-	collsObserved, collsLate atomic.Uint64
+	linkBytes, linkWRs   *prometheus.CounterVec
+	linkLatency          *prometheus.HistogramVec
+	linkBacklog          *prometheus.GaugeVec
+	linkCreditWait       *prometheus.CounterVec
+	failovers, failbacks *prometheus.CounterVec
+	linkDowns, linkUps   *prometheus.CounterVec
+	lost                 prometheus.Counter
+	all                  []prometheus.Collector
+	sizes                atomic.Pointer[map[uint32]int] // copy on write
+	sizesMu              sync.Mutex
+	mu                   sync.Mutex // the fold and the state below
+	fold                 *flowtel.Fold
+	st                   state
+	collsObserved        atomic.Uint64
 }
 
 var (
@@ -107,15 +94,12 @@ var (
 // New returns a collector. Register it with a prometheus.Registerer, or
 // serve it with Handler; feed it with flowtel.Collector.AddSink.
 func New(opts ...Option) *Collector {
-	cfg := config{maxLinks: DefaultMaxLinks, maxComms: DefaultMaxComms, linger: DefaultLinger, now: time.Now}
+	cfg := config{maxLinks: DefaultMaxLinks, maxComms: DefaultMaxComms}
 	for _, o := range opts {
 		o(&cfg)
 	}
 	cfg.maxLinks = max(cfg.maxLinks, 1)
 	cfg.maxComms = max(cfg.maxComms, 1)
-	if cfg.linger <= 0 {
-		cfg.linger = DefaultLinger
-	}
 	hist := func(name, help string, buckets []float64, labels []string) *prometheus.HistogramVec {
 		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
 	}
@@ -146,6 +130,7 @@ func New(opts ...Option) *Collector {
 		c.failovers, c.failbacks, c.linkDowns, c.linkUps, c.lost}
 	c.sizes.Store(&map[uint32]int{})
 	c.st.init()
+	c.fold = flowtel.NewFold((*view)(c), flowtel.FoldConfig{GapNs: -1})
 	return c
 }
 
@@ -176,43 +161,25 @@ func (c *Collector) Describe(ch chan<- *prometheus.Desc) {
 	}
 }
 
-// Collect implements prometheus.Collector. It first observes the
-// collectives whose linger has passed.
+// Collect implements prometheus.Collector.
 func (c *Collector) Collect(ch chan<- prometheus.Metric) {
-	c.mu.Lock()
-	c.sweep(false)
-	c.mu.Unlock()
 	for _, m := range c.all {
 		m.Collect(ch)
 	}
 }
 
-// Consume updates the metrics from recs. It never blocks for long: it holds
-// the collector's lock while it walks recs, which a scrape takes only to
-// observe lingering collectives.
+// Consume updates the metrics from recs. A scrape does not wait for it: the
+// metrics themselves are safe for concurrent use.
 func (c *Collector) Consume(_ context.Context, recs []flowtel.Record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	for i := range recs {
-		c.add(&recs[i])
-	}
-	c.sweep(false)
+	c.fold.Add(recs)
 	return nil
 }
 
-// Flush observes every collective whose parts have all ended, without
-// waiting for its linger.
-func (c *Collector) Flush() {
-	c.mu.Lock()
-	defer c.mu.Unlock()
-	c.sweep(true)
-}
-
-// Shutdown observes what has ended; the metrics stay readable.
-func (c *Collector) Shutdown(context.Context) error {
-	c.Flush()
-	return nil
-}
+// Shutdown implements flowtel.Sink; the metrics stay readable. Calls whose
+// end never came are not observed: they have no time to report.
+func (c *Collector) Shutdown(context.Context) error { return nil }
 
 // Handler returns an HTTP handler serving the collector's metrics, with the
 // Go runtime and process metrics, in the Prometheus text and OpenMetrics
@@ -235,70 +202,35 @@ type Stats struct {
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Collectives: c.collsObserved.Load(), Late: c.collsLate.Load(), Links: len(c.st.links), Folded: c.st.folded}
+	return Stats{Collectives: c.collsObserved.Load(), Late: c.fold.Stats().LateCalls, Links: len(c.st.links), Folded: c.st.folded}
 }
 
 // state ---------------------------------------------------------------------
+
+// view is the Collector as a handler of its fold's events (its methods are
+// not the Collector's API).
+type view Collector
+
+var _ flowtel.Handler = (*view)(nil)
 
 type linkKey struct {
 	comm    uint32
 	rank    int32
 	peer    int32
 	channel uint16
-	path    uint8
+	path    flowtel.Path
 }
 
-type qpKey struct {
-	comm uint32
-	rank int32
-	qp   uint32
-	path uint8
-	recv bool
-}
-
-type collKey struct {
-	comm uint32
-	rank int32
-	seq  uint64
-}
-
-type commRank struct {
-	comm uint32
-	rank int32
-}
-
-// link holds a link's resolved series and its credit-wait state.
+// link holds a link's resolved series and its credit waits.
 type link struct {
-	bytes     [2]prometheus.Counter
-	wrs       [2][4]prometheus.Counter // by direction and status; resolved lazily
-	latency   [2]prometheus.Observer
-	backlog   prometheus.Gauge
-	credit    prometheus.Counter
-	labels    []string // comm, rank, peer, channel, path
-	waitOpen  int
-	waitSince int64
-}
-
-type post struct {
-	wrID uint64
-	ts   int64
-}
-
-// fifo is the posts of one QP and direction awaiting their completion.
-type fifo struct {
-	q    []post
-	head int
-}
-
-type coll struct {
-	key             collKey
-	op, algo        uint8
-	begun, ended    int
-	begin, end      int64
-	bytes, endBytes uint64
-	status          flowtel.Status
-	closedAt        time.Time
-	closing         bool
+	key     linkKey
+	bytes   [2]prometheus.Counter
+	wrs     [2][4]prometheus.Counter // by direction and status; resolved lazily
+	latency [2]prometheus.Observer
+	backlog prometheus.Gauge
+	credit  prometheus.Counter
+	labels  []string // comm, rank, peer, channel, path
+	waits   flowtel.WaitSpans
 }
 
 type collSeries struct {
@@ -309,34 +241,25 @@ type collSeries struct {
 }
 
 type collSeriesKey struct {
-	comm     uint32
-	rank     int32
-	op, algo uint8
-	size     uint8
+	comm uint32
+	rank int32
+	op   flowtel.Op
+	algo flowtel.Algorithm
+	size uint8
 }
 
 type state struct {
-	links    map[linkKey]*link
-	other    map[linkKey]*link // folded links, keyed with peer -1
-	pending  map[qpKey]*fifo
-	open     map[collKey]*coll
-	closing  map[collKey]*coll
-	recent   map[collKey]struct{}
-	recentQ  []collKey
-	channels map[commRank]int
-	series   map[collSeriesKey]*collSeries
-	comms    map[uint32]string // comm label values
-	folded   uint64
+	links  map[linkKey]*link
+	other  map[linkKey]*link // folded links, keyed with peer -1
+	byQP   []qpLink          // the link of each QP's latest event, by the fold's QPIndex
+	series map[collSeriesKey]*collSeries
+	comms  map[uint32]string // comm label values
+	folded uint64
 }
 
 func (s *state) init() {
 	s.links = map[linkKey]*link{}
 	s.other = map[linkKey]*link{}
-	s.pending = map[qpKey]*fifo{}
-	s.open = map[collKey]*coll{}
-	s.closing = map[collKey]*coll{}
-	s.recent = map[collKey]struct{}{}
-	s.channels = map[commRank]int{}
 	s.series = map[collSeriesKey]*collSeries{}
 	s.comms = map[uint32]string{}
 }
@@ -353,14 +276,13 @@ func (c *Collector) commLabel(id uint32) string {
 	return l
 }
 
-// link returns the series of the link r is about, folding links beyond the
-// bound into peer="other".
-func (c *Collector) link(r *flowtel.Record) *link {
-	k := linkKey{r.Comm, r.Rank, r.Peer, r.Channel, uint8(r.Path)}
+// link returns the series of link k, folding links beyond the bound into
+// peer="other".
+func (c *Collector) link(k linkKey) *link {
 	if l := c.st.links[k]; l != nil {
 		return l
 	}
-	peer := strconv.Itoa(int(r.Peer))
+	peer := strconv.Itoa(int(k.peer))
 	m := c.st.links
 	if len(c.st.links) >= c.cfg.maxLinks {
 		c.st.folded++
@@ -370,11 +292,31 @@ func (c *Collector) link(r *flowtel.Record) *link {
 		}
 		peer, m = Other, c.st.other
 	}
-	lv := []string{c.commLabel(r.Comm), strconv.Itoa(int(r.Rank)), peer, strconv.Itoa(int(r.Channel)), strconv.Itoa(int(r.Path))}
-	l := &link{labels: lv}
+	lv := []string{c.commLabel(k.comm), strconv.Itoa(int(k.rank)), peer, strconv.Itoa(int(k.channel)), strconv.Itoa(int(k.path))}
+	l := &link{key: k, labels: lv}
 	l.backlog = c.linkBacklog.WithLabelValues(lv...)
 	l.credit = c.linkCreditWait.WithLabelValues(lv...)
 	m[k] = l
+	return l
+}
+
+type qpLink struct {
+	key linkKey
+	l   *link
+}
+
+// qpLink returns the link of an event on the QP with the fold's index idx,
+// remembering it per QP so that most events need no map lookup.
+func (c *Collector) qpLink(idx uint32, comm uint32, lk flowtel.LinkKey) *link {
+	k := linkKey{comm, lk.Rank, lk.Peer, lk.Channel, lk.Path}
+	for int(idx) >= len(c.st.byQP) {
+		c.st.byQP = append(c.st.byQP, qpLink{})
+	}
+	if q := &c.st.byQP[idx]; q.l != nil && q.key == k {
+		return q.l
+	}
+	l := c.link(k)
+	c.st.byQP[idx] = qpLink{k, l}
 	return l
 }
 
@@ -382,7 +324,7 @@ var dirNames = [2]string{"send", "recv"}
 
 // dir resolves the link's series of direction d (0 send, 1 recv) on first
 // use, so a link used one way exports no series for the other.
-func (c *Collector) dir(l *link, d int) {
+func (c *Collector) dir(l *link, d flowtel.Dir) {
 	if l.bytes[d] == nil {
 		dl := append(append([]string(nil), l.labels...), dirNames[d])
 		l.bytes[d] = c.linkBytes.WithLabelValues(dl...)
@@ -390,7 +332,7 @@ func (c *Collector) dir(l *link, d int) {
 	}
 }
 
-func (c *Collector) wrCounter(l *link, d int, st flowtel.Status) prometheus.Counter {
+func (c *Collector) wrCounter(l *link, d flowtel.Dir, st flowtel.Status) prometheus.Counter {
 	i := int(st)
 	if i >= len(l.wrs[d]) {
 		i = int(flowtel.StatusError)
@@ -401,187 +343,99 @@ func (c *Collector) wrCounter(l *link, d int, st flowtel.Status) prometheus.Coun
 	return l.wrs[d][i]
 }
 
-func (c *Collector) add(r *flowtel.Record) {
-	switch r.Kind {
-	case flowtel.KindWRPost, flowtel.KindWC, flowtel.KindCreditWait, flowtel.KindCreditGrant:
-		c.addWR(r)
-	case flowtel.KindCollBegin, flowtel.KindCollEnd:
-		c.addColl(r)
+func (v *view) Posted(t *flowtel.Transfer) {
+	c := (*Collector)(v)
+	c.qpLink(t.QPIndex, t.Comm, t.Link).backlog.Set(float64(t.Depth))
+}
+
+func (v *view) Completed(t *flowtel.Transfer) {
+	c := (*Collector)(v)
+	l := c.qpLink(t.QPIndex, t.Comm, t.Link)
+	l.backlog.Set(float64(t.Depth))
+	d := t.Link.Dir
+	c.dir(l, d)
+	c.wrCounter(l, d, t.Status).Inc()
+	if t.Status == flowtel.StatusOK {
+		l.bytes[d].Add(float64(t.Bytes))
+	}
+	if lat, ok := t.LatencyNs(); ok {
+		l.latency[d].Observe(float64(lat) / 1e9)
+	}
+}
+
+func (v *view) WaitBegan(w *flowtel.CreditWait) {
+	c := (*Collector)(v)
+	l := c.qpLink(w.QPIndex, w.Comm, w.Link)
+	l.backlog.Set(float64(w.Depth))
+	l.waits.Began(w)
+}
+
+func (v *view) WaitEnded(w *flowtel.CreditWait) {
+	c := (*Collector)(v)
+	l := c.qpLink(w.QPIndex, w.Comm, w.Link)
+	if ns := l.waits.Ended(w); ns > 0 {
+		l.credit.Add(float64(ns) / 1e9)
+	}
+}
+
+func (v *view) PathChanged(p *flowtel.PathChange) {
+	c := (*Collector)(v)
+	lv := c.link(linkKey{p.Comm, p.Link.Rank, p.Link.Peer, p.Link.Channel, p.Link.Path}).labels
+	switch p.Kind {
 	case flowtel.KindFailover:
-		c.failovers.WithLabelValues(c.link(r).labels...).Inc()
+		c.failovers.WithLabelValues(lv...).Inc()
 	case flowtel.KindFailback:
-		c.failbacks.WithLabelValues(c.link(r).labels...).Inc()
+		c.failbacks.WithLabelValues(lv...).Inc()
 	case flowtel.KindLinkDown:
-		c.linkDowns.WithLabelValues(c.link(r).labels...).Inc()
+		c.linkDowns.WithLabelValues(lv...).Inc()
 	case flowtel.KindLinkUp:
-		c.linkUps.WithLabelValues(c.link(r).labels...).Inc()
-	case flowtel.KindLost:
-		c.lost.Add(float64(r.Bytes))
+		c.linkUps.WithLabelValues(lv...).Inc()
 	}
 }
 
-func (c *Collector) addWR(r *flowtel.Record) {
-	l := c.link(r)
-	l.backlog.Set(float64(r.Depth))
-	d := 0
-	if r.IsRecv() {
-		d = 1
-	}
-	switch r.Kind {
-	case flowtel.KindWRPost:
-		k := qpKey{r.Comm, r.Rank, r.QP, uint8(r.Path), d == 1}
-		f := c.st.pending[k]
-		if f == nil {
-			f = &fifo{}
-			c.st.pending[k] = f
-		}
-		if len(f.q)-f.head >= maxPending {
-			f.head++ // the oldest post lost its completion
-		}
-		if f.head > 0 && f.head == len(f.q) {
-			f.q, f.head = f.q[:0], 0
-		} else if f.head > len(f.q)/2 && f.head > 64 {
-			n := copy(f.q, f.q[f.head:])
-			f.q, f.head = f.q[:n], 0
-		}
-		f.q = append(f.q, post{r.WrID, r.TsNs})
-	case flowtel.KindWC:
-		c.dir(l, d)
-		c.wrCounter(l, d, r.Status).Inc()
-		if r.Status == flowtel.StatusOK {
-			l.bytes[d].Add(float64(r.Bytes))
-		}
-		f := c.st.pending[qpKey{r.Comm, r.Rank, r.QP, uint8(r.Path), d == 1}]
-		if f == nil {
-			return
-		}
-		// A QP completes each direction in order: posts before this one
-		// whose completions were not seen are orphans (lost records).
-		for f.head < len(f.q) && f.q[f.head].wrID < r.WrID {
-			f.head++
-		}
-		if f.head < len(f.q) && f.q[f.head].wrID == r.WrID {
-			if lat := r.TsNs - f.q[f.head].ts; lat >= 0 {
-				l.latency[d].Observe(float64(lat) / 1e9)
-			}
-			f.head++
-		}
-	case flowtel.KindCreditWait:
-		if l.waitOpen == 0 {
-			l.waitSince = r.TsNs
-		}
-		l.waitOpen++
-	case flowtel.KindCreditGrant:
-		if l.waitOpen > 0 {
-			l.waitOpen--
-			if l.waitOpen == 0 && r.TsNs > l.waitSince {
-				l.credit.Add(float64(r.TsNs-l.waitSince) / 1e9)
-			}
-		}
-	}
-}
+func (v *view) Lost(x *flowtel.Lost) { v.lost.Add(float64(x.Records)) }
 
-func (c *Collector) addColl(r *flowtel.Record) {
-	k := collKey{r.Comm, r.Rank, r.CollSeq}
-	if _, ok := c.st.recent[k]; ok {
-		c.collsLate.Add(1)
+func (v *view) CallBegan(*flowtel.Call) {}
+
+func (v *view) Gap(*flowtel.Gap) {}
+
+// CallEnded observes a finished call. One whose end never came (its parts
+// were not all seen) is not observed: it has no time to report.
+func (v *view) CallEnded(o *flowtel.Call) {
+	c := (*Collector)(v)
+	if !o.Complete && o.Ended == 0 {
 		return
-	}
-	o := c.st.open[k]
-	if o == nil {
-		if len(c.st.open) >= maxOpen {
-			// Begins whose end never came (lost): forget them all.
-			clear(c.st.open)
-			clear(c.st.closing)
-		}
-		o = &coll{key: k, op: uint8(r.Op), algo: uint8(r.Algo)}
-		c.st.open[k] = o
-	}
-	cr := commRank{r.Comm, r.Rank}
-	if r.Kind == flowtel.KindCollBegin {
-		if o.begun == 0 || r.TsNs < o.begin {
-			o.begin = r.TsNs
-		}
-		o.begun++
-		o.op, o.algo = uint8(r.Op), uint8(r.Algo)
-		o.bytes += r.Bytes
-		o.closing = false
-		delete(c.st.closing, k)
-		if n := int(r.Channel) + 1; n > c.st.channels[cr] {
-			c.st.channels[cr] = n
-		}
-		return
-	}
-	if o.ended == 0 || r.TsNs > o.end {
-		o.end = r.TsNs
-	}
-	o.ended++
-	o.endBytes += r.Bytes
-	o.status = max(o.status, r.Status)
-	if o.ended >= o.begun {
-		if o.begun >= c.st.channels[cr] {
-			c.observe(o)
-			return
-		}
-		o.closing, o.closedAt = true, c.cfg.now()
-		c.st.closing[k] = o
-	}
-}
-
-func (c *Collector) sweep(force bool) {
-	now := c.cfg.now()
-	for _, o := range c.st.closing {
-		if force || now.Sub(o.closedAt) >= c.cfg.linger {
-			c.observe(o)
-		}
-	}
-}
-
-// observe records a finished collective and forgets it.
-func (c *Collector) observe(o *coll) {
-	delete(c.st.open, o.key)
-	delete(c.st.closing, o.key)
-	c.st.recent[o.key] = struct{}{}
-	c.st.recentQ = append(c.st.recentQ, o.key)
-	if len(c.st.recentQ) > 4096 {
-		delete(c.st.recent, c.st.recentQ[0])
-		c.st.recentQ = c.st.recentQ[1:]
 	}
 	c.collsObserved.Add(1)
-
-	bytes := max(o.bytes, o.endBytes)
-	sk := collSeriesKey{o.key.comm, o.key.rank, o.op, o.algo, sizeBucket(bytes)}
+	sk := collSeriesKey{o.Comm, o.Rank, o.Op, o.Algo, sizeBucket(o.Bytes)}
 	s := c.st.series[sk]
 	if s == nil {
-		lv := []string{c.commLabel(o.key.comm), strconv.Itoa(int(o.key.rank)),
-			flowtel.Op(o.op).String(), flowtel.Algorithm(o.algo).String(), sizeLabel(sk.size)}
+		lv := []string{c.commLabel(o.Comm), strconv.Itoa(int(o.Rank)), o.Op.String(), o.Algo.String(), sizeLabel(sk.size)}
 		s = &collSeries{labels: lv,
 			busBW: c.busBW.WithLabelValues(lv...), algBW: c.algBW.WithLabelValues(lv...),
 			exec: c.execTime.WithLabelValues(lv...), bytes: c.collBytes.WithLabelValues(lv...)}
 		c.st.series[sk] = s
 	}
-	st := min(int(o.status), len(s.count)-1)
+	st := min(int(o.Status), len(s.count)-1)
 	if s.count[st] == nil {
 		s.count[st] = c.collCount.WithLabelValues(append(append([]string(nil), s.labels...), flowtel.Status(st).String())...)
 	}
 	s.count[st].Inc()
-	if o.status != flowtel.StatusOK || o.begun == 0 || o.ended < o.begun {
+	if o.Status != flowtel.StatusOK || !o.Complete {
 		return
 	}
-	s.bytes.Add(float64(bytes))
-	d := o.end - o.begin
+	s.bytes.Add(float64(o.Bytes))
+	d := o.DurationNs()
 	if d <= 0 {
 		return
 	}
 	s.exec.Observe(float64(d) / 1e3)
-	if bytes == 0 {
-		return
-	}
-	algbw := float64(bytes) / float64(d) // bytes per ns = GB/s
-	s.algBW.Observe(algbw)
-	if n := c.worldSize(o.key.comm); n > 0 {
-		if f := flowtel.BusBWFactor(flowtel.Op(o.op), n); f > 0 {
-			s.busBW.Observe(algbw * f)
+	if algbw := o.AlgBW(); algbw > 0 {
+		s.algBW.Observe(algbw / 1e9)
+		if n := c.worldSize(o.Comm); n > 0 {
+			if f := flowtel.BusBWFactor(o.Op, n); f > 0 {
+				s.busBW.Observe(algbw * f / 1e9)
+			}
 		}
 	}
 }

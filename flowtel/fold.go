@@ -1,0 +1,936 @@
+package flowtel
+
+import "math"
+
+// The fold: the one place that turns a record stream into the facts every
+// consumer reports. A transfer is a wr_post paired with its wc; a credit wait
+// is a credit_wait closed by its credit_grant; a call is a rank's
+// coll_begin records closed by its coll_end records, one per channel part; a
+// path change is a failover, failback, link_down or link_up; a gap is a rank
+// that wrote nothing for a while although it had work outstanding; lost
+// records are reported as the ring reported them. The Window, the
+// Prometheus and OpenTelemetry exporters, the analyzer and vccl-top's
+// sources are views over these events: none of them pairs records itself.
+//
+// Pairing rules, and why:
+//   - A QP completes its sends in posting order and its receives in posting
+//     order, and transports number each direction's WRs in posting order
+//     (WRID), so a wc pairs with the oldest pending post of its QP and
+//     direction. After a gap in the records (a lost record), pairing
+//     resynchronises on the WrIDs: posts older than the completion at hand
+//     lost their own completion and are dropped as orphans, and a
+//     completion older than every pending post has no post (Matched false).
+//   - A QP grants credit to its waiting sends in posting order: a
+//     credit_grant closes the wait with its WrID, and waits older than it,
+//     or not younger than a completed send, lost their grant and are closed
+//     unGranted rather than guessed.
+//   - A call split over channels writes a coll_begin and a coll_end per part,
+//     and its coll_begin's Step says how many parts there are: a rank's call
+//     ends when that many parts have ended.
+
+// SeqP2P is set in the CollSeq of point-to-point calls (send, recv and
+// grouped sends and receives), which are numbered apart from collectives.
+const SeqP2P = 1 << 63
+
+// Fold defaults.
+const (
+	DefaultFoldMaxPending   = 1 << 16
+	DefaultFoldMaxOpenCalls = 4096
+	DefaultFoldMaxQPs       = 1 << 16
+	DefaultFoldGap          = 10_000_000 // ns
+)
+
+// FoldConfig bounds a Fold's memory and sets when silence is a gap. Zero
+// fields take the defaults.
+type FoldConfig struct {
+	// MaxPending bounds the posts awaiting completion per QP and
+	// direction, and the open credit waits per QP; past it the oldest is
+	// dropped as an orphan.
+	MaxPending int
+	// MaxOpenCalls bounds the calls whose end has not come; past it the
+	// oldest is ended incomplete.
+	MaxOpenCalls int
+	// MaxQPs bounds the queue pairs tracked; records of further ones are
+	// counted in FoldStats.Untracked and otherwise ignored.
+	MaxQPs int
+	// GapNs is the silence, in ns, after which a rank with work
+	// outstanding (posts not completed, calls not ended) is reported as a
+	// Gap. Negative: never.
+	GapNs int64
+}
+
+func (c FoldConfig) withDefaults() FoldConfig {
+	if c.MaxPending <= 0 {
+		c.MaxPending = DefaultFoldMaxPending
+	}
+	if c.MaxOpenCalls <= 0 {
+		c.MaxOpenCalls = DefaultFoldMaxOpenCalls
+	}
+	if c.MaxQPs <= 0 {
+		c.MaxQPs = DefaultFoldMaxQPs
+	}
+	if c.GapNs == 0 {
+		c.GapNs = DefaultFoldGap
+	}
+	return c
+}
+
+// WRRef identifies a work request and when it was posted.
+type WRRef struct {
+	WrID    uint64
+	CollSeq uint64
+	Bytes   uint64
+	PostNs  int64
+}
+
+// Transfer is one work request on one QP: its post (Posted), then its
+// completion (Completed).
+type Transfer struct {
+	Link    LinkKey // rank, peer, channel and path of this event's record, and the WR's direction
+	Comm    uint32
+	QP      uint32
+	QPIndex uint32 // the QP's index in the fold (see QPs): views keep per-QP state in a slice by it
+	WrID    uint64
+	CollSeq uint64
+	Step    uint32
+	Op      Op
+	Bytes   uint64 // the WR's payload (the post's when the completion carries none)
+	PostNs  int64  // when it was posted (0: the post was not seen)
+	DoneNs  int64  // when it completed (0 in Posted)
+	Status  Status // the completion's status (StatusOK in Posted)
+	Matched bool   // Completed: the post was seen, so PostNs and the latency are known
+	Depth   uint32 // the QP's depth after this event, as the transport reported it
+
+	// The QP direction's posts awaiting completion after this event, and
+	// their bytes.
+	Pending      int
+	PendingBytes uint64
+	// Orphans is how many older posts of this QP direction were dropped
+	// just before this event because their completion was lost (or their
+	// queue was full).
+	Orphans int
+
+	// Sends only. Ahead is the largest send still pending on the QP when
+	// this one was posted (HasAhead false: none), the WR it may have
+	// waited behind; PrevDoneNs is when the QP completed the send before
+	// this one (Completed; 0: none seen).
+	Ahead      WRRef
+	HasAhead   bool
+	PrevDoneNs int64
+}
+
+// LatencyNs returns the WR's latency, post to completion, and whether it is
+// known.
+func (t *Transfer) LatencyNs() (int64, bool) {
+	if !t.Matched || t.DoneNs < t.PostNs {
+		return 0, false
+	}
+	return t.DoneNs - t.PostNs, true
+}
+
+// Failed reports whether a completed WR did not deliver: it failed or was
+// flushed. A retransmitted WR was delivered on another path.
+func (t *Transfer) Failed() bool { return t.Status == StatusError || t.Status == StatusFlushed }
+
+// CreditWait is a send that waited for credit: begun at FromNs (WaitBegan),
+// ended at ToNs (WaitEnded) by its grant (Granted). A wait whose grant was
+// lost (a later send completed, or a later grant came, first) ends with
+// Granted false and ToNs = FromNs: its length is not known, and not guessed.
+type CreditWait struct {
+	Link    LinkKey // always DirSend
+	Comm    uint32
+	QP      uint32
+	QPIndex uint32
+	WrID    uint64
+	CollSeq uint64
+	Step    uint32
+	Bytes   uint64
+	FromNs  int64
+	ToNs    int64 // 0 in WaitBegan
+	Granted bool
+	Depth   uint32
+}
+
+// Call is one rank's part in a call: from its first coll_begin to its last
+// coll_end over the channel parts it was split into.
+type Call struct {
+	Comm  uint32
+	Rank  int32
+	Seq   uint64 // CollSeq; SeqP2P set for point-to-point calls
+	Op    Op
+	Algo  Algorithm
+	Dtype Datatype
+
+	BeginNs int64 // the earliest part's coll_begin
+	EndNs   int64 // the latest part's coll_end (CallEnded; 0 when no part ended)
+	Bytes   uint64
+	Parts   int    // parts the call was split into (its coll_begin's Step)
+	Begun   int    // parts whose coll_begin was seen
+	Ended   int    // parts whose coll_end was seen
+	Status  Status // the worst of the parts' end statuses
+	// Complete: every part began and ended. An incomplete call was ended
+	// by Finish or pushed out by newer calls (its rank died, or records
+	// were lost).
+	Complete bool
+}
+
+// P2P reports whether the call is a point-to-point one.
+func (c *Call) P2P() bool { return c.Seq&SeqP2P != 0 }
+
+// DurationNs returns the call's time, begin to end (0 when not known).
+func (c *Call) DurationNs() int64 {
+	if c.Begun == 0 || c.Ended == 0 || c.EndNs <= c.BeginNs {
+		return 0
+	}
+	return c.EndNs - c.BeginNs
+}
+
+// AlgBW returns the call's algorithm bandwidth in bytes per second: its
+// payload over its time (0 when either is unknown, or it failed).
+func (c *Call) AlgBW() float64 {
+	d := c.DurationNs()
+	if d == 0 || c.Bytes == 0 || !c.Complete || c.Status != StatusOK {
+		return 0
+	}
+	return float64(c.Bytes) * 1e9 / float64(d)
+}
+
+// BusBW returns the call's bus bandwidth in bytes per second in a world of
+// ranks ranks: AlgBW times BusBWFactor, nccl-tests' busbw.
+func (c *Call) BusBW(ranks int) float64 { return c.AlgBW() * BusBWFactor(c.Op, ranks) }
+
+// PathChange is a failover, failback, link_down or link_up record.
+type PathChange struct {
+	Link    LinkKey // DirSend: the link of the rank that recorded it
+	Comm    uint32
+	QP      uint32
+	Kind    Kind
+	Status  Status
+	CollSeq uint64
+	Bytes   uint64
+	TsNs    int64
+}
+
+// Gap is a rank that wrote no record from FromNs to ToNs while it had work
+// outstanding: posts not completed, or calls not ended. An Open gap is one
+// still going on at the latest time the fold was told of (Advance or
+// Finish); it is reported again, closed, if the rank writes again.
+type Gap struct {
+	Comm       uint32
+	Rank       int32
+	FromNs     int64
+	ToNs       int64
+	Open       bool
+	PendingWRs int // posts awaiting completion when it fell silent
+	OpenCalls  int // calls begun and not ended when it fell silent
+}
+
+// Lost is a KindLost record: records of Rank that were dropped before they
+// reached the fold.
+type Lost struct {
+	Comm    uint32
+	Rank    int32
+	TsNs    int64
+	Records uint64
+}
+
+// Handler receives a Fold's events. Embed NopHandler to implement only some.
+// The events are the fold's: a handler must copy what it keeps.
+type Handler interface {
+	Posted(*Transfer)
+	Completed(*Transfer)
+	WaitBegan(*CreditWait)
+	WaitEnded(*CreditWait)
+	CallBegan(*Call)
+	CallEnded(*Call)
+	PathChanged(*PathChange)
+	Gap(*Gap)
+	Lost(*Lost)
+}
+
+// NopHandler ignores every event.
+type NopHandler struct{}
+
+func (NopHandler) Posted(*Transfer)        {}
+func (NopHandler) Completed(*Transfer)     {}
+func (NopHandler) WaitBegan(*CreditWait)   {}
+func (NopHandler) WaitEnded(*CreditWait)   {}
+func (NopHandler) CallBegan(*Call)         {}
+func (NopHandler) CallEnded(*Call)         {}
+func (NopHandler) PathChanged(*PathChange) {}
+func (NopHandler) Gap(*Gap)                {}
+func (NopHandler) Lost(*Lost)              {}
+
+// FoldStats are a fold's counters.
+type FoldStats struct {
+	Records   uint64 // records folded
+	Lost      uint64 // records reported lost (the sum of KindLost)
+	Unmatched uint64 // completions whose post was not seen
+	Orphaned  uint64 // posts whose completion was not seen
+	LateCalls uint64 // call records that came after their call ended
+	Evicted   uint64 // calls ended incomplete to stay within MaxOpenCalls
+	Untracked uint64 // records of QPs beyond MaxQPs
+	Invalid   uint64 // records of an unknown kind
+}
+
+// Fold turns records into events for its Handler. Records of one rank must
+// come in that rank's order; ranks may be interleaved. A Fold is not safe for
+// concurrent use. Once its QPs and calls have been seen, folding a record
+// does not allocate.
+type Fold struct {
+	cfg   FoldConfig
+	h     Handler
+	stats FoldStats
+
+	qps     map[foldQPKey]*foldQP
+	qpCache [foldCacheSize]*foldQP
+	ranks   map[foldRankKey]*foldRank
+	lastRk  *foldRank
+	spill   foldRank
+
+	calls    map[foldCallKey]*foldCall
+	order    fifo[*foldCall] // open calls by creation, ended ones left in place
+	recent   map[foldCallKey]struct{}
+	recentQ  fifo[foldCallKey]
+	freeCall []*foldCall
+
+	maxTs int64
+
+	// Scratch events, reused so that folding does not allocate.
+	tr  Transfer
+	cw  CreditWait
+	pc  PathChange
+	gap Gap
+	ls  Lost
+}
+
+type foldQPKey struct {
+	comm uint32
+	rank int32
+	qp   uint32
+}
+
+type foldRankKey struct {
+	comm uint32
+	rank int32
+}
+
+const foldCacheSize = 256
+
+// recentCalls is how many ended calls are remembered, so that a late part
+// is counted instead of opening a call again.
+const recentCalls = 4096
+
+type foldQP struct {
+	key   foldQPKey
+	idx   uint32
+	rank  *foldRank
+	dir   [2]foldDir
+	waits fifo[foldWait] // sends waiting for credit, oldest first
+}
+
+type foldDir struct {
+	pend      fifo[foldPend]
+	pendBytes uint64
+	maxQ      fifo[WRRef] // sends: pending sends larger than every later one, so the front is the largest
+	lastDone  int64
+}
+
+type foldPend struct {
+	wr       WRRef
+	ahead    WRRef
+	hasAhead bool
+}
+
+type foldWait struct {
+	wrID, coll, bytes uint64
+	step              uint32
+	from              int64
+	link              LinkKey
+}
+
+type foldRank struct {
+	key     foldRankKey
+	lastTs  int64
+	pending int // posts awaiting completion, over its QPs
+	calls   int // calls begun and not ended
+	gapOpen bool
+	gapFrom int64
+	gapPend int
+	gapCall int
+}
+
+type foldCallKey struct {
+	comm uint32
+	rank int32
+	seq  uint64
+}
+
+type foldCall struct {
+	Call
+	key      foldCallKey
+	rk       *foldRank
+	endBytes uint64
+	ended    bool
+}
+
+// NewFold returns a fold that sends its events to h.
+func NewFold(h Handler, cfg FoldConfig) *Fold {
+	return &Fold{
+		cfg:    cfg.withDefaults(),
+		h:      h,
+		qps:    map[foldQPKey]*foldQP{},
+		ranks:  map[foldRankKey]*foldRank{},
+		calls:  map[foldCallKey]*foldCall{},
+		recent: map[foldCallKey]struct{}{},
+	}
+}
+
+// Stats returns the fold's counters.
+func (f *Fold) Stats() FoldStats { return f.stats }
+
+// MaxTs returns the time of the latest record folded.
+func (f *Fold) MaxTs() int64 { return f.maxTs }
+
+// Add folds recs, in order.
+func (f *Fold) Add(recs []Record) {
+	for i := range recs {
+		f.AddRecord(&recs[i])
+	}
+}
+
+// AddRecord folds one record.
+func (f *Fold) AddRecord(r *Record) {
+	f.stats.Records++
+	if r.TsNs > f.maxTs {
+		f.maxTs = r.TsNs
+	}
+	switch r.Kind {
+	case KindWRPost:
+		if q := f.qp(r); q != nil {
+			f.touch(q.rank, r.TsNs)
+			f.post(q, r)
+		}
+	case KindWC:
+		if q := f.qp(r); q != nil {
+			f.touch(q.rank, r.TsNs)
+			f.complete(q, r)
+		}
+	case KindCreditWait:
+		if q := f.qp(r); q != nil {
+			f.touch(q.rank, r.TsNs)
+			f.waitBegin(q, r)
+		}
+	case KindCreditGrant:
+		if q := f.qp(r); q != nil {
+			f.touch(q.rank, r.TsNs)
+			f.grant(q, r)
+		}
+	case KindCollBegin, KindCollEnd:
+		rk := f.rank(foldRankKey{r.Comm, r.Rank})
+		f.touch(rk, r.TsNs)
+		f.call(rk, r)
+	case KindFailover, KindFailback, KindLinkDown, KindLinkUp:
+		f.pc = PathChange{Link: linkKeyOf(r, DirSend), Comm: r.Comm, QP: r.QP, Kind: r.Kind, Status: r.Status,
+			CollSeq: r.CollSeq, Bytes: r.Bytes, TsNs: r.TsNs}
+		f.h.PathChanged(&f.pc)
+	case KindLost:
+		f.stats.Lost += r.Bytes
+		f.ls = Lost{Comm: r.Comm, Rank: r.Rank, TsNs: r.TsNs, Records: r.Bytes}
+		f.h.Lost(&f.ls)
+	default:
+		f.stats.Invalid++
+	}
+}
+
+func (f *Fold) qp(r *Record) *foldQP {
+	k := foldQPKey{r.Comm, r.Rank, r.QP}
+	slot := &f.qpCache[(r.QP*0x9E3779B1^uint32(r.Rank)*0x85EBCA77^r.Comm)%foldCacheSize]
+	if q := *slot; q != nil && q.key == k {
+		return q
+	}
+	q := f.qps[k]
+	if q == nil {
+		if len(f.qps) >= f.cfg.MaxQPs {
+			f.stats.Untracked++
+			return nil
+		}
+		q = &foldQP{key: k, idx: uint32(len(f.qps)), rank: f.rank(foldRankKey{r.Comm, r.Rank})}
+		f.qps[k] = q
+	}
+	*slot = q
+	return q
+}
+
+func (f *Fold) rank(k foldRankKey) *foldRank {
+	if rk := f.lastRk; rk != nil && rk.key == k {
+		return rk
+	}
+	rk := f.ranks[k]
+	if rk == nil {
+		if len(f.ranks) >= f.cfg.MaxQPs {
+			// Bounded: further ranks share one state, which only
+			// makes their gaps unreliable.
+			return &f.spill
+		}
+		rk = &foldRank{key: k}
+		f.ranks[k] = rk
+	}
+	f.lastRk = rk
+	return rk
+}
+
+// touch notes a record of rk at ts, first reporting the silence before it
+// as a gap if the rank had work outstanding.
+func (f *Fold) touch(rk *foldRank, ts int64) {
+	if rk == &f.spill {
+		return
+	}
+	if rk.gapOpen {
+		f.gap = Gap{Comm: rk.key.comm, Rank: rk.key.rank, FromNs: rk.gapFrom, ToNs: max(ts, rk.gapFrom),
+			PendingWRs: rk.gapPend, OpenCalls: rk.gapCall}
+		rk.gapOpen = false
+		f.h.Gap(&f.gap)
+	} else if f.cfg.GapNs >= 0 && rk.lastTs > 0 && ts-rk.lastTs >= f.cfg.GapNs && (rk.pending > 0 || rk.calls > 0) {
+		f.gap = Gap{Comm: rk.key.comm, Rank: rk.key.rank, FromNs: rk.lastTs, ToNs: ts,
+			PendingWRs: rk.pending, OpenCalls: rk.calls}
+		f.h.Gap(&f.gap)
+	}
+	rk.lastTs = max(rk.lastTs, ts)
+}
+
+// transfer fills the fold's scratch Transfer from r. It sets every field
+// rather than assign a composite literal, which builds a copy first.
+func (f *Fold) transfer(q *foldQP, r *Record, d Dir) *Transfer {
+	t := &f.tr
+	// Field by field: a LinkKey built whole and copied stalls on store
+	// forwarding (it is written in pieces and read back wide).
+	t.Link.Rank, t.Link.Peer, t.Link.Channel, t.Link.Path, t.Link.Dir = r.Rank, r.Peer, r.Channel, r.Path, d
+	t.Comm, t.QP, t.QPIndex = r.Comm, r.QP, q.idx
+	t.WrID, t.CollSeq, t.Step, t.Op = r.WrID, r.CollSeq, r.Step, r.Op
+	t.Bytes, t.Status, t.Depth = r.Bytes, r.Status, r.Depth
+	t.PostNs, t.DoneNs, t.Matched, t.Orphans = 0, 0, false, 0
+	t.Ahead, t.HasAhead, t.PrevDoneNs = WRRef{}, false, 0
+	return t
+}
+
+func (f *Fold) post(q *foldQP, r *Record) {
+	d := Dir(r.WrID & 1)
+	qd := &q.dir[d]
+	t := f.transfer(q, r, d)
+	t.Status, t.PostNs = StatusOK, r.TsNs
+	if qd.pend.n >= f.cfg.MaxPending {
+		f.orphan(q, qd)
+		t.Orphans++
+	}
+	p := foldPend{wr: WRRef{WrID: r.WrID, CollSeq: r.CollSeq, Bytes: r.Bytes, PostNs: r.TsNs}}
+	if d == DirSend {
+		// The largest send still ahead of this one names what it may
+		// wait behind; maxQ keeps the pending sends larger than every
+		// later one, so its front is the largest.
+		if qd.maxQ.n > 0 {
+			p.ahead, p.hasAhead = *qd.maxQ.front(), true
+			t.Ahead, t.HasAhead = p.ahead, true
+		}
+		for qd.maxQ.n > 0 && qd.maxQ.back().Bytes <= r.Bytes {
+			qd.maxQ.popBack()
+		}
+		qd.maxQ.push(p.wr)
+	}
+	qd.pend.push(p)
+	qd.pendBytes += r.Bytes
+	q.rank.pending++
+	t.Pending, t.PendingBytes = qd.pend.n, qd.pendBytes
+	f.h.Posted(t)
+}
+
+// orphan drops the oldest pending post of qd: its completion was lost.
+func (f *Fold) orphan(q *foldQP, qd *foldDir) {
+	old := qd.pend.popFront()
+	qd.pendBytes -= old.wr.Bytes
+	q.rank.pending--
+	f.stats.Orphaned++
+	for qd.maxQ.n > 0 && qd.maxQ.front().WrID <= old.wr.WrID {
+		qd.maxQ.popFront()
+	}
+}
+
+func (f *Fold) complete(q *foldQP, r *Record) {
+	d := Dir(r.WrID & 1)
+	qd := &q.dir[d]
+	t := f.transfer(q, r, d)
+	t.DoneNs = r.TsNs
+	for qd.pend.n > 0 && qd.pend.front().wr.WrID < r.WrID {
+		f.orphan(q, qd)
+		t.Orphans++
+	}
+	if qd.pend.n > 0 && qd.pend.front().wr.WrID == r.WrID {
+		p := qd.pend.popFront()
+		qd.pendBytes -= p.wr.Bytes
+		q.rank.pending--
+		t.Matched, t.PostNs = true, p.wr.PostNs
+		if t.Bytes == 0 {
+			t.Bytes = p.wr.Bytes
+		}
+		if t.CollSeq == 0 {
+			t.CollSeq = p.wr.CollSeq
+		}
+		t.Ahead, t.HasAhead = p.ahead, p.hasAhead
+	} else {
+		f.stats.Unmatched++
+	}
+	for qd.maxQ.n > 0 && qd.maxQ.front().WrID <= r.WrID {
+		qd.maxQ.popFront()
+	}
+	t.PrevDoneNs = qd.lastDone
+	qd.lastDone = max(qd.lastDone, r.TsNs)
+	t.Pending, t.PendingBytes = qd.pend.n, qd.pendBytes
+	if d == DirSend {
+		// A completed send had its credit: a wait still open for it, or
+		// for an older send, lost its grant.
+		for q.waits.n > 0 && q.waits.front().wrID <= r.WrID {
+			f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, false)
+		}
+	}
+	f.h.Completed(t)
+}
+
+func (f *Fold) waitBegin(q *foldQP, r *Record) {
+	if q.waits.n > 0 && r.WrID <= q.waits.back().wrID {
+		return // a duplicate, or out of order
+	}
+	if q.waits.n >= f.cfg.MaxPending {
+		f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, false)
+	}
+	w := foldWait{wrID: r.WrID, coll: r.CollSeq, bytes: r.Bytes, step: r.Step, from: r.TsNs, link: linkKeyOf(r, DirSend)}
+	q.waits.push(w)
+	f.cw = CreditWait{Link: w.link, Comm: r.Comm, QP: r.QP, QPIndex: q.idx, WrID: r.WrID, CollSeq: r.CollSeq, Step: r.Step,
+		Bytes: r.Bytes, FromNs: r.TsNs, Depth: r.Depth}
+	f.h.WaitBegan(&f.cw)
+}
+
+func (f *Fold) grant(q *foldQP, r *Record) {
+	// Credit comes in posting order: older waits lost their grant.
+	for q.waits.n > 0 && q.waits.front().wrID < r.WrID {
+		f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, false)
+	}
+	if q.waits.n > 0 && q.waits.front().wrID == r.WrID {
+		f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, true)
+	}
+}
+
+func (f *Fold) endWait(q *foldQP, w foldWait, ts int64, depth uint32, granted bool) {
+	if !granted {
+		ts = w.from
+	}
+	f.cw = CreditWait{Link: w.link, Comm: q.key.comm, QP: q.key.qp, QPIndex: q.idx, WrID: w.wrID, CollSeq: w.coll, Step: w.step,
+		Bytes: w.bytes, FromNs: w.from, ToNs: max(ts, w.from), Granted: granted, Depth: depth}
+	f.h.WaitEnded(&f.cw)
+}
+
+func (f *Fold) call(rk *foldRank, r *Record) {
+	k := foldCallKey{r.Comm, r.Rank, r.CollSeq}
+	c := f.calls[k]
+	if c == nil {
+		if _, late := f.recent[k]; late {
+			f.stats.LateCalls++
+			return
+		}
+		for len(f.calls) >= f.cfg.MaxOpenCalls {
+			f.evictOldest()
+		}
+		c = f.newCall()
+		c.key, c.rk = k, rk
+		c.Call = Call{Comm: r.Comm, Rank: r.Rank, Seq: r.CollSeq, Op: r.Op, Algo: r.Algo, Dtype: r.Dtype,
+			BeginNs: r.TsNs, Parts: 1}
+		f.calls[k] = c
+		f.order.push(c)
+		rk.calls++
+	}
+	if r.Kind == KindCollBegin {
+		first := c.Begun == 0
+		if first || r.TsNs < c.BeginNs {
+			c.BeginNs = r.TsNs
+		}
+		c.Begun++
+		c.Bytes += r.Bytes
+		c.Op, c.Algo, c.Dtype = r.Op, r.Algo, r.Dtype
+		c.Parts = max(c.Parts, int(min(max(r.Step, 1), math.MaxInt32)))
+		if first {
+			f.h.CallBegan(&c.Call)
+		}
+	} else {
+		c.EndNs = max(c.EndNs, r.TsNs)
+		c.Ended++
+		c.endBytes += r.Bytes
+		c.Status = max(c.Status, r.Status)
+	}
+	if c.Ended >= c.Parts && c.Begun >= c.Parts {
+		f.endCall(c)
+	}
+}
+
+func (f *Fold) newCall() *foldCall {
+	if n := len(f.freeCall); n > 0 {
+		c := f.freeCall[n-1]
+		f.freeCall = f.freeCall[:n-1]
+		*c = foldCall{}
+		return c
+	}
+	return &foldCall{}
+}
+
+// endCall reports c ended and forgets it. It stays in f.order until it
+// reaches the front, so that order needs no search.
+func (f *Fold) endCall(c *foldCall) {
+	delete(f.calls, c.key)
+	c.ended = true
+	c.rk.calls--
+	if f.recentQ.n >= recentCalls {
+		delete(f.recent, f.recentQ.popFront())
+	}
+	f.recent[c.key] = struct{}{}
+	f.recentQ.push(c.key)
+	c.Bytes = max(c.Bytes, c.endBytes)
+	c.Complete = c.Begun >= c.Parts && c.Ended >= c.Parts
+	f.h.CallEnded(&c.Call)
+	f.dropEnded()
+}
+
+// dropEnded recycles the ended calls at the front of the creation order.
+func (f *Fold) dropEnded() {
+	for f.order.n > 0 && (*f.order.front()).ended {
+		f.freeCall = append(f.freeCall, f.order.popFront())
+	}
+}
+
+func (f *Fold) evictOldest() {
+	f.dropEnded()
+	if f.order.n == 0 {
+		return
+	}
+	f.stats.Evicted++
+	f.endCall(*f.order.front())
+}
+
+// Advance tells the fold that the stream has reached now (ns, the records'
+// time base) although some rank may have written nothing lately: a rank
+// silent since before now-GapNs with work outstanding is reported as an
+// open Gap, once per silence.
+func (f *Fold) Advance(now int64) {
+	if f.cfg.GapNs < 0 {
+		return
+	}
+	for _, rk := range f.ranks {
+		if !rk.gapOpen && rk.lastTs > 0 && now-rk.lastTs >= f.cfg.GapNs && (rk.pending > 0 || rk.calls > 0) {
+			rk.gapOpen, rk.gapFrom, rk.gapPend, rk.gapCall = true, rk.lastTs, rk.pending, rk.calls
+			f.gap = Gap{Comm: rk.key.comm, Rank: rk.key.rank, FromNs: rk.lastTs, ToNs: now, Open: true,
+				PendingWRs: rk.pending, OpenCalls: rk.calls}
+			f.h.Gap(&f.gap)
+		}
+	}
+}
+
+// Finish ends the stream: ranks silent at its end with work outstanding are
+// reported as open gaps up to the latest record, and every call still open
+// is ended incomplete, oldest first.
+func (f *Fold) Finish() {
+	f.Advance(f.maxTs)
+	for f.order.n > 0 {
+		c := f.order.popFront()
+		if !c.ended {
+			f.endCall(c)
+		}
+	}
+}
+
+// QPs returns how many QPs the fold tracks: every event's QPIndex is below
+// it.
+func (f *Fold) QPs() int { return len(f.qps) }
+
+// OpenCalls returns how many calls have begun and not ended.
+func (f *Fold) OpenCalls() int { return len(f.calls) }
+
+// WaitSpans is the time during which at least one of a link's sends waited
+// for credit, overlapping waits counted once: the granted waits, merged into
+// disjoint spans, and the waits open now. A wait whose grant was lost
+// (Granted false) counts nothing of its own. Waits should end roughly in
+// time order, as a fold reports them; the spans kept are bounded.
+type WaitSpans struct {
+	spans fifo[span] // finished, disjoint, ordered by start
+	open  []openWait // the waits open now
+	bound int
+}
+
+type span struct{ from, to int64 }
+
+type openWait struct {
+	qp   uint32
+	wrID uint64
+	from int64
+}
+
+// maxSpans is the default bound on the finished spans a WaitSpans keeps.
+const maxSpans = 4096
+
+// NewWaitSpans returns spans keeping at most bound finished spans (0: a
+// default), the oldest forgotten first.
+func NewWaitSpans(bound int) *WaitSpans {
+	if bound <= 0 {
+		bound = maxSpans
+	}
+	return &WaitSpans{bound: bound}
+}
+
+// Began notes a wait that began.
+func (w *WaitSpans) Began(cw *CreditWait) {
+	w.open = append(w.open, openWait{qp: cw.QP, wrID: cw.WrID, from: cw.FromNs})
+}
+
+// Ended notes a wait that ended and returns the ns it adds to the union
+// (0 for a wait whose grant was lost, or one inside time already counted).
+func (w *WaitSpans) Ended(cw *CreditWait) int64 {
+	for i := range w.open {
+		if o := w.open[i]; o.qp == cw.QP && o.wrID == cw.WrID {
+			w.open = append(w.open[:i], w.open[i+1:]...)
+			break
+		}
+	}
+	if !cw.Granted || cw.ToNs <= cw.FromNs {
+		return 0
+	}
+	if w.bound == 0 {
+		w.bound = maxSpans
+	}
+	return w.add(cw.FromNs, cw.ToNs)
+}
+
+// add merges [from, to) into the spans and returns the time it newly covers.
+func (w *WaitSpans) add(from, to int64) int64 {
+	// Spans end roughly in time order: the ones it may overlap are last.
+	i := w.spans.n
+	for i > 0 && w.spans.at(i-1).to >= from {
+		i--
+	}
+	if i == w.spans.n {
+		w.spans.pushBounded(span{from, to}, w.bound)
+		return to - from
+	}
+	covered := int64(0)
+	lo, hi := from, to
+	for j := i; j < w.spans.n; j++ {
+		s := w.spans.at(j)
+		covered += overlap(s.from, s.to, from, to)
+		lo, hi = min(lo, s.from), max(hi, s.to)
+	}
+	// Replace spans i.. with their merge.
+	for w.spans.n > i {
+		w.spans.popBack()
+	}
+	w.spans.push(span{lo, hi})
+	return (to - from) - covered
+}
+
+// Within returns the wait time within [lo, hi], the open waits counted up
+// to hi.
+func (w *WaitSpans) Within(lo, hi int64) int64 {
+	var t int64
+	lastTo := int64(math.MinInt64)
+	for i := range w.spans.n {
+		s := w.spans.at(i)
+		t += overlap(s.from, s.to, lo, hi)
+		lastTo = max(lastTo, s.to)
+	}
+	if from, open := w.Open(); open {
+		t += overlap(max(from, lastTo), hi, lo, hi)
+	}
+	return t
+}
+
+// Open returns when the oldest wait open now began, and whether one is.
+func (w *WaitSpans) Open() (from int64, open bool) {
+	if len(w.open) == 0 {
+		return 0, false
+	}
+	from = w.open[0].from
+	for _, o := range w.open[1:] {
+		from = min(from, o.from)
+	}
+	return from, true
+}
+
+func overlap(a, b, lo, hi int64) int64 {
+	a, b = max(a, lo), min(b, hi)
+	if b > a {
+		return b - a
+	}
+	return 0
+}
+
+// fifo is a queue on a ring that grows by doubling.
+type fifo[T any] struct {
+	buf  []T
+	head int // index of the oldest element
+	n    int
+}
+
+func (q *fifo[T]) push(v T) {
+	if q.n == len(q.buf) {
+		q.grow(max(2*len(q.buf), 8))
+	}
+	*q.at(q.n) = v
+	q.n++
+}
+
+// pushBounded pushes v; once the queue holds bound elements, v replaces the
+// oldest instead.
+func (q *fifo[T]) pushBounded(v T, bound int) {
+	if q.n < bound {
+		if q.n == len(q.buf) {
+			q.grow(min(max(2*len(q.buf), 16), bound))
+		}
+		q.push(v)
+		return
+	}
+	q.popFront()
+	q.push(v)
+}
+
+func (q *fifo[T]) grow(c int) {
+	buf := make([]T, c)
+	k := copy(buf, q.buf[q.head:])
+	copy(buf[k:], q.buf[:q.head])
+	q.buf, q.head = buf, 0
+}
+
+// at returns the i-th oldest element.
+func (q *fifo[T]) at(i int) *T {
+	j := q.head + i
+	if j >= len(q.buf) {
+		j -= len(q.buf)
+	}
+	return &q.buf[j]
+}
+
+func (q *fifo[T]) front() *T { return &q.buf[q.head] }
+
+func (q *fifo[T]) back() *T { return q.at(q.n - 1) }
+
+// popFront removes the oldest element. The slot keeps its value until it is
+// reused: the queues hold no pointers that matter to the collector, and
+// clearing costs what the rest of a pop does.
+func (q *fifo[T]) popFront() T {
+	v := q.buf[q.head]
+	q.head++
+	if q.head == len(q.buf) {
+		q.head = 0
+	}
+	q.n--
+	return v
+}
+
+func (q *fifo[T]) popBack() T {
+	v := *q.back()
+	q.n--
+	return v
+}
