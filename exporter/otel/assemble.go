@@ -1,6 +1,7 @@
 package otel
 
 import (
+	"cmp"
 	"context"
 	"encoding/binary"
 	"fmt"
@@ -16,9 +17,6 @@ import (
 
 	"github.com/vccl-go/vccl/flowtel"
 )
-
-// p2pBit marks the sequence numbers of point-to-point calls (docs/design.md).
-const p2pBit = 1 << 63
 
 // recentKeys is how many exported collectives are remembered, so that late
 // records for them are dropped instead of opening a new collective.
@@ -36,11 +34,6 @@ type collKey struct {
 	seq  uint64
 }
 
-type commRank struct {
-	comm uint32
-	rank int32
-}
-
 type stepKey struct {
 	peer    int32
 	channel uint16
@@ -49,20 +42,15 @@ type stepKey struct {
 
 // coll is a collective (one rank's view) being assembled.
 type coll struct {
-	key             collKey
-	serial          uint64 // creation order, for eviction
-	op, algo, dtype uint8
-	begun, ended    int   // coll_begin / coll_end records seen (one per channel part)
-	begin, end      int64 // earliest coll_begin, latest coll_end
-	first, last     int64 // earliest and latest record of any kind
-	bytes, endBytes uint64
-	status          flowtel.Status
-	lossy, sampled  bool
-	closing         bool // every part seen has ended: waiting out the linger
-	closedAt        time.Time
-	steps           map[stepKey]*stepAgg
-	order           []*stepAgg
-	events          []flowtel.Record // failover, failback, link_down, link_up
+	key         collKey
+	call        flowtel.Call // as the fold reported it (Begun 0: its begin was not seen)
+	first, last int64        // earliest and latest event of any kind
+	lossy       bool
+	sampled     bool
+	exported    bool
+	steps       map[stepKey]*stepAgg
+	order       []*stepAgg
+	events      []flowtel.PathChange
 }
 
 // stepAgg is the WR traffic of one (peer, channel, step) of a collective.
@@ -73,23 +61,38 @@ type stepAgg struct {
 	posts, wcs, errs     int
 	maxDepth             uint32
 	paths                uint8 // bit per path seen
-	lastPath             uint8
-	waitOpen             int
-	waitSince, waitNs    int64
-	events               []flowtel.Record
+	lastPath             flowtel.Path
+	waits                *flowtel.WaitSpans // nil until a send waits for credit
+	waitNs               int64
+	events               []wrEvent
 }
 
-// assembler turns records into spans. Not safe for concurrent use: the
-// Exporter serialises calls with its mutex.
+// wrEvent is a WR's post, completion, credit wait or grant, kept as a span
+// event of its step for sampled collectives.
+type wrEvent struct {
+	kind   flowtel.Kind
+	ts     int64
+	wrID   uint64
+	qp     uint32
+	dir    flowtel.Dir
+	bytes  uint64
+	depth  uint32
+	path   flowtel.Path
+	status flowtel.Status
+}
+
+// assembler turns records into spans: a view over flowtel's fold, whose
+// events it gathers per collective until the collective's end. Not safe for
+// concurrent use: the Exporter serialises calls with its mutex.
 type assembler struct {
+	flowtel.NopHandler
 	cfg      *config
 	tracer   trace.Tracer
+	fold     *flowtel.Fold
 	comms    map[uint32]commInfo
 	defEpoch int64
-	channels map[commRank]int // channels seen per communicator and rank
 	open     map[collKey]*coll
-	closing  map[collKey]*coll
-	serial   uint64
+	order    []*coll // open collectives by creation (exported ones are skipped)
 
 	recent    map[collKey]struct{}
 	recentBuf [recentKeys]collKey
@@ -99,15 +102,15 @@ type assembler struct {
 }
 
 func newAssembler(cfg *config, tracer trace.Tracer) *assembler {
-	return &assembler{
+	a := &assembler{
 		cfg: cfg, tracer: tracer,
 		comms:    map[uint32]commInfo{},
 		defEpoch: epochOf(nil),
-		channels: map[commRank]int{},
 		open:     map[collKey]*coll{},
-		closing:  map[collKey]*coll{},
 		recent:   map[collKey]struct{}{},
 	}
+	a.fold = flowtel.NewFold(a, flowtel.FoldConfig{GapNs: -1, MaxOpenCalls: cfg.maxOpen})
+	return a
 }
 
 func (a *assembler) addComm(id uint32, ci commInfo) { a.comms[id] = ci }
@@ -119,202 +122,189 @@ func (a *assembler) info(comm uint32) commInfo {
 	return commInfo{size: a.cfg.worldSize, epoch: a.defEpoch}
 }
 
+func (a *assembler) add(r *flowtel.Record) {
+	a.stats.Records++
+	a.fold.AddRecord(r)
+}
+
 // get returns the open collective of key, creating it unless it was
-// exported already (then nil: the record is late).
-func (a *assembler) get(key collKey, r *flowtel.Record) *coll {
+// exported already (then nil: the event is late).
+func (a *assembler) get(key collKey, ts int64) *coll {
 	if c := a.open[key]; c != nil {
+		c.first, c.last = min(c.first, ts), max(c.last, ts)
 		return c
 	}
 	if _, ok := a.recent[key]; ok {
 		a.stats.Late++
 		return nil
 	}
-	if len(a.open) >= a.cfg.maxOpen {
+	for len(a.open) >= a.cfg.maxOpen {
 		a.evictOldest()
 	}
-	a.serial++
-	c := &coll{key: key, serial: a.serial, op: uint8(r.Op), algo: uint8(r.Algo), dtype: uint8(r.Dtype),
-		first: r.TsNs, last: r.TsNs, steps: map[stepKey]*stepAgg{}}
+	c := &coll{key: key, first: ts, last: ts, steps: map[stepKey]*stepAgg{}}
+	c.call = flowtel.Call{Comm: key.comm, Rank: key.rank, Seq: key.seq}
 	c.sampled = sampled(key.comm, key.seq, a.cfg.wrEvents)
 	a.open[key] = c
+	a.order = append(a.order, c)
 	return c
 }
 
 func (a *assembler) evictOldest() {
-	var old *coll
-	for _, c := range a.open {
-		if old == nil || c.serial < old.serial {
-			old = c
-		}
-	}
-	if old != nil {
-		a.stats.Evicted++
-		a.emit(old)
-	}
-}
-
-func (a *assembler) add(r *flowtel.Record) {
-	a.stats.Records++
-	switch r.Kind {
-	case flowtel.KindCollBegin:
-		c := a.get(collKey{r.Comm, r.Rank, r.CollSeq}, r)
-		if c == nil {
+	for len(a.order) > 0 {
+		c := a.order[0]
+		a.order = a.order[1:]
+		if !c.exported {
+			a.stats.Evicted++
+			a.emit(c)
 			return
-		}
-		c.touch(r.TsNs)
-		if c.begun == 0 || r.TsNs < c.begin {
-			c.begin = r.TsNs
-		}
-		c.begun++
-		c.op, c.algo, c.dtype = uint8(r.Op), uint8(r.Algo), uint8(r.Dtype)
-		c.bytes += r.Bytes
-		c.closing = false
-		delete(a.closing, c.key)
-		cr := commRank{r.Comm, r.Rank}
-		if n := int(r.Channel) + 1; n > a.channels[cr] {
-			a.channels[cr] = n
-		}
-	case flowtel.KindCollEnd:
-		c := a.get(collKey{r.Comm, r.Rank, r.CollSeq}, r)
-		if c == nil {
-			return
-		}
-		c.touch(r.TsNs)
-		if c.ended == 0 || r.TsNs > c.end {
-			c.end = r.TsNs
-		}
-		c.ended++
-		c.endBytes += r.Bytes
-		if r.Status > c.status {
-			c.status = r.Status
-		}
-		if c.ended >= c.begun {
-			if c.begun >= a.channels[commRank{r.Comm, r.Rank}] {
-				a.emit(c) // every channel took part: nothing more can come
-				return
-			}
-			c.closing, c.closedAt = true, time.Now()
-			a.closing[c.key] = c
-		}
-	case flowtel.KindWRPost, flowtel.KindWC, flowtel.KindCreditWait, flowtel.KindCreditGrant:
-		if r.CollSeq == 0 {
-			a.stats.Unattributed++
-			return
-		}
-		c := a.get(collKey{r.Comm, r.Rank, r.CollSeq}, r)
-		if c == nil {
-			return
-		}
-		c.touch(r.TsNs)
-		a.addWR(c, r)
-	case flowtel.KindFailover, flowtel.KindFailback, flowtel.KindLinkDown, flowtel.KindLinkUp:
-		c := a.open[collKey{r.Comm, r.Rank, r.CollSeq}]
-		if c == nil {
-			// Not tagged with an open collective: the latest one of the
-			// rank, if any, is the one it hit.
-			for _, o := range a.open {
-				if o.key.comm == r.Comm && o.key.rank == r.Rank && (c == nil || o.serial > c.serial) {
-					c = o
-				}
-			}
-		}
-		if c == nil {
-			a.stats.Unattributed++
-			return
-		}
-		c.events = append(c.events, *r)
-	case flowtel.KindLost:
-		a.stats.LostRecords += r.Bytes
-		for _, c := range a.open {
-			c.lossy = true
 		}
 	}
 }
 
-func (c *coll) touch(ts int64) {
-	c.first = min(c.first, ts)
-	c.last = max(c.last, ts)
+func (a *assembler) CallBegan(call *flowtel.Call) {
+	if c := a.get(collKey{call.Comm, call.Rank, call.Seq}, call.BeginNs); c != nil {
+		c.call = *call
+	}
 }
 
-func (a *assembler) addWR(c *coll, r *flowtel.Record) {
-	k := stepKey{r.Peer, r.Channel, r.Step}
+func (a *assembler) CallEnded(call *flowtel.Call) {
+	k := collKey{call.Comm, call.Rank, call.Seq}
+	c := a.get(k, call.BeginNs)
+	if c == nil {
+		return
+	}
+	c.call = *call
+	if call.EndNs > 0 {
+		c.last = max(c.last, call.EndNs)
+	}
+	a.emit(c)
+}
+
+// step returns the step of an event of collective seq, or nil when the event
+// has no open collective.
+func (a *assembler) step(comm uint32, link flowtel.LinkKey, seq uint64, step uint32, ts int64) (*coll, *stepAgg) {
+	if seq == 0 {
+		a.stats.Unattributed++
+		return nil, nil
+	}
+	c := a.get(collKey{comm, link.Rank, seq}, ts)
+	if c == nil {
+		return nil, nil
+	}
+	k := stepKey{link.Peer, link.Channel, step}
 	s := c.steps[k]
 	if s == nil {
-		s = &stepAgg{key: k, first: r.TsNs, last: r.TsNs}
+		s = &stepAgg{key: k, first: ts, last: ts}
 		c.steps[k] = s
 		c.order = append(c.order, s)
 	}
-	s.first = min(s.first, r.TsNs)
-	s.last = max(s.last, r.TsNs)
-	s.maxDepth = max(s.maxDepth, r.Depth)
-	s.paths |= 1 << min(r.Path, 7)
-	s.lastPath = uint8(r.Path)
-	switch r.Kind {
-	case flowtel.KindWRPost:
-		s.posts++
-	case flowtel.KindWC:
-		s.wcs++
-		if r.Status == flowtel.StatusOK {
-			if r.IsRecv() {
-				s.recvBytes += r.Bytes
-			} else {
-				s.sendBytes += r.Bytes
-			}
-		} else if r.Status == flowtel.StatusError {
-			s.errs++
-		}
-	case flowtel.KindCreditWait:
-		if s.waitOpen == 0 {
-			s.waitSince = r.TsNs
-		}
-		s.waitOpen++
-	case flowtel.KindCreditGrant:
-		if s.waitOpen > 0 {
-			s.waitOpen--
-			if s.waitOpen == 0 {
-				s.waitNs += r.TsNs - s.waitSince
-			}
-		}
+	s.first, s.last = min(s.first, ts), max(s.last, ts)
+	s.paths |= 1 << min(link.Path, 7)
+	s.lastPath = link.Path
+	return c, s
+}
+
+func (a *assembler) event(c *coll, s *stepAgg, e wrEvent) {
+	if !c.sampled {
+		return
 	}
-	if c.sampled {
-		if len(s.events) < a.cfg.maxEvents {
-			s.events = append(s.events, *r)
-		} else {
-			a.stats.EventsCapped++
-		}
+	if len(s.events) < a.cfg.maxEvents {
+		s.events = append(s.events, e)
+	} else {
+		a.stats.EventsCapped++
 	}
 }
 
-// sweep exports the closing collectives whose linger has passed (all of
-// them with force).
-func (a *assembler) sweep(now time.Time, force bool) {
-	for _, c := range a.closing {
-		if force || now.Sub(c.closedAt) >= a.cfg.linger {
-			a.emit(c)
-		}
+func (a *assembler) Posted(t *flowtel.Transfer) {
+	c, s := a.step(t.Comm, t.Link, t.CollSeq, t.Step, t.PostNs)
+	if s == nil {
+		return
 	}
+	s.posts++
+	s.maxDepth = max(s.maxDepth, t.Depth)
+	a.event(c, s, wrEvent{kind: flowtel.KindWRPost, ts: t.PostNs, wrID: t.WrID, qp: t.QP, dir: t.Link.Dir, bytes: t.Bytes, depth: t.Depth, path: t.Link.Path})
 }
 
-// closeAll exports every open collective.
-func (a *assembler) closeAll() {
-	cs := make([]*coll, 0, len(a.open))
-	for _, c := range a.open {
-		cs = append(cs, c)
+func (a *assembler) Completed(t *flowtel.Transfer) {
+	c, s := a.step(t.Comm, t.Link, t.CollSeq, t.Step, t.DoneNs)
+	if s == nil {
+		return
 	}
-	slices.SortFunc(cs, func(x, y *coll) int { return cmp64(int64(x.serial), int64(y.serial)) })
-	for _, c := range cs {
-		a.emit(c)
-	}
-}
-
-func cmp64(a, b int64) int {
+	s.wcs++
+	s.maxDepth = max(s.maxDepth, t.Depth)
 	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
+	case t.Status == flowtel.StatusOK && t.Link.Dir == flowtel.DirRecv:
+		s.recvBytes += t.Bytes
+	case t.Status == flowtel.StatusOK:
+		s.sendBytes += t.Bytes
+	case t.Status == flowtel.StatusError:
+		s.errs++
 	}
-	return 0
+	a.event(c, s, wrEvent{kind: flowtel.KindWC, ts: t.DoneNs, wrID: t.WrID, qp: t.QP, dir: t.Link.Dir, bytes: t.Bytes, depth: t.Depth, path: t.Link.Path, status: t.Status})
+}
+
+func (a *assembler) WaitBegan(w *flowtel.CreditWait) {
+	c, s := a.step(w.Comm, w.Link, w.CollSeq, w.Step, w.FromNs)
+	if s == nil {
+		return
+	}
+	if s.waits == nil {
+		s.waits = flowtel.NewWaitSpans(0)
+	}
+	s.waits.Began(w)
+	a.event(c, s, wrEvent{kind: flowtel.KindCreditWait, ts: w.FromNs, wrID: w.WrID, qp: w.QP, bytes: w.Bytes, depth: w.Depth, path: w.Link.Path})
+}
+
+func (a *assembler) WaitEnded(w *flowtel.CreditWait) {
+	c := a.open[collKey{w.Comm, w.Link.Rank, w.CollSeq}]
+	if c == nil {
+		return
+	}
+	s := c.steps[stepKey{w.Link.Peer, w.Link.Channel, w.Step}]
+	if s == nil || s.waits == nil {
+		return
+	}
+	s.waitNs += s.waits.Ended(w)
+	if w.Granted {
+		c.last = max(c.last, w.ToNs)
+		s.last = max(s.last, w.ToNs)
+		a.event(c, s, wrEvent{kind: flowtel.KindCreditGrant, ts: w.ToNs, wrID: w.WrID, qp: w.QP, bytes: w.Bytes, depth: w.Depth, path: w.Link.Path})
+	}
+}
+
+func (a *assembler) PathChanged(p *flowtel.PathChange) {
+	c := a.open[collKey{p.Comm, p.Link.Rank, p.CollSeq}]
+	if c == nil {
+		// Not tagged with an open collective: the latest one of the
+		// rank, if any, is the one it hit.
+		for i := len(a.order) - 1; i >= 0; i-- {
+			if o := a.order[i]; !o.exported && o.key.comm == p.Comm && o.key.rank == p.Link.Rank {
+				c = o
+				break
+			}
+		}
+	}
+	if c == nil {
+		a.stats.Unattributed++
+		return
+	}
+	c.events = append(c.events, *p)
+}
+
+func (a *assembler) Lost(x *flowtel.Lost) {
+	a.stats.LostRecords += x.Records
+	for _, c := range a.open {
+		c.lossy = true
+	}
+}
+
+// closeAll ends the fold's open calls and exports every open collective,
+// oldest first.
+func (a *assembler) closeAll() {
+	a.fold.Finish()
+	for len(a.order) > 0 {
+		a.evictOldest()
+	}
 }
 
 func (a *assembler) remember(k collKey) {
@@ -329,50 +319,53 @@ func (a *assembler) remember(k collKey) {
 // emit ends the spans of c and forgets it.
 func (a *assembler) emit(c *coll) {
 	delete(a.open, c.key)
-	delete(a.closing, c.key)
+	c.exported = true
 	a.remember(c.key)
+	for len(a.order) > 0 && a.order[0].exported {
+		a.order = a.order[1:]
+	}
 
 	ci := a.info(c.key.comm)
 	wall := func(ts int64) time.Time { return time.Unix(0, ts+ci.epoch) }
+	call := &c.call
 	start, end := c.first, c.last
-	if c.begun > 0 {
-		start = c.begin
+	if call.Begun > 0 {
+		start = call.BeginNs
 	}
-	if c.ended > 0 {
-		end = max(c.end, c.last)
+	if call.Ended > 0 {
+		end = max(call.EndNs, c.last)
 	}
 	end = max(end, start)
-	incomplete := c.begun == 0 || c.ended == 0 || c.ended < c.begun
-	bytes := max(c.bytes, c.endBytes)
-	op := flowtel.Op(c.op)
+	incomplete := !call.Complete
+	bytes := call.Bytes
+	op := call.Op
 
 	seq := c.key.seq
 	attrs := make([]attribute.KeyValue, 0, 16)
 	attrs = append(attrs,
 		keyComm.String(fmt.Sprintf("%08x", c.key.comm)),
-		keyCollSeq.Int64(int64(seq&^p2pBit)),
+		keyCollSeq.Int64(int64(seq&^flowtel.SeqP2P)),
 		keyOp.String(op.String()),
-		keyAlgo.String(flowtel.Algorithm(c.algo).String()),
-		keyDtype.String(flowtel.Datatype(c.dtype).String()),
+		keyAlgo.String(call.Algo.String()),
+		keyDtype.String(call.Dtype.String()),
 		keyBytes.Int64(int64(min(bytes, math.MaxInt64))),
 		keyRank.Int(int(c.key.rank)),
-		keyChannels.Int(max(c.begun, c.ended)),
+		keyChannels.Int(max(call.Begun, call.Ended)),
 	)
-	if seq&p2pBit != 0 {
+	if call.P2P() {
 		attrs = append(attrs, keyP2P.Bool(true))
 	}
 	if ci.size > 0 {
 		attrs = append(attrs, keyWorldSize.Int(ci.size))
 	}
-	if d := end - start; d > 0 && bytes > 0 && !incomplete && c.status == flowtel.StatusOK {
-		algbw := float64(bytes) / float64(d) // bytes per ns = GB/s
-		attrs = append(attrs, keyAlgBW.Float64(algbw))
+	if algbw := call.AlgBW(); algbw > 0 {
+		attrs = append(attrs, keyAlgBW.Float64(algbw/1e9)) // GB/s
 		if ci.size > 0 {
-			attrs = append(attrs, keyBusBW.Float64(algbw*flowtel.BusBWFactor(op, ci.size)))
+			attrs = append(attrs, keyBusBW.Float64(call.BusBW(ci.size)/1e9))
 		}
 	}
-	if c.status != flowtel.StatusOK {
-		attrs = append(attrs, keyStatus.String(c.status.String()))
+	if call.Status != flowtel.StatusOK {
+		attrs = append(attrs, keyStatus.String(call.Status.String()))
 	}
 	if incomplete {
 		attrs = append(attrs, keyIncomplete.Bool(true))
@@ -388,18 +381,18 @@ func (a *assembler) emit(c *coll) {
 		trace.WithTimestamp(wall(start)),
 		trace.WithSpanKind(trace.SpanKindInternal),
 		trace.WithAttributes(attrs...))
-	if c.status == flowtel.StatusError {
-		span.SetStatus(codes.Error, fmt.Sprintf("%s seq %d failed on rank %d", name, seq&^p2pBit, c.key.rank))
+	if call.Status == flowtel.StatusError {
+		span.SetStatus(codes.Error, fmt.Sprintf("%s seq %d failed on rank %d", name, seq&^flowtel.SeqP2P, c.key.rank))
 	}
 	for i := range c.events {
 		r := &c.events[i]
 		span.AddEvent(r.Kind.String(), trace.WithTimestamp(wall(r.TsNs)), trace.WithAttributes(
-			keyPeer.Int(int(r.Peer)), keyChannel.Int(int(r.Channel)), keyPath.Int(int(r.Path)),
+			keyPeer.Int(int(r.Link.Peer)), keyChannel.Int(int(r.Link.Channel)), keyPath.Int(int(r.Link.Path)),
 			keyQP.Int64(int64(r.QP)), keyStatus.String(r.Status.String())))
 		a.stats.Events++
 	}
 
-	slices.SortStableFunc(c.order, func(x, y *stepAgg) int { return cmp64(x.first, y.first) })
+	slices.SortStableFunc(c.order, func(x, y *stepAgg) int { return cmp.Compare(x.first, y.first) })
 	stepName := name + ".step"
 	for _, s := range c.order {
 		sa := []attribute.KeyValue{
@@ -415,8 +408,10 @@ func (a *assembler) emit(c *coll) {
 			keyMaxDepth.Int64(int64(s.maxDepth)),
 		}
 		waitNs := s.waitNs
-		if s.waitOpen > 0 {
-			waitNs += s.last - s.waitSince
+		if s.waits != nil {
+			if from, open := s.waits.Open(); open {
+				waitNs += max(s.last-from, 0)
+			}
 		}
 		if waitNs > 0 {
 			sa = append(sa, keyCreditWait.Int64(waitNs))
@@ -435,17 +430,17 @@ func (a *assembler) emit(c *coll) {
 		for i := range s.events {
 			r := &s.events[i]
 			ea := []attribute.KeyValue{
-				keyWRID.Int64(int64(r.WrID & math.MaxInt64)),
-				keyQP.Int64(int64(r.QP)),
-				keyDir.String(dirOf(r)),
-				keyBytes.Int64(int64(min(r.Bytes, math.MaxInt64))),
-				keyDepth.Int64(int64(r.Depth)),
-				keyPath.Int(int(r.Path)),
+				keyWRID.Int64(int64(r.wrID & math.MaxInt64)),
+				keyQP.Int64(int64(r.qp)),
+				keyDir.String(r.dir.String()),
+				keyBytes.Int64(int64(min(r.bytes, math.MaxInt64))),
+				keyDepth.Int64(int64(r.depth)),
+				keyPath.Int(int(r.path)),
 			}
-			if r.Status != flowtel.StatusOK {
-				ea = append(ea, keyStatus.String(r.Status.String()))
+			if r.status != flowtel.StatusOK {
+				ea = append(ea, keyStatus.String(r.status.String()))
 			}
-			ss.AddEvent(r.Kind.String(), trace.WithTimestamp(wall(r.TsNs)), trace.WithAttributes(ea...))
+			ss.AddEvent(r.kind.String(), trace.WithTimestamp(wall(r.ts)), trace.WithAttributes(ea...))
 			a.stats.Events++
 		}
 		ss.End(trace.WithTimestamp(wall(s.last)))
@@ -453,13 +448,6 @@ func (a *assembler) emit(c *coll) {
 	}
 	span.End(trace.WithTimestamp(wall(end)))
 	a.stats.Collectives++
-}
-
-func dirOf(r *flowtel.Record) string {
-	if r.Kind == flowtel.KindCreditWait || r.Kind == flowtel.KindCreditGrant || !r.IsRecv() {
-		return "send"
-	}
-	return "recv"
 }
 
 // sampled decides, the same way on every rank, whether the collective

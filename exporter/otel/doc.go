@@ -51,11 +51,12 @@
 // trace-id-ratio sampler then keeps or drops a collective on every rank
 // alike.
 //
-// A collective split over several channels records one coll_begin and one
-// coll_end per channel, in different rings; its span covers them all and is
-// exported once every part has ended and no more can come: at once when all
-// the communicator's channels took part, else after a short linger
-// (WithLinger). Flush exports every ended collective now.
+// The spans are a view over flowtel's fold, which pairs each wc with its
+// wr_post, each credit wait with its grant and a call's coll_begin records
+// with its coll_end records. A collective split over several channels
+// records one coll_begin and one coll_end per channel, in different rings,
+// and its coll_begin says how many; its span covers them all and is ended
+// once every part has ended.
 //
 // # Timestamps and world size
 //

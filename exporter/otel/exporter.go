@@ -34,7 +34,6 @@ const (
 // Defaults.
 const (
 	DefaultServiceName      = "vccl"
-	DefaultLinger           = 100 * time.Millisecond
 	DefaultMaxOpen          = 4096
 	DefaultMaxEventsPerStep = 128 // the SDK's default OTEL_SPAN_EVENT_COUNT_LIMIT
 
@@ -63,7 +62,6 @@ type config struct {
 	wrEvents  float64
 	wrSet     bool
 	worldSize int
-	linger    time.Duration
 	maxOpen   int
 	maxEvents int
 	batchOpts []sdktrace.BatchSpanProcessorOption
@@ -105,11 +103,6 @@ func WithWREvents(rate float64) Option {
 // AddComm.
 func WithWorldSize(n int) Option { return func(c *config) { c.worldSize = n } }
 
-// WithLinger sets how long a collective split over fewer parts than its
-// communicator has channels waits, once every part seen has ended, for a
-// late part before its span is exported. Default DefaultLinger.
-func WithLinger(d time.Duration) Option { return func(c *config) { c.linger = d } }
-
 // WithMaxOpen bounds the collectives kept open; beyond it the oldest is
 // exported as incomplete. Default DefaultMaxOpen.
 func WithMaxOpen(n int) Option { return func(c *config) { c.maxOpen = n } }
@@ -137,8 +130,6 @@ type Exporter struct {
 
 	mu   sync.Mutex
 	asm  *assembler
-	done chan struct{} // closed by Shutdown: stops the linger sweeper
-	wg   sync.WaitGroup
 	shut bool
 }
 
@@ -147,7 +138,7 @@ var _ flowtel.Sink = (*Exporter)(nil)
 // New returns an exporter configured by opts and the environment. It does
 // not connect anywhere: the OTLP exporters connect lazily.
 func New(ctx context.Context, opts ...Option) (*Exporter, error) {
-	cfg := config{linger: DefaultLinger, maxOpen: DefaultMaxOpen, maxEvents: DefaultMaxEventsPerStep, getenv: os.Getenv}
+	cfg := config{maxOpen: DefaultMaxOpen, maxEvents: DefaultMaxEventsPerStep, getenv: os.Getenv}
 	for _, o := range opts {
 		o(&cfg)
 	}
@@ -163,16 +154,13 @@ func New(ctx context.Context, opts ...Option) (*Exporter, error) {
 	if cfg.wrEvents < 0 || cfg.wrEvents > 1 {
 		return nil, fmt.Errorf("otel: WR event rate %v: want a fraction from 0 to 1", cfg.wrEvents)
 	}
-	if cfg.linger <= 0 {
-		cfg.linger = DefaultLinger
-	}
 	if cfg.maxOpen < 1 {
 		cfg.maxOpen = DefaultMaxOpen
 	}
 	if cfg.maxEvents < 0 {
 		cfg.maxEvents = 0
 	}
-	e := &Exporter{cfg: cfg, done: make(chan struct{})}
+	e := &Exporter{cfg: cfg}
 	if cfg.tp != nil {
 		e.tp = cfg.tp
 	} else {
@@ -184,8 +172,6 @@ func New(ctx context.Context, opts ...Option) (*Exporter, error) {
 	}
 	e.tracer = e.tp.Tracer(ScopeName, trace.WithInstrumentationVersion("1"))
 	e.asm = newAssembler(&e.cfg, e.tracer)
-	e.wg.Add(1)
-	go e.sweeper()
 	return e, nil
 }
 
@@ -358,41 +344,13 @@ func (e *Exporter) Consume(_ context.Context, recs []flowtel.Record) error {
 	for i := range recs {
 		e.asm.add(&recs[i])
 	}
-	e.asm.sweep(time.Now(), false)
 	return nil
 }
 
-// sweeper exports collectives whose linger has passed while no records
-// arrive.
-func (e *Exporter) sweeper() {
-	defer e.wg.Done()
-	t := time.NewTicker(e.cfg.linger)
-	defer t.Stop()
-	for {
-		select {
-		case <-e.done:
-			return
-		case now := <-t.C:
-			e.mu.Lock()
-			if !e.shut {
-				e.asm.sweep(now, false)
-			}
-			e.mu.Unlock()
-		}
-	}
-}
-
-// Flush exports every collective whose parts have all ended, without
-// waiting for their linger, then flushes the span processor (with the
-// exporter's own provider, or one with a ForceFlush method).
-func (e *Exporter) Flush(ctx context.Context) error {
-	e.mu.Lock()
-	if !e.shut {
-		e.asm.sweep(time.Now(), true)
-	}
-	e.mu.Unlock()
-	return e.forceFlush(ctx)
-}
+// Flush flushes the span processor (with the exporter's own provider, or
+// one with a ForceFlush method). A collective's spans are ended as soon as
+// its every part has ended.
+func (e *Exporter) Flush(ctx context.Context) error { return e.forceFlush(ctx) }
 
 func (e *Exporter) forceFlush(ctx context.Context) error {
 	if f, ok := e.tp.(interface{ ForceFlush(context.Context) error }); ok {
@@ -411,12 +369,9 @@ func (e *Exporter) Shutdown(ctx context.Context) error {
 		e.mu.Unlock()
 		return nil
 	}
-	e.asm.sweep(time.Now(), true)
 	e.asm.closeAll()
 	e.shut = true
 	e.mu.Unlock()
-	close(e.done)
-	e.wg.Wait()
 	if e.ownTP != nil {
 		if err := e.ownTP.Shutdown(ctx); err != nil {
 			return fmt.Errorf("otel: shutdown: %w", err)
@@ -446,6 +401,9 @@ func (e *Exporter) Stats() Stats {
 	e.mu.Lock()
 	defer e.mu.Unlock()
 	s := e.asm.stats
+	fs := e.asm.fold.Stats()
+	s.Evicted += fs.Evicted
+	s.Late += fs.LateCalls
 	s.Open = len(e.asm.open)
 	return s
 }

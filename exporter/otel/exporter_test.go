@@ -257,12 +257,12 @@ func TestWREventsFromEnv(t *testing.T) {
 }
 
 func TestSplitOverChannels(t *testing.T) {
-	e, mem := newTestExporter(t, WithLinger(time.Hour), WithWorldSize(2))
+	e, mem := newTestExporter(t, WithWorldSize(2))
 	ctx := context.Background()
 	// seq 1 runs on channels 0 and 1; channel 1's records come in a later
-	// batch, after channel 0's part has ended. The exporter learns from the
-	// begins that the communicator has two channels.
-	a := ringJob{comm: 2, ranks: 2, seq: 1, bytes: 1 << 20, base: 1000, stepNs: 1000}
+	// batch, after channel 0's part has ended. Its begins say it has two
+	// parts.
+	a := ringJob{comm: 2, ranks: 2, seq: 1, bytes: 1 << 20, base: 1000, stepNs: 1000, parts: 2}
 	b := a
 	b.channel, b.base = 1, 1500
 	e.Consume(ctx, append(a.records(0)[:1], b.records(0)[:1]...)) // both begins
@@ -287,16 +287,13 @@ func TestSplitOverChannels(t *testing.T) {
 		t.Errorf("%d steps, want 2 per channel", n)
 	}
 
-	// seq 2 is small and runs on channel 0 alone: its span waits for the
-	// linger (an hour here), or for Flush.
+	// seq 2 is small and runs on channel 0 alone: its span ends with its
+	// one part.
 	c := ringJob{comm: 2, ranks: 2, seq: 2, bytes: 64, base: 9000, stepNs: 100}
 	e.Consume(ctx, c.records(0))
-	if n := len(byName(mem.Spans(), "allreduce")); n != 1 || e.Stats().Open != 1 {
-		t.Fatalf("single-part collective of a 2-channel communicator exported before its linger (%d spans)", n)
-	}
 	flush(t, e)
-	if n := len(byName(mem.Spans(), "allreduce")); n != 2 {
-		t.Errorf("Flush left it open: %d spans", n)
+	if n := len(byName(mem.Spans(), "allreduce")); n != 2 || e.Stats().Open != 0 {
+		t.Errorf("a one-part collective left open: %d spans", n)
 	}
 	// Records of an exported collective are late, not a new collective.
 	e.Consume(ctx, c.records(0)[1:3])

@@ -34,7 +34,8 @@ type ringJob struct {
 	stepNs  int64  // duration of one step
 	channel uint16
 	op      collective.Op
-	credit  bool // rank 0's first send waits for credit (stepNs/4)
+	parts   uint32 // channel parts the call was split into (0: 1)
+	credit  bool   // rank 0's first send waits for credit (stepNs/4)
 }
 
 // records returns rank's records: coll_begin, per step a receive and a send
@@ -54,7 +55,7 @@ func (j ringJob) records(rank int) []flowtel.Record {
 		return r
 	}
 	var out []flowtel.Record
-	out = append(out, tag(flowtel.Record{TsNs: j.base, Kind: flowtel.KindCollBegin, Peer: -1, Bytes: j.bytes}))
+	out = append(out, tag(flowtel.Record{TsNs: j.base, Kind: flowtel.KindCollBegin, Peer: -1, Bytes: j.bytes, Step: max(j.parts, 1)}))
 	for s := range steps {
 		t0 := j.base + int64(s)*j.stepNs + 10
 		id := uint64(s)
