@@ -22,6 +22,7 @@ var heavy = []string{
 // ours are this module's packages the comm library must not import.
 var ours = []string{
 	"github.com/vccl-go/vccl/exporter",
+	"github.com/vccl-go/vccl/telemetry",
 	"github.com/vccl-go/vccl/analyzer",
 	"github.com/vccl-go/vccl/ui",
 	"github.com/vccl-go/vccl/cmd",
