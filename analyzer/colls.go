@@ -28,36 +28,24 @@ type commState struct {
 	excNow  int64 // excused time in the slice being judged
 	bpNow   bool  // a link was backpressured in it
 
-	p2p      map[p2pKey]p2pBegin
-	lastEnd  []int64 // by rank: its latest coll_end
-	writer   []bool  // by rank: it wrote a coll_begin
-	nWriters int32
-	groups   map[groupKey]*collGroup
-	strag    []stragRank // by rank
-	judged   int         // collectives judged for arrival skew
-	lateAll  int         // of which some rank arrived MinLate after all others
-	first    int64       // first and last collective times
-	last     int64
+	rankChans [][]*rankChan // by rank: its sides of the channels
+	lastEnd   []int64       // by rank: its latest coll_end
+	writer    []bool        // by rank: it wrote a coll_begin
+	nWriters  int32
+	groups    map[groupKey]*collGroup
+	strag     []stragRank // by rank
+	judged    int         // collectives judged for arrival skew
+	lateAll   int         // of which some rank arrived MinLate after all others
+	first     int64       // first and last collective times
+	last      int64
 
 	timeline []timelineColl
 	tlStride int
 	tlSeen   int
 }
 
-type p2pKey struct {
-	rank int32
-	ch   uint16
-	seq  uint64
-}
-
-type p2pBegin struct {
-	ts    int64
-	bytes uint64
-	op    flowtel.Op
-}
-
 func newCommState(id uint32) *commState {
-	return &commState{id: id, colls: map[uint64]*collState{}, p2p: map[p2pKey]p2pBegin{},
+	return &commState{id: id, colls: map[uint64]*collState{},
 		groups: map[groupKey]*collGroup{}, bpSlice: -1, tlStride: 1, first: math.MaxInt64}
 }
 
@@ -83,7 +71,6 @@ type collState struct {
 	op               flowtel.Op
 	algo             flowtel.Algorithm
 	dtype            flowtel.Datatype
-	parts            uint16
 	ranks            []collRank
 	begun, ended     int32
 	minBegin         int64
@@ -98,7 +85,7 @@ type collRank struct {
 	begin, end   int64
 	prevEnd      int64 // the rank's latest coll_end before this call (0: none)
 	bytes        uint64
-	nBegin, nEnd uint16
+	begun, ended bool
 }
 
 // linkColl is what one link moved for one collective, from paired transfers.
@@ -111,58 +98,53 @@ type linkColl struct {
 // allBegun: every rank has begun (some part of) the collective.
 func (cs *collState) allBegun(size int32) bool { return cs.begun >= size }
 
-func (a *Analyzer) collBegin(r *flowtel.Record) {
-	if r.Rank < 0 || r.Rank >= maxRanks {
+// collBegin is a rank beginning a call (the first of its parts).
+func (a *Analyzer) collBegin(call *flowtel.Call) {
+	rank := call.Rank
+	if rank < 0 || rank >= maxRanks {
 		return
 	}
-	c := a.comm(r.Comm)
-	c.seeRank(r.Rank)
-	for int(r.Rank) >= len(c.writer) {
+	c := a.comm(call.Comm)
+	c.seeRank(rank)
+	for int(rank) >= len(c.writer) {
 		c.writer = append(c.writer, false)
 	}
-	if !c.writer[r.Rank] {
-		c.writer[r.Rank] = true
+	if !c.writer[rank] {
+		c.writer[rank] = true
 		c.nWriters++
 	}
-	c.first = min(c.first, r.TsNs)
-	c.last = max(c.last, r.TsNs)
-	if r.CollSeq&p2pBit != 0 {
-		if len(c.p2p) < maxOpenP2P {
-			c.p2p[p2pKey{rank: r.Rank, ch: r.Channel, seq: r.CollSeq}] = p2pBegin{ts: r.TsNs, bytes: r.Bytes, op: r.Op}
-		}
-		return
+	ts := call.BeginNs
+	c.first = min(c.first, ts)
+	c.last = max(c.last, ts)
+	if call.P2P() {
+		return // judged as a whole at its end
 	}
-	cs := c.colls[r.CollSeq]
+	cs := c.colls[call.Seq]
 	if cs == nil {
-		for len(c.colls) > 0 && (len(c.colls) >= maxOpenColls || a.collRanks+int(r.Rank)+1 > maxCollRanks) {
+		for len(c.colls) > 0 && (len(c.colls) >= maxOpenColls || a.collRanks+int(rank)+1 > maxCollRanks) {
 			a.expireOldest(c)
 		}
-		cs = &collState{seq: r.CollSeq, op: r.Op, algo: r.Algo, dtype: r.Dtype, minBegin: r.TsNs, maxBegin: r.TsNs}
-		c.colls[r.CollSeq] = cs
+		cs = &collState{seq: call.Seq, op: call.Op, algo: call.Algo, dtype: call.Dtype, minBegin: ts, maxBegin: ts}
+		c.colls[call.Seq] = cs
 		c.arrive = append(c.arrive, cs)
 	}
-	cs.lastTs = max(cs.lastTs, r.TsNs)
-	cs.parts = max(cs.parts, uint16(min(max(r.Step, 1), math.MaxUint16)))
-	for int(r.Rank) >= len(cs.ranks) {
+	cs.lastTs = max(cs.lastTs, ts)
+	for int(rank) >= len(cs.ranks) {
 		cs.ranks = append(cs.ranks, collRank{})
 		a.collRanks++
 	}
-	cr := &cs.ranks[r.Rank]
-	if cr.nBegin == 0 {
-		cr.begin = r.TsNs
-		if int(r.Rank) < len(c.lastEnd) {
-			cr.prevEnd = c.lastEnd[r.Rank]
-		}
-		cs.begun++
-		cs.minBegin = min(cs.minBegin, r.TsNs)
-		cs.maxBegin = max(cs.maxBegin, r.TsNs)
-	} else if r.TsNs < cr.begin {
-		cr.begin = r.TsNs
-		cs.minBegin = min(cs.minBegin, r.TsNs)
+	cr := &cs.ranks[rank]
+	if cr.begun {
+		return
 	}
-	cr.nBegin++
-	cr.bytes += r.Bytes
-	a.unpark(c, r.Rank, r.Channel, r.CollSeq, r.TsNs)
+	cr.begun, cr.begin = true, ts
+	if int(rank) < len(c.lastEnd) {
+		cr.prevEnd = c.lastEnd[rank]
+	}
+	cs.begun++
+	cs.minBegin = min(cs.minBegin, ts)
+	cs.maxBegin = max(cs.maxBegin, ts)
+	a.unpark(c, rank, call.Seq, ts)
 }
 
 // noteEnd remembers a rank's latest coll_end.
@@ -181,37 +163,39 @@ const (
 	maxCollRanks = 1 << 21
 )
 
-func (a *Analyzer) collEnd(r *flowtel.Record) {
-	if r.Rank < 0 || r.Rank >= maxRanks {
+// collEnd is a rank's call ended: every part (Complete), or ended
+// incomplete by the fold (its other parts' records never came).
+func (a *Analyzer) collEnd(call *flowtel.Call) {
+	rank := call.Rank
+	if rank < 0 || rank >= maxRanks || call.Ended == 0 {
 		return
 	}
-	c := a.comm(r.Comm)
-	c.last = max(c.last, r.TsNs)
-	c.noteEnd(r.Rank, r.TsNs)
-	if r.CollSeq&p2pBit != 0 {
-		k := p2pKey{rank: r.Rank, ch: r.Channel, seq: r.CollSeq}
-		if b, ok := c.p2p[k]; ok {
-			delete(c.p2p, k)
-			if r.Status == flowtel.StatusOK {
-				g := c.group(groupKey{op: b.op, bytes: b.bytes})
-				g.add(r.TsNs-b.ts, float64(b.bytes)*1e9/float64(max(r.TsNs-b.ts, 1)), -1)
-			}
+	c := a.comm(call.Comm)
+	ts := call.EndNs
+	c.last = max(c.last, ts)
+	c.noteEnd(rank, ts)
+	if call.P2P() {
+		if call.Complete && call.Status == flowtel.StatusOK {
+			d := max(call.DurationNs(), 1)
+			g := c.group(groupKey{op: call.Op, bytes: call.Bytes})
+			g.add(d, float64(call.Bytes)*1e9/float64(d), -1)
 		}
 		return
 	}
-	cs := c.colls[r.CollSeq]
-	if cs == nil || int(r.Rank) >= len(cs.ranks) {
+	cs := c.colls[call.Seq]
+	if cs == nil || int(rank) >= len(cs.ranks) {
 		return
 	}
-	cs.lastTs = max(cs.lastTs, r.TsNs)
-	cr := &cs.ranks[r.Rank]
-	cr.end = max(cr.end, r.TsNs)
-	cs.maxEnd = max(cs.maxEnd, r.TsNs)
-	cr.nEnd++
-	if r.Status != flowtel.StatusOK {
+	cs.lastTs = max(cs.lastTs, ts)
+	cr := &cs.ranks[rank]
+	cr.end = max(cr.end, ts)
+	cr.bytes = call.Bytes
+	cs.maxEnd = max(cs.maxEnd, ts)
+	if call.Status != flowtel.StatusOK {
 		cs.failed = true
 	}
-	if cr.nEnd == max(cs.parts, 1) {
+	if call.Complete && !cr.ended {
+		cr.ended = true
 		cs.ended++
 		if cs.ended >= c.live() {
 			a.judgeColl(c, cs)
@@ -417,10 +401,10 @@ func (a *Analyzer) sampleTimeline(c *commState, cs *collState) {
 	t := timelineColl{seq: cs.seq, op: cs.op, begins: make([]int64, len(cs.ranks)), ends: make([]int64, len(cs.ranks))}
 	for r, cr := range cs.ranks {
 		t.bytes = max(t.bytes, cr.bytes)
-		if cr.nBegin > 0 {
+		if cr.begun {
 			t.begins[r] = cr.begin
 		}
-		if cr.nEnd > 0 {
+		if cr.ended {
 			t.ends[r] = cr.end
 		}
 	}

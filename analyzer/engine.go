@@ -19,13 +19,13 @@ type Analyzer struct {
 	w     int64 // slice width, ns
 	slack int64
 
-	qps     map[qpKey]*qpState
-	qpCache [qpCacheSize]qpCacheEntry
-	links   map[linkKey]*link
-	list    []*link // in creation order
-	rcs     map[rcKey]*rankChan
-	comms   map[uint32]*commState
-	lastCm  *commState
+	fold   *flowtel.Fold
+	qps    []*qpState // by the fold's QPIndex; nil: not a valid link
+	links  map[linkKey]*link
+	list   []*link // in creation order
+	rcs    map[rcKey]*rankChan
+	comms  map[uint32]*commState
+	lastCm *commState
 
 	final   int64 // slices before this index have been judged
 	started bool  // final is set
@@ -54,48 +54,15 @@ type qpKey struct {
 	qp   uint32
 }
 
-const qpCacheSize = 512
-
-type qpCacheEntry struct {
-	key qpKey
-	q   *qpState
-}
-
 // qpState is one queue pair of one rank.
 type qpState struct {
-	key   qpKey
-	peer  int32
-	ch    uint16
-	out   *link // rank -> peer
-	in    *link // peer -> rank
-	sends fifo[pendSend]
-	maxQ  fifo[aheadWR] // pending sends larger than every later pending one
-
-	lastSendDone int64
-	recent       [holRecent]doneSend // the latest completed sends, for naming blockers
-	nRecent      int
-}
-
-// pendSend is a send posted on a QP and not yet completed there.
-type pendSend struct {
-	wrID  uint64
-	post  int64
-	bytes uint64
-	coll  uint64
-	// The largest send ahead of this one when it was posted (its blocker,
-	// should it wait behind it).
-	aheadWR    uint64
-	aheadBytes uint64
-	aheadColl  uint64
-	aheadPost  int64
-	hasAhead   bool
-}
-
-type aheadWR struct {
-	wrID  uint64
-	bytes uint64
-	coll  uint64
-	post  int64
+	key     qpKey
+	peer    int32
+	ch      uint16
+	out     *link               // rank -> peer
+	in      *link               // peer -> rank
+	recent  [holRecent]doneSend // the latest completed sends, for naming blockers
+	nRecent int
 }
 
 type doneSend struct {
@@ -109,6 +76,10 @@ type doneSend struct {
 const holRecent = 32
 
 const maxPendingSends = 1 << 16
+
+// maxFoldCalls bounds the calls (one rank's part in one collective) the
+// fold keeps open: as many as the collectives' per-rank entries.
+const maxFoldCalls = maxCollRanks
 
 // rcKey names a rank's side of one channel of a communicator.
 type rcKey struct {
@@ -137,13 +108,13 @@ func New(opts Options) (*Analyzer, error) {
 		o:     o,
 		w:     int64(o.Resolution),
 		slack: int64(o.Slack),
-		qps:   map[qpKey]*qpState{},
 		links: map[linkKey]*link{},
 		rcs:   map[rcKey]*rankChan{},
 		comms: map[uint32]*commState{},
 		hol:   map[qpKey]*holAgg{},
 	}
 	a.seriesW = 1
+	a.fold = flowtel.NewFold((*events)(a), flowtel.FoldConfig{MaxOpenCalls: maxFoldCalls, MaxPending: maxPendingSends, GapNs: -1})
 	return a, nil
 }
 
@@ -203,58 +174,69 @@ func (a *Analyzer) add(r *flowtel.Record) {
 	if idx := ts / a.w; idx-a.final > maxAhead/2 {
 		a.judgeUpTo(idx - maxAhead/4)
 	}
-	switch r.Kind {
-	case flowtel.KindWRPost:
-		if r.WrID&1 == 0 {
-			a.sendPost(r)
-		} else {
-			a.recvPost(r)
-		}
-	case flowtel.KindWC:
-		if r.WrID&1 == 0 {
-			a.sendWC(r)
-		} else {
-			a.recvWC(r)
-		}
-	case flowtel.KindCreditWait:
-		a.creditWait(r)
-	case flowtel.KindCreditGrant:
-		a.creditGrant(r)
-	case flowtel.KindCollBegin:
-		a.collBegin(r)
-	case flowtel.KindCollEnd:
-		a.collEnd(r)
-	case flowtel.KindFailover, flowtel.KindFailback, flowtel.KindLinkDown, flowtel.KindLinkUp:
-		a.linkEvent(r)
-	case flowtel.KindLost:
-		a.lost += r.Bytes
+	a.fold.AddRecord(r)
+}
+
+// events is the Analyzer as a handler of its fold's events: the fold pairs
+// each rank's posts with their completions, credit waits with their grants
+// and a rank's call parts; the analyzer pairs across ranks (a send with
+// its landing at the receiver) and judges.
+type events Analyzer
+
+func (e *events) Posted(t *flowtel.Transfer) {
+	a := (*Analyzer)(e)
+	if t.Link.Dir == flowtel.DirSend {
+		a.sendPost(t)
+	} else {
+		a.recvPost(t)
 	}
 }
 
-func validWR(r *flowtel.Record) bool {
-	return r.Rank >= 0 && r.Rank < maxRanks && r.Peer >= 0 && r.Peer < maxRanks && r.Peer != r.Rank
+func (e *events) Completed(t *flowtel.Transfer) {
+	a := (*Analyzer)(e)
+	if t.Link.Dir == flowtel.DirSend {
+		a.sendWC(t)
+	} else {
+		a.recvWC(t)
+	}
 }
 
-// qp returns the state of the record's queue pair, or nil for a record that
-// names no valid link.
-func (a *Analyzer) qp(r *flowtel.Record) *qpState {
-	k := qpKey{comm: r.Comm, rank: r.Rank, qp: r.QP}
-	h := (uint32(r.QP)*0x9E3779B1 ^ uint32(r.Rank)*0x85EBCA77 ^ r.Comm) % qpCacheSize
-	e := &a.qpCache[h]
-	if e.q != nil && e.key == k {
-		return e.q
-	}
-	q := a.qps[k]
-	if q == nil {
-		if !validWR(r) {
-			return nil
+func (e *events) WaitBegan(w *flowtel.CreditWait) { (*Analyzer)(e).creditWait(w) }
+
+func (e *events) WaitEnded(w *flowtel.CreditWait) { (*Analyzer)(e).creditEnd(w) }
+
+func (e *events) CallBegan(c *flowtel.Call) { (*Analyzer)(e).collBegin(c) }
+
+func (e *events) CallEnded(c *flowtel.Call) { (*Analyzer)(e).collEnd(c) }
+
+func (e *events) PathChanged(p *flowtel.PathChange) { (*Analyzer)(e).linkEvent(p) }
+
+func (e *events) Gap(*flowtel.Gap) {}
+
+func (e *events) Lost(x *flowtel.Lost) { e.lost += x.Records }
+
+func validLink(k flowtel.LinkKey) bool {
+	return k.Rank >= 0 && k.Rank < maxRanks && k.Peer >= 0 && k.Peer < maxRanks && k.Peer != k.Rank
+}
+
+// qp returns the state of the queue pair with the fold's index idx, or nil
+// for one that names no valid link.
+func (a *Analyzer) qp(idx uint32, comm uint32, qp uint32, k flowtel.LinkKey) *qpState {
+	if int(idx) < len(a.qps) {
+		if q := a.qps[idx]; q != nil {
+			return q
 		}
-		q = &qpState{key: k, peer: r.Peer, ch: r.Channel}
-		q.out = a.link(linkKey{comm: r.Comm, src: r.Rank, dst: r.Peer, ch: r.Channel})
-		q.in = a.link(linkKey{comm: r.Comm, src: r.Peer, dst: r.Rank, ch: r.Channel})
-		a.qps[k] = q
 	}
-	e.key, e.q = k, q
+	if !validLink(k) {
+		return nil
+	}
+	for int(idx) >= len(a.qps) {
+		a.qps = append(a.qps, nil)
+	}
+	q := &qpState{key: qpKey{comm: comm, rank: k.Rank, qp: qp}, peer: k.Peer, ch: k.Channel}
+	q.out = a.link(linkKey{comm: comm, src: k.Rank, dst: k.Peer, ch: k.Channel})
+	q.in = a.link(linkKey{comm: comm, src: k.Peer, dst: k.Rank, ch: k.Channel})
+	a.qps[idx] = q
 	return q
 }
 
@@ -281,6 +263,11 @@ func (a *Analyzer) rankChan(k rcKey) *rankChan {
 	if rc == nil {
 		rc = &rankChan{key: k, bpSlice: -1, stallFrom: -1}
 		a.rcs[k] = rc
+		c := a.comm(k.comm)
+		for int(k.rank) >= len(c.rankChans) {
+			c.rankChans = append(c.rankChans, nil)
+		}
+		c.rankChans[k.rank] = append(c.rankChans[k.rank], rc)
 	}
 	return rc
 }
@@ -325,47 +312,33 @@ func (a *Analyzer) arrived(l *link, seq uint64) bool {
 	if cs == nil {
 		return true
 	}
-	if int(l.key.dst) < len(cs.ranks) && cs.ranks[l.key.dst].nBegin > 0 {
+	if int(l.key.dst) < len(cs.ranks) && cs.ranks[l.key.dst].begun {
 		l.arrivedSeq = seq // a rank that began stays begun
 		return true
 	}
 	return false
 }
 
-func (a *Analyzer) sendPost(r *flowtel.Record) {
-	q := a.qp(r)
+func (a *Analyzer) sendPost(t *flowtel.Transfer) {
+	q := a.qp(t.QPIndex, t.Comm, t.QP, t.Link)
 	if q == nil {
 		return
 	}
 	l := q.out
-	a.integrate(l, r.TsNs)
-	// The sender's queue, for head-of-line blocking: the largest send
-	// still ahead of this one names its blocker.
-	p := pendSend{wrID: r.WrID, post: r.TsNs, bytes: r.Bytes, coll: r.CollSeq}
-	if q.maxQ.n > 0 {
-		b := q.maxQ.front()
-		p.aheadWR, p.aheadBytes, p.aheadColl, p.aheadPost, p.hasAhead = b.wrID, b.bytes, b.coll, b.post, true
-	}
-	// maxQ: the pending sends that are larger than every later one, so
-	// its front is the largest pending.
-	for q.maxQ.n > 0 && q.maxQ.back().bytes <= r.Bytes {
-		q.maxQ.popBack()
-	}
-	q.maxQ.pushBounded(aheadWR{wrID: r.WrID, bytes: r.Bytes, coll: r.CollSeq, post: r.TsNs}, maxPendingSends)
-	q.sends.pushBounded(p, maxPendingSends)
+	a.integrate(l, t.PostNs)
 	// The link: in flight until it lands at the receiver. A send to a rank
 	// that has not begun its collective waits for that rank to arrive, not
 	// for the link: it is parked until the rank begins.
-	seq := r.WrID >> 1
+	seq := t.WrID >> 1
 	for l.landQ.n > 0 && l.landQ.front().seq < seq {
 		l.landQ.popFront()
 	}
 	if l.landQ.n > 0 && l.landQ.front().seq == seq {
 		// Landed already (the receiver's record came first).
 		d := l.landQ.popFront()
-		a.pair(l, flightWR{seq: seq, post: r.TsNs, bytes: r.Bytes, coll: r.CollSeq}, d)
+		a.pair(l, flightWR{seq: seq, post: t.PostNs, bytes: t.Bytes, coll: t.CollSeq}, d)
 	} else {
-		f := flightWR{seq: seq, post: r.TsNs, bytes: r.Bytes, coll: r.CollSeq, parked: !a.arrived(l, r.CollSeq)}
+		f := flightWR{seq: seq, post: t.PostNs, bytes: t.Bytes, coll: t.CollSeq, parked: !a.arrived(l, t.CollSeq)}
 		if l.flight.n >= maxPendingSends {
 			old := l.flight.popFront()
 			l.drop(&old)
@@ -377,11 +350,11 @@ func (a *Analyzer) sendPost(r *flowtel.Record) {
 		l.count(&f, 1)
 		l.maxOut = max(l.maxOut, l.outBytes)
 	}
-	l.lastSeq = r.CollSeq
-	if acc := a.sliceAt(l, r.TsNs); acc != nil {
-		acc.touch(r.TsNs)
+	l.lastSeq = t.CollSeq
+	if acc := a.sliceAt(l, t.PostNs); acc != nil {
+		acc.touch(t.PostNs)
 		acc.posts++
-		acc.seq(r.CollSeq)
+		acc.seq(t.CollSeq)
 	}
 }
 
@@ -396,117 +369,102 @@ func (l *link) drop(f *flightWR) {
 // holScan bounds how far a credit record looks for its send.
 const holScan = 64
 
-// unpark counts the parked sends of collective seq to rank (on channel ch)
-// from now on: the rank began it.
-func (a *Analyzer) unpark(c *commState, rank int32, ch uint16, seq uint64, ts int64) {
-	rc := a.rcs[rcKey{comm: c.id, rank: rank, ch: ch}]
-	if rc == nil {
+// unpark counts the parked sends of collective seq to rank from now on: the
+// rank began it.
+func (a *Analyzer) unpark(c *commState, rank int32, seq uint64, ts int64) {
+	if int(rank) >= len(c.rankChans) {
 		return
 	}
-	for _, l := range rc.in {
-		if l.parked == 0 {
-			continue
-		}
-		a.integrate(l, ts)
-		for i := 0; i < l.flight.n; i++ {
-			f := l.flight.at(i)
-			if f.parked && f.coll == seq {
-				f.parked = false
-				l.parked--
-				l.count(f, 1)
+	for _, rc := range c.rankChans[rank] {
+		for _, l := range rc.in {
+			if l.parked == 0 {
+				continue
 			}
+			a.integrate(l, ts)
+			for i := 0; i < l.flight.n; i++ {
+				f := l.flight.at(i)
+				if f.parked && f.coll == seq {
+					f.parked = false
+					l.parked--
+					l.count(f, 1)
+				}
+			}
+			l.maxOut = max(l.maxOut, l.outBytes)
 		}
-		l.maxOut = max(l.maxOut, l.outBytes)
 	}
 }
 
-func (a *Analyzer) recvPost(r *flowtel.Record) {
+func (a *Analyzer) recvPost(t *flowtel.Transfer) {
 	// Receives are timed by their completion (landing); their posts bound
 	// the transfers' start (pair).
-	if q := a.qp(r); q != nil {
-		q.in.recvPosts.pushBounded(landedWR{seq: r.WrID >> 1, posted: r.TsNs}, maxPairing)
+	if q := a.qp(t.QPIndex, t.Comm, t.QP, t.Link); q != nil {
+		q.in.recvPosts.pushBounded(landedWR{seq: t.WrID >> 1, posted: t.PostNs}, maxPairing)
 	}
 }
 
-func (a *Analyzer) sendWC(r *flowtel.Record) {
-	q := a.qp(r)
+func (a *Analyzer) sendWC(t *flowtel.Transfer) {
+	q := a.qp(t.QPIndex, t.Comm, t.QP, t.Link)
 	if q == nil {
 		return
 	}
 	l := q.out
-	// The sender's queue: posts older than this completion lost theirs.
-	for q.sends.n > 0 && q.sends.front().wrID < r.WrID {
-		q.sends.popFront()
-	}
-	for q.maxQ.n > 0 && q.maxQ.front().wrID <= r.WrID {
-		q.maxQ.popFront()
-	}
-	bytes := r.Bytes
-	var p pendSend
-	matched := q.sends.n > 0 && q.sends.front().wrID == r.WrID
-	if matched {
-		p = q.sends.popFront()
-		if bytes == 0 {
-			bytes = p.bytes
-		}
-	}
+	bytes := t.Bytes
 	l.sentBytes += bytes
 	l.sentWRs++
-	l.lastSeq = r.CollSeq
-	failed := r.Status == flowtel.StatusError || r.Status == flowtel.StatusFlushed
-	if r.Path == 1 {
+	l.lastSeq = t.CollSeq
+	failed := t.Failed()
+	if t.Link.Path == flowtel.PathBackup {
 		l.usedPath1 = true
 	}
 	if !l.landMode {
 		// No landing seen on this link (the receiver's trace may be
 		// missing): the send's completion ends its flight.
-		a.integrate(l, r.TsNs)
-		seq := r.WrID >> 1
+		a.integrate(l, t.DoneNs)
+		seq := t.WrID >> 1
 		for l.flight.n > 0 && l.flight.front().seq <= seq {
 			f := l.flight.popFront()
 			l.drop(&f)
 		}
 	}
-	if acc := a.sliceAt(l, r.TsNs); acc != nil {
-		acc.touch(r.TsNs)
+	if acc := a.sliceAt(l, t.DoneNs); acc != nil {
+		acc.touch(t.DoneNs)
 		acc.done += bytes
 		acc.wrs++
 		if failed {
 			acc.fails++
 		}
-		if r.Path == 1 {
+		if t.Link.Path == flowtel.PathBackup {
 			acc.backup += bytes
 		}
-		acc.seq(r.CollSeq)
+		acc.seq(t.CollSeq)
 	}
 	if failed {
 		l.failed++
 	}
-	if matched {
-		a.holCheck(q, &p, r.TsNs)
-		q.recent[q.nRecent%holRecent] = doneSend{wrID: p.wrID, post: p.post, done: r.TsNs, bytes: bytes, coll: p.coll}
+	if t.Matched {
+		a.holCheck(q, t)
+		q.recent[q.nRecent%holRecent] = doneSend{wrID: t.WrID, post: t.PostNs, done: t.DoneNs, bytes: bytes, coll: t.CollSeq}
 		q.nRecent++
 	}
-	q.lastSendDone = max(q.lastSendDone, r.TsNs)
 }
 
 // recvWC is a landing: the k-th receive of a QP completes the k-th send of
 // its peer's QP.
-func (a *Analyzer) recvWC(r *flowtel.Record) {
-	q := a.qp(r)
+func (a *Analyzer) recvWC(t *flowtel.Transfer) {
+	q := a.qp(t.QPIndex, t.Comm, t.QP, t.Link)
 	if q == nil {
 		return
 	}
 	l := q.in
-	l.landedBytes += r.Bytes
+	l.landedBytes += t.Bytes
 	l.landMode = true
-	a.integrate(l, r.TsNs)
-	if acc := a.sliceAt(l, r.TsNs); acc != nil {
-		acc.touch(r.TsNs)
-		acc.landed += r.Bytes
+	a.integrate(l, t.DoneNs)
+	if acc := a.sliceAt(l, t.DoneNs); acc != nil {
+		acc.touch(t.DoneNs)
+		acc.landed += t.Bytes
 	}
-	seq := r.WrID >> 1
-	d := landedWR{seq: seq, ts: r.TsNs, bytes: r.Bytes}
+	seq := t.WrID >> 1
+	d := landedWR{seq: seq, ts: t.DoneNs, bytes: t.Bytes}
 	for l.recvPosts.n > 0 && l.recvPosts.front().seq < seq {
 		l.recvPosts.popFront()
 	}
@@ -520,7 +478,7 @@ func (a *Analyzer) recvWC(r *flowtel.Record) {
 	if l.flight.n > 0 && l.flight.front().seq == seq {
 		f := l.flight.popFront()
 		l.drop(&f)
-		if r.Status == flowtel.StatusOK || r.Status == flowtel.StatusRetransmitted {
+		if !t.Failed() {
 			a.pair(l, f, d)
 		}
 		return
@@ -538,34 +496,36 @@ func (l *link) flightOf(seq uint64) *flightWR {
 	return nil
 }
 
-func (a *Analyzer) creditWait(r *flowtel.Record) {
-	q := a.qp(r)
+func (a *Analyzer) creditWait(w *flowtel.CreditWait) {
+	q := a.qp(w.QPIndex, w.Comm, w.QP, w.Link)
 	if q == nil {
 		return
 	}
 	l := q.out
-	f := l.flightOf(r.WrID >> 1)
+	f := l.flightOf(w.WrID >> 1)
 	if f == nil || f.waiting {
 		return
 	}
-	a.integrate(l, r.TsNs)
+	a.integrate(l, w.FromNs)
 	f.waiting = true
 	if !f.parked {
 		l.waits++
 	}
-	if acc := a.sliceAt(l, r.TsNs); acc != nil {
-		acc.touch(r.TsNs)
-		acc.seq(r.CollSeq)
+	if acc := a.sliceAt(l, w.FromNs); acc != nil {
+		acc.touch(w.FromNs)
+		acc.seq(w.CollSeq)
 	}
 }
 
-func (a *Analyzer) creditGrant(r *flowtel.Record) {
-	q := a.qp(r)
+// creditEnd ends a send's wait for credit: granted, or its grant lost (the
+// send completed, or a later send's credit came).
+func (a *Analyzer) creditEnd(w *flowtel.CreditWait) {
+	q := a.qp(w.QPIndex, w.Comm, w.QP, w.Link)
 	if q == nil {
 		return
 	}
 	l := q.out
-	seq := r.WrID >> 1
+	seq := w.WrID >> 1
 	// Credit comes in posting order: the waiting send is near the front.
 	for i := 0; i < l.flight.n && i < holScan; i++ {
 		f := l.flight.at(i)
@@ -573,25 +533,27 @@ func (a *Analyzer) creditGrant(r *flowtel.Record) {
 			continue
 		}
 		if f.waiting {
-			a.integrate(l, r.TsNs)
+			a.integrate(l, w.ToNs)
 			f.waiting = false
 			if !f.parked {
 				l.waits--
 			}
 		}
-		f.grant = r.TsNs
+		if w.Granted {
+			f.grant = w.ToNs
+		}
 		return
 	}
 }
 
-func (a *Analyzer) linkEvent(r *flowtel.Record) {
-	q := a.qp(r)
+func (a *Analyzer) linkEvent(p *flowtel.PathChange) {
+	q := a.qp(p.QPIndex, p.Comm, p.QP, p.Link)
 	if q == nil {
 		return
 	}
 	l := q.out
 	if len(l.events) < maxLinkEvents {
-		l.events = append(l.events, linkEvent{ts: r.TsNs, kind: uint8(r.Kind), path: uint8(r.Path), rank: r.Rank, bytes: r.Bytes})
+		l.events = append(l.events, linkEvent{ts: p.TsNs, kind: uint8(p.Kind), path: uint8(p.Link.Path), rank: p.Link.Rank, bytes: p.Bytes})
 	}
 }
 

@@ -4,6 +4,8 @@ import (
 	"cmp"
 	"fmt"
 	"slices"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
 // holAgg collects the head-of-line blocking events of one queue pair.
@@ -27,19 +29,23 @@ type holBlocker struct {
 	sumWait int64
 }
 
-// holCheck tests whether the completed send p waited behind the send ahead
-// of it that named its blocker.
-func (a *Analyzer) holCheck(q *qpState, p *pendSend, doneTs int64) {
-	if !p.hasAhead || q.lastSendDone <= p.post {
+// holCheck tests whether the completed send t waited behind the send ahead
+// of it (the largest pending when it was posted, as the fold names it): it
+// did if the QP's previous completion came late in its latency.
+func (a *Analyzer) holCheck(q *qpState, t *flowtel.Transfer) {
+	prevDone := t.PrevDoneNs
+	if !t.HasAhead || prevDone <= t.PostNs {
 		return
 	}
 	o := &a.o.HOL
-	lat := doneTs - p.post
-	waited := q.lastSendDone - p.post
+	doneTs := t.DoneNs
+	lat := doneTs - t.PostNs
+	waited := prevDone - t.PostNs
 	if waited < int64(o.MinWait) || float64(waited) < o.Dominance*float64(lat) {
 		return
 	}
-	if float64(p.aheadBytes) < o.SizeRatio*float64(p.bytes) && p.aheadColl == p.coll {
+	ahead := &t.Ahead
+	if float64(ahead.Bytes) < o.SizeRatio*float64(t.Bytes) && ahead.CollSeq == t.CollSeq {
 		return
 	}
 	agg := a.hol[q.key]
@@ -47,40 +53,40 @@ func (a *Analyzer) holCheck(q *qpState, p *pendSend, doneTs int64) {
 		agg = &holAgg{q: q}
 		a.hol[q.key] = agg
 	}
-	if agg.active && p.post-agg.last > int64(o.MaxGap) {
+	if agg.active && t.PostNs-agg.last > int64(o.MaxGap) {
 		a.closeHOL(agg)
 	}
 	if !agg.active {
-		agg.active, agg.first = true, p.post
+		agg.active, agg.first = true, t.PostNs
 		agg.blockers, agg.nBlocked, agg.waitSum, agg.waitMax, agg.colls = nil, 0, 0, 0, collList{}
 	}
 	agg.last = doneTs
 	// The blocker, with its completion if it is among the latest.
 	var b *holBlocker
 	for _, x := range agg.blockers {
-		if x.ref.WrID == p.aheadWR {
+		if x.ref.WrID == ahead.WrID {
 			b = x
 			break
 		}
 	}
 	if b == nil {
-		ref := WRRef{Rank: q.key.rank, Peer: q.peer, QP: q.key.qp, Channel: q.ch, WrID: p.aheadWR,
-			CollSeq: p.aheadColl, Bytes: p.aheadBytes, PostNs: p.aheadPost}
+		ref := WRRef{Rank: q.key.rank, Peer: q.peer, QP: q.key.qp, Channel: q.ch, WrID: ahead.WrID,
+			CollSeq: ahead.CollSeq, Bytes: ahead.Bytes, PostNs: ahead.PostNs}
 		for k := range min(q.nRecent, holRecent) {
-			if d := q.recent[k]; d.wrID == p.aheadWR {
+			if d := q.recent[k]; d.wrID == ahead.WrID {
 				ref.DoneNs = d.done
 			}
 		}
 		if ref.DoneNs == 0 {
-			ref.DoneNs = q.lastSendDone
+			ref.DoneNs = prevDone
 		}
 		b = &holBlocker{ref: ref}
 		if len(agg.blockers) < maxHOLBlockers {
 			agg.blockers = append(agg.blockers, b)
 		}
 	}
-	ref := WRRef{Rank: q.key.rank, Peer: q.peer, QP: q.key.qp, Channel: q.ch, WrID: p.wrID, CollSeq: p.coll,
-		Bytes: p.bytes, PostNs: p.post, DoneNs: doneTs, WaitNs: waited}
+	ref := WRRef{Rank: q.key.rank, Peer: q.peer, QP: q.key.qp, Channel: q.ch, WrID: t.WrID, CollSeq: t.CollSeq,
+		Bytes: t.Bytes, PostNs: t.PostNs, DoneNs: doneTs, WaitNs: waited}
 	b.n++
 	b.sumWait += waited
 	b.maxWait = max(b.maxWait, waited)
@@ -90,11 +96,11 @@ func (a *Analyzer) holCheck(q *qpState, p *pendSend, doneTs int64) {
 	agg.nBlocked++
 	agg.waitSum += waited
 	agg.waitMax = max(agg.waitMax, waited)
-	if p.coll&p2pBit == 0 {
-		agg.colls.add(p.coll, a.o.MaxListed)
+	if t.CollSeq&p2pBit == 0 {
+		agg.colls.add(t.CollSeq, a.o.MaxListed)
 	}
-	if p.aheadColl&p2pBit == 0 {
-		agg.colls.add(p.aheadColl, a.o.MaxListed)
+	if ahead.CollSeq&p2pBit == 0 {
+		agg.colls.add(ahead.CollSeq, a.o.MaxListed)
 	}
 }
 

@@ -127,6 +127,7 @@ func (a *Analyzer) Finish() *Report {
 		return &Report{}
 	}
 	a.finished = true
+	a.fold.Finish() // calls whose end never came, ended incomplete
 	a.judgeUpTo(math.MaxInt64)
 	for _, c := range sortedComms(a.comms) {
 		var open []*collState

@@ -204,6 +204,7 @@ type PathChange struct {
 	Link    LinkKey // DirSend: the link of the rank that recorded it
 	Comm    uint32
 	QP      uint32
+	QPIndex uint32
 	Kind    Kind
 	Status  Status
 	CollSeq uint64
@@ -431,9 +432,12 @@ func (f *Fold) AddRecord(r *Record) {
 		f.touch(rk, r.TsNs)
 		f.call(rk, r)
 	case KindFailover, KindFailback, KindLinkDown, KindLinkUp:
-		f.pc = PathChange{Link: linkKeyOf(r, DirSend), Comm: r.Comm, QP: r.QP, Kind: r.Kind, Status: r.Status,
-			CollSeq: r.CollSeq, Bytes: r.Bytes, TsNs: r.TsNs}
-		f.h.PathChanged(&f.pc)
+		if q := f.qp(r); q != nil {
+			f.touch(q.rank, r.TsNs)
+			f.pc = PathChange{Link: linkKeyOf(r, DirSend), Comm: r.Comm, QP: r.QP, QPIndex: q.idx, Kind: r.Kind, Status: r.Status,
+				CollSeq: r.CollSeq, Bytes: r.Bytes, TsNs: r.TsNs}
+			f.h.PathChanged(&f.pc)
+		}
 	case KindLost:
 		f.stats.Lost += r.Bytes
 		f.ls = Lost{Comm: r.Comm, Rank: r.Rank, TsNs: r.TsNs, Records: r.Bytes}
