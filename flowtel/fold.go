@@ -487,7 +487,7 @@ func (f *Fold) rank(k foldRankKey) *foldRank {
 // touch notes a record of rk at ts, first reporting the silence before it
 // as a gap if the rank had work outstanding.
 func (f *Fold) touch(rk *foldRank, ts int64) {
-	if rk == &f.spill {
+	if f.cfg.GapNs < 0 || rk == &f.spill {
 		return
 	}
 	if rk.gapOpen {
@@ -495,7 +495,7 @@ func (f *Fold) touch(rk *foldRank, ts int64) {
 			PendingWRs: rk.gapPend, OpenCalls: rk.gapCall}
 		rk.gapOpen = false
 		f.h.Gap(&f.gap)
-	} else if f.cfg.GapNs >= 0 && rk.lastTs > 0 && ts-rk.lastTs >= f.cfg.GapNs && (rk.pending > 0 || rk.calls > 0) {
+	} else if rk.lastTs > 0 && ts-rk.lastTs >= f.cfg.GapNs && (rk.pending > 0 || rk.calls > 0) {
 		f.gap = Gap{Comm: rk.key.comm, Rank: rk.key.rank, FromNs: rk.lastTs, ToNs: ts,
 			PendingWRs: rk.pending, OpenCalls: rk.calls}
 		f.h.Gap(&f.gap)
@@ -527,7 +527,11 @@ func (f *Fold) post(q *foldQP, r *Record) {
 		f.orphan(q, qd)
 		t.Orphans++
 	}
-	p := foldPend{wr: WRRef{WrID: r.WrID, CollSeq: r.CollSeq, Bytes: r.Bytes, PostNs: r.TsNs}}
+	// The entry is written in place: building it and copying it in costs
+	// more than the rest of the post.
+	p := qd.pend.pushSlot()
+	p.wr.WrID, p.wr.CollSeq, p.wr.Bytes, p.wr.PostNs = r.WrID, r.CollSeq, r.Bytes, r.TsNs
+	p.hasAhead = false
 	if d == DirSend {
 		// The largest send still ahead of this one names what it may
 		// wait behind; maxQ keeps the pending sends larger than every
@@ -539,9 +543,9 @@ func (f *Fold) post(q *foldQP, r *Record) {
 		for qd.maxQ.n > 0 && qd.maxQ.back().Bytes <= r.Bytes {
 			qd.maxQ.popBack()
 		}
-		qd.maxQ.push(p.wr)
+		m := qd.maxQ.pushSlot()
+		m.WrID, m.CollSeq, m.Bytes, m.PostNs = r.WrID, r.CollSeq, r.Bytes, r.TsNs
 	}
-	qd.pend.push(p)
 	qd.pendBytes += r.Bytes
 	q.rank.pending++
 	t.Pending, t.PendingBytes = qd.pend.n, qd.pendBytes
@@ -550,13 +554,14 @@ func (f *Fold) post(q *foldQP, r *Record) {
 
 // orphan drops the oldest pending post of qd: its completion was lost.
 func (f *Fold) orphan(q *foldQP, qd *foldDir) {
-	old := qd.pend.popFront()
+	old := qd.pend.front()
 	qd.pendBytes -= old.wr.Bytes
 	q.rank.pending--
 	f.stats.Orphaned++
 	for qd.maxQ.n > 0 && qd.maxQ.front().WrID <= old.wr.WrID {
-		qd.maxQ.popFront()
+		qd.maxQ.drop()
 	}
+	qd.pend.drop()
 }
 
 func (f *Fold) complete(q *foldQP, r *Record) {
@@ -569,7 +574,8 @@ func (f *Fold) complete(q *foldQP, r *Record) {
 		t.Orphans++
 	}
 	if qd.pend.n > 0 && qd.pend.front().wr.WrID == r.WrID {
-		p := qd.pend.popFront()
+		p := qd.pend.front() // read in place, then dropped
+		qd.pend.drop()
 		qd.pendBytes -= p.wr.Bytes
 		q.rank.pending--
 		t.Matched, t.PostNs = true, p.wr.PostNs
@@ -584,7 +590,7 @@ func (f *Fold) complete(q *foldQP, r *Record) {
 		f.stats.Unmatched++
 	}
 	for qd.maxQ.n > 0 && qd.maxQ.front().WrID <= r.WrID {
-		qd.maxQ.popFront()
+		qd.maxQ.drop()
 	}
 	t.PrevDoneNs = qd.lastDone
 	qd.lastDone = max(qd.lastDone, r.TsNs)
@@ -878,12 +884,26 @@ type fifo[T any] struct {
 	n    int
 }
 
-func (q *fifo[T]) push(v T) {
+func (q *fifo[T]) push(v T) { *q.pushSlot() = v }
+
+// pushSlot appends an element and returns it to be filled in place; it
+// holds what the slot last held.
+func (q *fifo[T]) pushSlot() *T {
 	if q.n == len(q.buf) {
 		q.grow(max(2*len(q.buf), 8))
 	}
-	*q.at(q.n) = v
 	q.n++
+	return q.at(q.n - 1)
+}
+
+// drop removes the oldest element; a pointer to it stays valid until the
+// next push.
+func (q *fifo[T]) drop() {
+	q.head++
+	if q.head == len(q.buf) {
+		q.head = 0
+	}
+	q.n--
 }
 
 // pushBounded pushes v; once the queue holds bound elements, v replaces the

@@ -48,6 +48,13 @@ func (k LinkKey) String() string {
 	return fmt.Sprintf("%d->%d ch=%d path=%d %s", k.Rank, k.Peer, k.Channel, k.Path, k.Dir)
 }
 
+// same is k == *o, field by field: a fold writes its events' keys field by
+// field, and a whole-struct comparison would read them back wide, which
+// stalls on store forwarding.
+func (k *LinkKey) same(o *LinkKey) bool {
+	return k.Rank == o.Rank && k.Peer == o.Peer && k.Channel == o.Channel && k.Path == o.Path && k.Dir == o.Dir
+}
+
 func linkKeyOf(rec *Record, d Dir) LinkKey {
 	return LinkKey{Rank: rec.Rank, Peer: rec.Peer, Channel: rec.Channel, Path: rec.Path, Dir: d}
 }
@@ -370,7 +377,7 @@ func (w *Window) Reset() {
 
 // qpDir returns the state of a QP direction, moving it to link k if its
 // latest event is about another link (a fault-tolerant QP changed path).
-func (v *windowView) qpDir(idx uint32, k LinkKey) *qpDir {
+func (v *windowView) qpDir(idx uint32, k *LinkKey) *qpDir {
 	for int(idx) >= len(v.qps) {
 		v.qps = append(v.qps, nil)
 	}
@@ -381,11 +388,11 @@ func (v *windowView) qpDir(idx uint32, k LinkKey) *qpDir {
 		v.qps[idx] = q
 	}
 	qd := &q.dir[k.Dir]
-	if qd.link == nil || qd.link.key != k {
+	if qd.link == nil || !qd.link.key.same(k) {
 		if old := qd.link; old != nil {
 			old.qds = slices.DeleteFunc(old.qds, func(x *qpDir) bool { return x == qd })
 		}
-		l := v.link(k)
+		l := v.link(*k)
 		qd.link = l
 		l.qds = append(l.qds, qd)
 	}
@@ -404,7 +411,7 @@ func (v *windowView) link(key LinkKey) *linkState {
 }
 
 func (v *windowView) transfer(t *Transfer, ts int64) *linkState {
-	qd := v.qpDir(t.QPIndex, t.Link)
+	qd := v.qpDir(t.QPIndex, &t.Link)
 	qd.qp.depth, qd.pending, qd.pendBytes = t.Depth, t.Pending, t.PendingBytes
 	l := qd.link
 	l.orphaned += uint64(t.Orphans)
@@ -426,7 +433,7 @@ func (v *windowView) Completed(t *Transfer) {
 }
 
 func (v *windowView) WaitBegan(cw *CreditWait) {
-	qd := v.qpDir(cw.QPIndex, cw.Link)
+	qd := v.qpDir(cw.QPIndex, &cw.Link)
 	qd.qp.depth = cw.Depth
 	l := qd.link
 	l.waits.Began(cw)
@@ -434,7 +441,7 @@ func (v *windowView) WaitBegan(cw *CreditWait) {
 }
 
 func (v *windowView) WaitEnded(cw *CreditWait) {
-	qd := v.qpDir(cw.QPIndex, cw.Link)
+	qd := v.qpDir(cw.QPIndex, &cw.Link)
 	l := qd.link
 	if cw.Granted {
 		qd.qp.depth = cw.Depth
