@@ -14,6 +14,7 @@ import (
 	"syscall"
 
 	"github.com/vccl-go/vccl/cmd/vccl-bench/internal/bench"
+	_ "github.com/vccl-go/vccl/telemetry" // the exporters VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for
 )
 
 func main() {

@@ -58,6 +58,9 @@ ranks), algbw = size/time and busbw = algbw × nccl-tests' factor for the
 collective (GB/s), #wrong (elements differing from the tool's reference,
 summed over ranks; N/A without -c 1). Library knobs come from the
 environment: VCCL_TRANSPORT, VCCL_ALGO, VCCL_NCHANNELS, VCCL_CHUNK_SIZE, ...
+With telemetry on (VCCL_TELEMETRY=1 or --telemetry on), so are the exporters:
+Arrow traces in VCCL_TELEMETRY_DIR, the live endpoint at VCCL_TELEMETRY_ADDR,
+OpenTelemetry spans where the OTEL_* variables ask for them.
 
 flags:
 `
@@ -152,7 +155,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.IntVar(&v.check, "c", v.check, "1: check every result against the tool's own reference; 0: don't")
 	fs.IntVar(&cfg.Root, "r", cfg.Root, "root rank of broadcast and reduce")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
-	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch (each the median over its blocks), both printed with their busbw ratio")
+	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch (each the median over its blocks), both printed with their busbw ratio; on, the exporters VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for are attached, but for alternate, which times the records alone")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal, or under vcclrun on a terminal, which shows it below the table) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "where the buffers live: host, or gpu (device memory through the collective API, one GPU per rank; needs a GPU)")

@@ -9,29 +9,33 @@ import (
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/exporter/otel"
 	"github.com/vccl-go/vccl/flowtel"
-	"github.com/vccl-go/vccl/internal/demo"
+	"github.com/vccl-go/vccl/telemetry"
 )
 
-// startExporters turns on every exporter a job can have, as `make run` does
-// (Arrow traces in dir, Prometheus metrics on the live endpoint) plus
+// startExporters turns on every exporter a job can have, through the
+// telemetry package as any program gets them: Arrow traces in dir, the live
+// endpoint with Prometheus metrics (as VCCL_TELEMETRY_ADDR says) and
 // OpenTelemetry spans built from the records and thrown away, so that the
-// sweep measures what telemetry costs with all of them attached. It starts
-// the collector; the returned func shuts everything down.
+// sweep measures what telemetry costs with all of them attached. The
+// communicator must be made with collective.WithTelemetryAttachers(false)
+// and col, which startExporters starts; the returned func shuts everything
+// down.
 func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Collector, dir string) (func() error, error) {
-	ex, err := demo.StartExporters(ctx, comm, col, dir)
+	cfg, err := telemetry.ConfigFromEnv()
 	if err != nil {
 		return nil, err
 	}
-	spans, err := otel.New(ctx, otel.WithProtocol("stdout"), otel.WithStdout(io.Discard), otel.WithWorldSize(comm.Size()))
+	cfg.Dir = dir
+	cfg.Spans, cfg.SpanOptions = true, []otel.Option{otel.WithProtocol("stdout"), otel.WithStdout(io.Discard)}
+	ex, err := telemetry.Attach(ctx, comm, cfg)
 	if err != nil {
 		return nil, err
 	}
-	spans.AddComm(comm)
-	col.AddSink(spans)
 	col.Start()
 	return func() error {
 		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 		defer cancel()
-		return errors.Join(ex.Close(sctx), col.Shutdown(sctx))
+		// The collector first: its Shutdown finishes the trace.
+		return errors.Join(col.Shutdown(sctx), ex.Close(sctx))
 	}, nil
 }

@@ -40,6 +40,13 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		fmt.Fprintf(stderr, "vccl-bench: --exporters needs --telemetry on\n")
 		return 2
 	}
+	// The exporters the environment asks for (the telemetry package's
+	// attacher) come with telemetry on, but for the measuring modes:
+	// --telemetry alternate times the records alone, and --exporters
+	// attaches every exporter itself.
+	if cfg.Telemetry == "alternate" || cfg.Exporters != "" {
+		copts = append(copts, collective.WithTelemetryAttachers(false))
+	}
 	var col *flowtel.Collector
 	if cfg.Exporters != "" {
 		col = flowtel.NewCollector()
