@@ -1,9 +1,10 @@
 // Command vccl-demo is the job `make run` starts under vcclrun: ping-pong and
 // all-reduces with flow telemetry on, then a per-link and per-collective
-// report computed from the telemetry records. Every rank also writes its
-// records to an Arrow trace in VCCL_TELEMETRY_DIR (default ./vccl-trace)
-// and serves its live endpoint while it runs (VCCL_TELEMETRY_ADDR); the
-// report says where they are.
+// report computed from the telemetry records. Its exporters are the
+// telemetry package's, as any program's: every rank also writes its records
+// to an Arrow trace in VCCL_TELEMETRY_DIR (default ./vccl-trace here), serves
+// its live endpoint while it runs (VCCL_TELEMETRY_ADDR) and sends spans where
+// the OTEL_* variables ask; the report says where they are.
 //
 //	vcclrun -n 2 vccl-demo [-iters 20] [-trace-dir DIR]
 package main
@@ -17,10 +18,14 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
-	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/demo"
+	"github.com/vccl-go/vccl/telemetry"
 )
+
+// defaultTraceDir is where the demo writes its Arrow traces and
+// endpoints.json when VCCL_TELEMETRY_DIR is not set: `make run` shows them.
+const defaultTraceDir = "vccl-trace"
 
 func main() {
 	if err := run(); err != nil {
@@ -33,11 +38,14 @@ func run() error {
 	cfg := demo.DefaultConfig()
 	flag.IntVar(&cfg.Iters, "iters", cfg.Iters, "repetitions of each measurement")
 	timeout := flag.Duration("timeout", 2*time.Minute, "deadline of the whole job")
-	dir := os.Getenv(arrow.EnvDir)
-	if dir == "" {
-		dir = demo.DefaultTraceDir
+	tcfg, err := telemetry.ConfigFromEnv()
+	if err != nil {
+		return err
 	}
-	flag.StringVar(&dir, "trace-dir", dir, "directory of the Arrow traces and endpoints.json (empty: none; default $"+arrow.EnvDir+" or "+demo.DefaultTraceDir+")")
+	if tcfg.Dir == "" {
+		tcfg.Dir = defaultTraceDir
+	}
+	flag.StringVar(&tcfg.Dir, "trace-dir", tcfg.Dir, "directory of the Arrow traces and endpoints.json (empty: none; default $"+telemetry.EnvDir+" or "+defaultTraceDir+")")
 	flag.Parse()
 	if cfg.Iters < 1 {
 		return fmt.Errorf("-iters %d: want at least 1", cfg.Iters)
@@ -50,28 +58,30 @@ func run() error {
 	col := flowtel.NewCollector()
 	col.AddSink(win)
 	col.AddSink(colls)
-	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col))
+	// The demo attaches its exporters itself (its trace directory has a
+	// default and a flag), so the communicator runs no registered ones.
+	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col), collective.WithTelemetryAttachers(false))
 	if err != nil {
 		return err
 	}
-	var ex *demo.Exporters
-	if dir != "" {
-		// Before the collector starts: the trace gets every record.
-		if ex, err = demo.StartExporters(ctx, comm, col, dir); err != nil {
-			comm.Close()
-			return err
-		}
-		cfg.Outputs = ex.Outputs
+	// Before the collector starts: the trace gets every record.
+	ex, err := telemetry.Attach(ctx, comm, tcfg)
+	if err != nil {
+		comm.Close()
+		return err
 	}
+	cfg.Outputs = ex.Outputs
 	col.Start()
 	err = demo.Run(ctx, comm, cfg, win, colls, os.Stdout)
-	// Wind down: the endpoint, the communicator, then the collector, whose
-	// Shutdown delivers the last records and finishes the Arrow files.
+	// Wind down: the endpoint (with the store still up, which rank 0's
+	// announcement may read), the communicator, then the collector, whose
+	// Shutdown delivers the last records, finishes the Arrow files and sends
+	// the last spans.
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
 	rank, uid, size := comm.Rank(), comm.UID(), comm.Size()
 	err = errors.Join(err, ex.Close(sctx), comm.Close(), col.Shutdown(sctx))
-	if err == nil && ex != nil && rank == 0 {
+	if err == nil && ex.Arrow != nil && rank == 0 {
 		fmt.Printf("Arrow traces of every rank are in %s/ (read them with exporter/arrow, pyarrow, DuckDB or Arrow JS)\n", ex.Dir)
 		// The diagnosis of the job just run, once every rank's trace is
 		// finished.

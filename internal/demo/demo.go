@@ -1,9 +1,9 @@
 // Package demo is the job `make run` starts on every rank: point-to-point
 // ping-pong between rank pairs and all-reduces of growing size, with flow
 // telemetry on, then a report of what the records say about each link and
-// each collective, gathered to rank 0 and printed once. Every record also
-// goes to an Arrow trace per rank, and each rank serves its live endpoint
-// while it runs (StartExporters); the report says where they are.
+// each collective, gathered to rank 0 and printed once. The exporters are
+// the telemetry package's (cmd/vccl-demo attaches them); the report says
+// where they are (Config.Outputs).
 package demo
 
 import (
@@ -28,8 +28,8 @@ type Config struct {
 	CollSizes []int // all-reduce sizes in bytes (float32)
 
 	// Outputs, if set, is called once the workload is done and returns
-	// lines saying where this rank's telemetry went (Exporters.Outputs),
-	// appended to its part of the report.
+	// lines saying where this rank's telemetry went (the telemetry
+	// package's Exporters.Outputs), appended to its part of the report.
 	Outputs func(context.Context) []string
 }
 

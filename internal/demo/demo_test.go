@@ -12,6 +12,7 @@ import (
 	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/exporter/live"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/telemetry"
 )
 
 // The demo on two in-process ranks: the report names each rank's Arrow
@@ -22,16 +23,16 @@ func TestRunWritesTraces(t *testing.T) {
 	defer cancel()
 	dir := filepath.Join(t.TempDir(), "trace")
 	t.Setenv(live.EnvAddr, "")
-	comms, err := collective.NewLocal(ctx, 2, collective.WithTelemetry(true))
+	comms, err := collective.NewLocal(ctx, 2, collective.WithTelemetry(true), collective.WithTelemetryAttachers(false))
 	if err != nil {
 		t.Fatal(err)
 	}
 	cfg := Config{Iters: 2, P2PSizes: []int{64 << 10}, CollSizes: []int{1 << 20}}
 	var out [2]bytes.Buffer
 	errs := make(chan error, 2)
-	exs := make([]*Exporters, 2)
+	exs := make([]*telemetry.Exporters, 2)
 	for r, c := range comms {
-		ex, err := StartExporters(ctx, c, c.Collector(), dir)
+		ex, err := telemetry.Attach(ctx, c, telemetry.Config{Dir: dir, Live: true})
 		if err != nil {
 			t.Fatal(err)
 		}
