@@ -7,7 +7,11 @@
 //	vcclrun -n 2 vccl-gpubench -proc  # one process per GPU: IPC transfers, check and measure
 //
 // Keep NCCL_NVLS_ENABLE=0 in the environment on machines where NVLink
-// multicast must stay off; VCCL never uses it.
+// multicast must stay off; VCCL never uses it. With VCCL_TELEMETRY=1, the
+// communicator of -proc gets the exporters the environment asks for (the
+// telemetry package: VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR, OTEL_*); the
+// copy engines' records go to the benchmark's own collector, which its
+// telemetry measurements read.
 package main
 
 import (
@@ -30,6 +34,7 @@ import (
 	"github.com/vccl-go/vccl/gpu/kernels"
 	"github.com/vccl-go/vccl/gpu/nccl"
 	"github.com/vccl-go/vccl/gpu/nvml"
+	_ "github.com/vccl-go/vccl/telemetry" // the exporters VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for
 )
 
 func main() {

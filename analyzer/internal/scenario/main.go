@@ -1,7 +1,8 @@
 // Command vccl-scenario is the job behind the analyzer's labelled corpus
 // (testdata/scenarios): a rank of a real VCCL job with flow telemetry on,
-// writing its records as Arrow traces, running a workload into which
-// testdata/scenarios/gen.sh injects one fault for real. It reads the
+// writing its records as Arrow traces (through the telemetry package),
+// running a workload into which testdata/scenarios/gen.sh injects one
+// fault for real. It reads the
 // launcher's environment (collective.NewFromEnv), so gen.sh starts each rank
 // in its own network namespace, or vcclrun starts them on loopback.
 //
@@ -38,6 +39,7 @@ import (
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/telemetry"
 )
 
 type config struct {
@@ -95,21 +97,33 @@ func run(c config) (err error) {
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
 	defer cancel()
-	col := flowtel.NewCollector()
-	col.Start()
-	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col), collective.WithTelemetry(true))
+	// The exporters are the telemetry package's, as any program's; the
+	// trace directory comes from -dir, and a corpus directory holds traces
+	// only: the live endpoint (which lists itself in endpoints.json there)
+	// runs only where VCCL_TELEMETRY_ADDR asks for it.
+	tcfg, err := telemetry.ConfigFromEnv()
 	if err != nil {
-		col.Shutdown(ctx)
 		return err
 	}
-	sink, err := arrow.New(arrow.MetaOf(comm), arrow.WithDir(c.dir), arrow.WithCompression(arrow.CompressionZstd))
+	tcfg.Dir = c.dir
+	tcfg.ArrowOptions = []arrow.Option{arrow.WithCompression(arrow.CompressionZstd)}
+	tcfg.Live = tcfg.Live && os.Getenv(telemetry.EnvAddr) != ""
+	col := flowtel.NewCollector()
+	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col), collective.WithTelemetryAttachers(false))
+	if err != nil {
+		return err
+	}
+	ex, err := telemetry.Attach(ctx, comm, tcfg)
 	if err != nil {
 		comm.Close()
-		col.Shutdown(ctx)
 		return err
 	}
-	col.AddSink(sink)
+	col.Start() // after Attach: the trace holds every record
 	defer func() {
+		// The collector's Shutdown finishes the traces.
+		if xerr := ex.Close(ctx); err == nil {
+			err = xerr
+		}
 		if cerr := comm.Close(); err == nil {
 			err = cerr
 		}
