@@ -9,22 +9,25 @@ import (
 )
 
 // TelemetryAttacher connects exporters to a communicator's telemetry: it
-// adds its sinks to c.Collector() and starts what serves them. New runs
-// every registered attacher once per communicator made with telemetry on,
-// after the communicator is set up (rank, size, UID, ID, Clock and Store
-// are valid) and before a collector of the communicator's own starts
-// draining, so the sinks see every record; the records wait in the rings
-// meanwhile. ctx is New's: it bounds the attaching and may end when New
-// returns, so what the exporters do in the background must not depend on
-// it.
+// adds its sinks to c.Collector() and starts what serves them. Every
+// communicator made with telemetry on by New, NewFromEnv or NewLocal (each
+// rank) runs every registered attacher once, after it is set up (rank,
+// size, UID, ID, Clock and Store are valid) and before a collector of its
+// own starts draining, so the sinks see every record; the records wait in
+// the rings meanwhile. A collector given with WithCollector is the
+// program's to start. A child of Split runs none: it records into its
+// parent's collector, whose exporters see its records already. ctx is
+// New's: it bounds the attaching and may end when New returns, so what the
+// exporters do in the background must not depend on it. An error fails New
+// (naming the attacher) and aborts the communicator.
 //
-// detach, if not nil, runs once in Close or Abort: after the
-// communicator's own collector has shut down (which has delivered the last
-// records and shut the sinks down: Arrow files finished, spans sent) and
-// before the rendezvous store closes. A collector given with WithCollector
-// is the program's to shut down, after Close. The ranks of NewLocal run
-// their attachers concurrently, so an attacher must be safe for concurrent
-// use.
+// detach, if not nil, runs once in Close or Abort (also when the attacher
+// returned an error with it): after the communicator's own collector has
+// shut down (which has delivered the last records and shut the sinks down:
+// Arrow files finished, spans sent) and before the rendezvous store closes;
+// a collector given with WithCollector is the program's to shut down, after
+// Close. The ranks of NewLocal run their attachers concurrently, so an
+// attacher must be safe for concurrent use.
 type TelemetryAttacher func(ctx context.Context, c *Comm) (detach func(context.Context) error, err error)
 
 var (
