@@ -21,7 +21,7 @@ func (a *Analyzer) judgeArrival(c *commState, cs *collState) {
 	latest := int32(-1)
 	lb, second := int64(-1), int64(-1)
 	for r, cr := range cs.ranks {
-		if cr.nBegin == 0 {
+		if !cr.begun {
 			continue
 		}
 		if b := cr.begin; b > lb {
@@ -46,7 +46,7 @@ func (a *Analyzer) judgeArrival(c *commState, cs *collState) {
 	}
 	var gaps []float64
 	for r, cr := range cs.ranks {
-		if int32(r) != latest && cr.nBegin > 0 && cr.prevEnd > 0 {
+		if int32(r) != latest && cr.begun && cr.prevEnd > 0 {
 			gaps = append(gaps, float64(cr.begin-cr.prevEnd))
 		}
 	}
@@ -71,7 +71,7 @@ func (a *Analyzer) judgeArrival(c *commState, cs *collState) {
 	st.maxLate = max(st.maxLate, late)
 	st.last = lb
 	for _, cr := range cs.ranks {
-		if cr.nBegin > 0 {
+		if cr.begun {
 			st.waitImposed += max(0, min(lb-cr.begin, late))
 		}
 	}

@@ -137,27 +137,13 @@
 //
 // # Live
 //
-// Live takes one []flowtel.LinkStats per update (a rank's windows, or all
-// ranks' gathered). For a link it uses the sender's DirSend statistics and,
-// when the receiver's rank is present, its DirRecv bandwidth as the
-// delivered rate; each link is judged on the mean of its last 4 samples,
-// against a baseline of its last 16 samples taken while it was not flagged.
-// Backpressure: rate under RateFactor of the baseline with at least
-// MinBacklog outstanding and more than BacklogFactor times the baseline's
-// mean (the window's credit-wait time counts any send waiting, which a
-// pipelined ring always has, so it only names the cause); a root as
-// offline, for at least MinDuration. Slow link: rate under SlowLink.Ratio of
-// the median of the other active links on the channel. Stall: rate under a
-// tenth of the baseline with nothing outstanding, no credit wait, links into
-// the sender delivering as usual, and no backpressure or slow link anywhere,
-// for Stall.MinDuration. A link with no record in the last window is idle
-// and not judged.
-//
-// While a job runs, each rank's Publisher (PublishLive, which vccl-demo and
-// vccl-top's demo job start on every rank's live endpoint) runs Live over
-// the rank's own window every 100 ms and publishes the findings in
-// progress as a "findings" server-sent event on /v1/stream; vccl-top shows
-// them next to the ones it finds over every rank's windows.
+// Live is this analysis run on a sliding window: it keeps the records of
+// the last DefaultLiveSpan (2 s; at most DefaultLiveRecords, the newest
+// kept) from any number of sources, and each Update merges them in time
+// order and runs the detectors above over them, with the same options, so
+// that a finding while the job runs means what it means afterwards.
+// vccl-top feeds it every rank's records, read from the ranks' live
+// endpoints (/v1/records), twice a second.
 //
 // # Severity and order
 //

@@ -183,8 +183,8 @@ func recordsOf(data []byte) []flowtel.Record {
 	return recs
 }
 
-// FuzzAnalyze feeds the detectors arbitrary records, also as live window
-// statistics: no panic, and memory bounded by the input.
+// FuzzAnalyze feeds the detectors arbitrary records, whole and through a
+// sliding window: no panic, and memory bounded by the input.
 func FuzzAnalyze(f *testing.F) {
 	s := newSynth(3)
 	for range 3 {
@@ -212,14 +212,10 @@ func FuzzAnalyze(f *testing.F) {
 		r.WriteJSON(&sb)
 		r.WriteHTML(&sb)
 		lv, _ := NewLive(Options{}, 0)
-		var stats []flowtel.LinkStats
-		for _, x := range recs {
-			stats = append(stats, flowtel.LinkStats{Key: flowtel.LinkKey{Rank: x.Rank, Peer: x.Peer, Channel: x.Channel, Dir: flowtel.Dir(x.Path & 1)},
-				BandwidthBps: float64(x.Bytes), OutstandingBytes: x.WrID, CreditWaitNs: int64(x.Depth), LastNs: x.TsNs, CreditWaiting: x.Op&1 == 1})
-			if len(stats) == 5 {
-				lv.Update(x.TsNs, stats)
-				stats = stats[:0]
-			}
+		for i := 0; i < len(recs); i += 5 {
+			j := min(i+5, len(recs))
+			lv.Add(recs[i:j])
+			lv.Update(recs[j-1].TsNs)
 		}
 	})
 }

@@ -7,31 +7,31 @@ import (
 	"path/filepath"
 	"slices"
 	"testing"
-	"time"
 
 	"github.com/vccl-go/vccl/exporter/arrow"
 
 	"github.com/vccl-go/vccl/flowtel"
 )
 
-// liveRun feeds a job's records to a flowtel.Window and its snapshots, every
-// 10 ms of trace time, to a Live; it returns the findings of each update.
+// liveStep is the trace time between two live updates in these tests.
+const liveStep = 50e6
+
+// liveRun feeds a job's records to a Live and updates it every liveStep of
+// trace time; it returns the findings of each update.
 func liveRun(t *testing.T, recs []flowtel.Record) [][]Finding {
 	t.Helper()
-	const T = 20 * time.Millisecond
-	win := flowtel.NewWindow(flowtel.WindowConfig{N: 4096, T: T})
-	lv, err := NewLive(Options{}, T)
+	lv, err := NewLive(Options{}, 0)
 	if err != nil {
 		t.Fatal(err)
 	}
 	var updates [][]Finding
-	next := recs[0].TsNs + 10e6
+	next := recs[0].TsNs + liveStep
 	for i := range recs {
 		for recs[i].TsNs >= next {
-			updates = append(updates, lv.Update(next, win.SnapshotAt(next)))
-			next += 10e6
+			updates = append(updates, lv.Update(next))
+			next += liveStep
 		}
-		win.Add(&recs[i])
+		lv.AddFrom(int(recs[i].Rank), recs[i:i+1])
 	}
 	return updates
 }
@@ -73,14 +73,14 @@ func tbfInjection(t *testing.T) (inj struct {
 	return inj
 }
 
-// Fed the windows of every rank of the real tbf run, the live detector
-// names the throttled link 2->3 as the root of the backpressure while the
-// limit is on, and nothing once it is lifted.
+// Fed every rank's records of the real tbf run, the live analysis names
+// the throttled link 2->3 as the root of the backpressure while the limit
+// is on, and nothing before it.
 func TestLiveCorpusTBF(t *testing.T) {
 	recs := corpusRecords(t, "tbf-mid-4r")
 	inj := tbfInjection(t)
 	updates := liveRun(t, recs)
-	at := func(ts int64) []Finding { return updates[min((ts-recs[0].TsNs)/10e6, int64(len(updates)-1))] }
+	at := func(ts int64) []Finding { return updates[min((ts-recs[0].TsNs)/liveStep, int64(len(updates)-1))] }
 	mid := at((inj.InjectNs + inj.HealNs) / 2)
 	root := false
 	for _, f := range mid {
@@ -95,7 +95,7 @@ func TestLiveCorpusTBF(t *testing.T) {
 	if !root {
 		t.Errorf("no live backpressure root 2->3 mid-run: %v", mid)
 	}
-	for _, f := range at(inj.InjectNs - 20e6) {
+	for _, f := range at(inj.InjectNs - liveStep) {
 		t.Errorf("live finding before the limit: %s", f.Summary)
 	}
 }

@@ -9,7 +9,6 @@ import (
 	"strings"
 	"time"
 
-	"github.com/vccl-go/vccl/analyzer"
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/exporter/live"
@@ -207,7 +206,9 @@ func (e *Exporters) start(ctx context.Context, c *collective.Comm, cfg Config) e
 		sink := e.Arrow
 		e.Live.AddInfo("arrow", func() any { return sink.Stats() })
 	}
-	return analyzer.PublishLive(e.Live, analyzer.Options{}, 0)
+	// The live endpoint serves the rank's records (/v1/records); vccl-top
+	// runs the analysis over every rank's, not the rank itself.
+	return nil
 }
 
 // makeDir creates dir if it does not exist, with a .gitignore of "*".

@@ -93,9 +93,9 @@ type Comm interface {
 }
 
 // Start serves the live endpoint of communicator c and announces it: cfg's
-// Info, Clock and Collector are taken from c, the server's window is
-// attached to c's collector (when c has telemetry on and cfg has no
-// Window), and the endpoint is published in c's rendezvous store and in
+// Info, Clock and Collector are taken from c, the server's window and
+// record ring are attached to c's collector (when c has telemetry on and
+// cfg has no Window), and the endpoint is published in c's rendezvous store and in
 // endpoints.json (see Announce). ctx bounds the announcement.
 func Start(ctx context.Context, c Comm, cfg Config) (*Server, error) {
 	clk := c.Clock()
@@ -111,6 +111,7 @@ func Start(ctx context.Context, c Comm, cfg Config) (*Server, error) {
 	}
 	if own && cfg.Collector != nil {
 		cfg.Collector.AddSink(s.Window())
+		cfg.Collector.AddSink(s.RecordSink())
 	}
 	var st Store
 	if cl := c.Store(); cl != nil {

@@ -16,11 +16,14 @@
 //	             backlog, credit waits) as JSON (Snapshot)
 //	/v1/stream   server-sent events: a "windows" event (a Snapshot) every
 //	             100ms (10 Hz; ?interval= asks for another, at least 10ms),
-//	             and whatever Server.Publish sends: the analyzer's
-//	             findings in progress for this rank's links ("findings",
-//	             when analyzer.PublishLive runs on the server, as in
-//	             vccl-demo); a "missed" event counts published events a
-//	             slow client lost
+//	             and whatever Server.Publish sends (vccl-top shows
+//	             "finding" and "findings" events); a "missed" event counts
+//	             published events a slow client lost
+//	/v1/records  the rank's latest records (the last 65536), in flowtel's
+//	             wire form, after the cursor ?after= (X-Vccl-Next of the
+//	             previous answer; X-Vccl-Missed counts records overwritten
+//	             before they were asked for): what vccl-top runs the
+//	             analyzer over, the same analysis vccl-analyze makes
 //
 // The window the server reads is its own, attached to the collector as a
 // sink, sized by VCCL_TELEMETRY_WINDOW and timed by the communicator's clock

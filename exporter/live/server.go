@@ -113,6 +113,7 @@ type Server struct {
 	cfg      Config
 	info     Info
 	window   *flowtel.Window
+	records  *recordRing
 	ln       net.Listener
 	srv      *http.Server
 	url      string
@@ -180,6 +181,7 @@ func New(cfg Config) (*Server, error) {
 	s := &Server{
 		cfg:     cfg,
 		window:  win,
+		records: newRecordRing(DefaultRecordRing),
 		ln:      ln,
 		done:    make(chan struct{}),
 		served:  make(chan struct{}),
@@ -321,13 +323,14 @@ func (s *Server) Snapshot() Snapshot {
 }
 
 // Handler returns the server's HTTP handler: /metrics, /v1/info,
-// /v1/windows and /v1/stream.
+// /v1/windows, /v1/stream and /v1/records.
 func (s *Server) Handler() http.Handler {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Info()) })
 	mux.HandleFunc("GET /v1/windows", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Snapshot()) })
 	mux.HandleFunc("GET /v1/stream", s.serveStream)
+	mux.HandleFunc("GET /v1/records", s.serveRecords)
 	mux.HandleFunc("GET /{$}", s.serveIndex)
 	return mux
 }
@@ -470,8 +473,7 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 }
 
 // Go runs fn in the background until the server closes: fn's context ends
-// at Close, which waits for fn to return. The analyzer's findings publisher
-// runs this way (analyzer.Publisher.Run), publishing through Publish.
+// at Close, which waits for fn to return.
 func (s *Server) Go(fn func(ctx context.Context)) {
 	s.mu.Lock()
 	defer s.mu.Unlock()

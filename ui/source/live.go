@@ -10,6 +10,7 @@ import (
 	"maps"
 	"net/http"
 	"slices"
+	"strconv"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -61,10 +62,13 @@ type LiveConfig struct {
 	Client *http.Client
 	// Now is the wall clock (default time.Now).
 	Now func() time.Time
-	// Analyzer configures the analyzer's live detectors, run over the
-	// ranks' window snapshots; NoAnalyzer turns them off.
+	// Analyzer configures the analysis run over the ranks' latest records
+	// (the same as vccl-analyze's); NoAnalyzer turns it off.
 	Analyzer   analyzer.Options
 	NoAnalyzer bool
+	// AnalyzeEvery is how often the records are read and judged (default
+	// 500ms).
+	AnalyzeEvery time.Duration
 }
 
 // Live reads the live endpoints of a job's ranks.
@@ -88,12 +92,14 @@ type rankConn struct {
 	ep Endpoint
 
 	// Under Live.mu.
-	up      bool
-	everUp  bool
-	since   time.Time
-	err     string
-	info    *live.Info
-	snap    *live.Snapshot
+	up     bool
+	everUp bool
+	since  time.Time
+	err    string
+	info   *live.Info
+	snap   *live.Snapshot
+
+	cursor  uint64     // the last of its records read (analyzeLoop's alone)
 	metrics [2]*scrape // the latest two /metrics readings, newest first
 }
 
@@ -110,6 +116,9 @@ func NewLive(cfg LiveConfig) (*Live, error) {
 	}
 	if cfg.MetricsEvery <= 0 {
 		cfg.MetricsEvery = time.Second
+	}
+	if cfg.AnalyzeEvery <= 0 {
+		cfg.AnalyzeEvery = 500 * time.Millisecond
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Transport: &http.Transport{
@@ -129,49 +138,56 @@ func NewLive(cfg LiveConfig) (*Live, error) {
 	return l, nil
 }
 
-// analyzeLoop runs the analyzer's live detectors over every rank's latest
-// window snapshot, 10 times a second: the findings in progress join those
-// the endpoints publish.
+// analyzeLoop follows every rank's latest records (/v1/records) and runs
+// the analysis over the last analyzer.DefaultLiveSpan of them, every rank
+// merged, every AnalyzeEvery: the analysis vccl-analyze makes of the
+// trace, over the job as it runs. Its findings join those the endpoints
+// publish.
 func (l *Live) analyzeLoop() {
 	defer l.wg.Done()
 	if l.cfg.NoAnalyzer {
 		return
 	}
-	var lv *analyzer.Live
-	var last uint64
-	var stats []flowtel.LinkStats
-	for sleep(l.ctx, 100*time.Millisecond) {
+	lv, err := analyzer.NewLive(l.cfg.Analyzer, 0)
+	if err != nil {
 		l.mu.Lock()
-		if seq := l.seq.Load(); seq == last {
-			l.mu.Unlock()
-			continue
-		} else {
-			last = seq
-		}
-		stats = stats[:0]
-		var now, window int64
-		for _, rc := range l.ranks {
-			if s := rc.snap; s != nil && rc.up {
-				now, window = max(now, s.NowNs), max(window, s.Window.TNs)
-				for i := range s.Links {
-					stats = append(stats, linkStatsOf(&s.Links[i]))
-				}
+		l.anaErr = err.Error()
+		l.mu.Unlock()
+		return
+	}
+	type target struct {
+		rc   *rankConn
+		rank int
+		url  string
+	}
+	var buf []flowtel.Record
+	for sleep(l.ctx, l.cfg.AnalyzeEvery) {
+		var targets []target
+		var now int64
+		l.mu.Lock()
+		for rank, rc := range l.ranks {
+			if !rc.up {
+				continue
+			}
+			targets = append(targets, target{rc, rank, strings.TrimRight(rc.ep.URL, "/")})
+			if rc.snap != nil {
+				now = max(now, rc.snap.NowNs)
+			}
+			if rc.info != nil && rc.info.Size > 0 {
+				lv.SetWorldSize(rc.info.CommID, rc.info.Size)
 			}
 		}
 		l.mu.Unlock()
-		if len(stats) == 0 {
-			continue
-		}
-		if lv == nil {
+		for _, t := range targets {
 			var err error
-			if lv, err = analyzer.NewLive(l.cfg.Analyzer, time.Duration(window)); err != nil {
-				l.mu.Lock()
-				l.anaErr = err.Error()
-				l.mu.Unlock()
-				return
+			if buf, err = l.followRecords(t.rc, t.url, buf[:0]); err == nil && len(buf) > 0 {
+				lv.AddFrom(t.rank, buf)
 			}
 		}
-		fs := lv.Update(now, stats)
+		if now == 0 {
+			continue
+		}
+		fs := lv.Update(now)
 		if len(fs) == 0 {
 			continue
 		}
@@ -191,21 +207,52 @@ func (l *Live) analyzeLoop() {
 	}
 }
 
-func findingKey(f *analyzer.Finding) string {
-	return fmt.Sprintf("%s/%d/%d/%d/%d", f.Kind, f.Rank, f.Peer, f.Channel, f.StartNs)
+// maxRecordReads bounds the /v1/records requests to one rank per analysis
+// round: a rank that writes faster than that is judged on part of its
+// records (the endpoint counts what was missed).
+const maxRecordReads = 8
+
+// followRecords appends to dst the records rc's endpoint has written since
+// the last call, advancing rc's cursor.
+func (l *Live) followRecords(rc *rankConn, base string, dst []flowtel.Record) ([]flowtel.Record, error) {
+	for range maxRecordReads {
+		ctx, cancel := context.WithTimeout(l.ctx, 2*time.Second)
+		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/records?after="+strconv.FormatUint(rc.cursor, 10), nil)
+		if err != nil {
+			cancel()
+			return dst, err
+		}
+		resp, err := l.cfg.Client.Do(req)
+		if err != nil {
+			cancel()
+			return dst, err
+		}
+		body, err := io.ReadAll(io.LimitReader(resp.Body, live.MaxRecordsPerRead*flowtel.RecordSize+1))
+		resp.Body.Close()
+		cancel()
+		if err != nil {
+			return dst, err
+		}
+		if resp.StatusCode != http.StatusOK {
+			return dst, fmt.Errorf("%s/v1/records: %s", base, resp.Status)
+		}
+		next, err := strconv.ParseUint(resp.Header.Get(live.HeaderNext), 10, 64)
+		if err != nil {
+			return dst, fmt.Errorf("%s/v1/records: %s %q: %v", base, live.HeaderNext, resp.Header.Get(live.HeaderNext), err)
+		}
+		if dst, err = flowtel.DecodeRecords(dst, body); err != nil {
+			return dst, fmt.Errorf("%s/v1/records: %w", base, err)
+		}
+		rc.cursor = next
+		if resp.Header.Get(live.HeaderPending) == "0" {
+			break
+		}
+	}
+	return dst, nil
 }
 
-func linkStatsOf(l *live.Link) flowtel.LinkStats {
-	dir := flowtel.DirSend
-	if l.Dir == "recv" {
-		dir = flowtel.DirRecv
-	}
-	return flowtel.LinkStats{Key: flowtel.LinkKey{Rank: l.Rank, Peer: l.Peer, Channel: l.Channel, Path: flowtel.Path(l.Path), Dir: dir},
-		Completions: l.Completions, Failed: l.Failed, Bytes: l.Bytes, BandwidthBps: l.BandwidthBps, SpanNs: l.SpanNs,
-		LatencySamples: l.LatencySamples, LatP50Ns: l.LatP50Ns, LatP99Ns: l.LatP99Ns, LatMaxNs: l.LatMaxNs,
-		Backlog: l.Backlog, OutstandingBytes: l.OutstandingBytes, PendingWRs: l.PendingWRs,
-		CreditWaitNs: l.CreditWaitNs, CreditWaiting: l.CreditWaiting, LastNs: l.LastNs,
-		Unmatched: l.Unmatched, Orphaned: l.Orphaned}
+func findingKey(f *analyzer.Finding) string {
+	return fmt.Sprintf("%s/%d/%d/%d/%d", f.Kind, f.Rank, f.Peer, f.Channel, f.StartNs)
 }
 
 // Close stops every goroutine of the source and waits for them.

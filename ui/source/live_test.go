@@ -5,12 +5,14 @@ import (
 	"fmt"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"testing"
 	"time"
 
 	"github.com/vccl-go/vccl/analyzer"
 	"github.com/vccl-go/vccl/collective/bootstrap"
+	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/exporter/live"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/ui"
@@ -51,10 +53,9 @@ vccl_collective_exec_time_microseconds_sum{collective="allreduce",comm="00000007
 vccl_collective_exec_time_microseconds_count{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[2]d
 `
 
-func startRanks(t *testing.T, n int) []*rankServer { return startRanksSlow(t, n, -1) }
-
-// startRanksSlow: rank slow sends at a tenth of the others' rate.
-func startRanksSlow(t *testing.T, n, slow int) []*rankServer {
+// startRanks serves n ranks' endpoints, each with a window of 100 sends to
+// the next rank.
+func startRanks(t *testing.T, n int) []*rankServer {
 	t.Helper()
 	var rs []*rankServer
 	for r := range n {
@@ -75,10 +76,7 @@ func startRanksSlow(t *testing.T, n, slow int) []*rankServer {
 		t.Cleanup(func() { srv.Close(context.Background()) })
 		now := clk.Now()
 		var recs []flowtel.Record
-		gap := int64(1000)
-		if r == slow {
-			gap = 10_000
-		}
+		const gap = 1000
 		for i := range 100 {
 			ts := now - 100*gap + int64(i)*gap
 			post := flowtel.Record{TsNs: ts, Kind: flowtel.KindWRPost, Rank: int32(r), Peer: int32((r + 1) % n), QP: 1, Comm: 7,
@@ -243,30 +241,62 @@ func TestParseScrapeStandIn(t *testing.T) {
 	}
 }
 
+// The ranks of the real tbf run (link 2->3 rate limited mid-run) serve
+// their records as if they had just written them: the source reads them
+// from every endpoint and its analysis names 2->3, and no other link, as
+// vccl-analyze does of the trace.
 func TestLiveAnalyzerFindings(t *testing.T) {
-	// Rank 1 sends at a tenth of the others' rate: the analyzer's live
-	// detectors, run over the ranks' windows, call its link slow.
-	rs := startRanksSlow(t, 4, 1)
-	var targets []string
-	for _, r := range rs {
-		targets = append(targets, r.srv.URL())
+	dir := filepath.Join("..", "..", "testdata", "scenarios", "tbf-mid-4r")
+	files, err := arrow.ListFiles(dir)
+	if err != nil || len(files) != 4 {
+		t.Fatalf("%s: %v (%d files)", dir, err, len(files))
 	}
-	l, err := NewLive(LiveConfig{Discover: Targets(targets), NoMetrics: true})
+	var perRank [][]flowtel.Record
+	var last int64
+	for _, f := range files {
+		recs, err := arrow.ReadAll(f)
+		if err != nil {
+			t.Fatal(err)
+		}
+		for _, r := range recs {
+			last = max(last, r.TsNs)
+		}
+		perRank = append(perRank, recs)
+	}
+	clk := flowtel.NewClock(0, 0)
+	shift := clk.Now() - last // the trace ends now
+	var targets []string
+	for _, recs := range perRank {
+		win := flowtel.NewWindow(flowtel.WindowConfig{}, flowtel.WithWindowClock(clk))
+		srv, err := live.New(live.Config{Addr: "127.0.0.1:0", Window: win, Clock: clk,
+			Info: live.Info{Rank: int(recs[0].Rank), Size: 4, UID: "tbf", CommID: recs[0].Comm}})
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { srv.Close(context.Background()) })
+		for i := range recs {
+			recs[i].TsNs += shift
+		}
+		srv.RecordSink().Consume(context.Background(), recs)
+		win.Update(recs)
+		targets = append(targets, srv.URL())
+	}
+	l, err := NewLive(LiveConfig{Discover: Targets(targets), NoMetrics: true, AnalyzeEvery: 50 * time.Millisecond})
 	if err != nil {
 		t.Fatal(err)
 	}
 	defer l.Close()
-	f := waitFrame(t, l, "a slow_link finding on 1->2", func(f *ui.Frame) bool {
+	f := waitFrame(t, l, "a finding on 2->3", func(f *ui.Frame) bool {
 		for _, fd := range f.Findings {
-			if fd.Kind == analyzer.KindSlowLink && fd.Rank == 1 && fd.Peer == 2 {
+			if fd.Rank == 2 && fd.Peer == 3 && fd.Severity >= analyzer.SeverityWarning {
 				return true
 			}
 		}
 		return false
 	})
 	for _, fd := range f.Findings {
-		if fd.Rank != 1 || fd.Seen.IsZero() {
-			t.Errorf("finding %+v", fd)
+		if (fd.Rank != 2 || fd.Peer != 3) && fd.Severity >= analyzer.SeverityWarning || fd.Seen.IsZero() {
+			t.Errorf("finding %s %s: %s", fd.Kind, fd.Culprit(), fd.Summary)
 		}
 	}
 }

@@ -24,7 +24,6 @@ import (
 	"syscall"
 	"time"
 
-	"github.com/vccl-go/vccl/analyzer"
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/exporter/arrow"
 	"github.com/vccl-go/vccl/exporter/live"
@@ -73,9 +72,6 @@ func run() error {
 		return err
 	} else if on {
 		if srv, err = live.Start(ctx, comm, live.Config{Metrics: metrics.Handler()}); err != nil {
-			return err
-		}
-		if err := analyzer.PublishLive(srv, analyzer.Options{}, 0); err != nil {
 			return err
 		}
 		fmt.Printf("rank %d of %d: pid %d, live endpoint %s\n", comm.Rank(), comm.Size(), os.Getpid(), srv.URL())
