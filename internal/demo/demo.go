@@ -159,15 +159,17 @@ func gatherAndPrint(ctx context.Context, c *collective.Comm, report string, w io
 	return nil
 }
 
-// CollStats is a sink that times collectives from coll_begin/coll_end.
+// CollStats is a sink that times collectives: a view over flowtel's fold,
+// whose call is a rank's coll_begin to its last part's coll_end.
 type CollStats struct {
-	mu    sync.Mutex
-	begin map[uint64]int64
-	by    map[collKey]*CollSummary
+	flowtel.NopHandler
+	mu   sync.Mutex
+	fold *flowtel.Fold
+	by   map[collKey]*CollSummary
 }
 
 type collKey struct {
-	op    uint8
+	op    flowtel.Op
 	bytes uint64
 }
 
@@ -183,38 +185,35 @@ type CollSummary struct {
 
 // NewCollStats returns an empty CollStats.
 func NewCollStats() *CollStats {
-	return &CollStats{begin: map[uint64]int64{}, by: map[collKey]*CollSummary{}}
+	s := &CollStats{by: map[collKey]*CollSummary{}}
+	s.fold = flowtel.NewFold(s, flowtel.FoldConfig{GapNs: -1})
+	return s
 }
 
 // Consume implements flowtel.Sink.
 func (s *CollStats) Consume(_ context.Context, recs []flowtel.Record) error {
 	s.mu.Lock()
 	defer s.mu.Unlock()
-	for i := range recs {
-		r := &recs[i]
-		switch r.Kind {
-		case flowtel.KindCollBegin:
-			s.begin[r.CollSeq] = r.TsNs
-		case flowtel.KindCollEnd:
-			b, ok := s.begin[r.CollSeq]
-			if !ok {
-				continue
-			}
-			delete(s.begin, r.CollSeq)
-			k := collKey{uint8(r.Op), r.Bytes}
-			sum := s.by[k]
-			if sum == nil {
-				sum = &CollSummary{Op: collective.Op(r.Op).String(), Bytes: r.Bytes}
-				s.by[k] = sum
-			}
-			d := r.TsNs - b
-			sum.Calls++
-			sum.total += d
-			sum.MaxNs = max(sum.MaxNs, d)
-			sum.MeanNs = sum.total / int64(sum.Calls)
-		}
-	}
+	s.fold.Add(recs)
 	return nil
+}
+
+// CallEnded implements flowtel.Handler: it times each whole call.
+func (s *CollStats) CallEnded(c *flowtel.Call) {
+	d := c.DurationNs()
+	if !c.Complete || d == 0 {
+		return
+	}
+	k := collKey{c.Op, c.Bytes}
+	sum := s.by[k]
+	if sum == nil {
+		sum = &CollSummary{Op: c.Op.String(), Bytes: c.Bytes}
+		s.by[k] = sum
+	}
+	sum.Calls++
+	sum.total += d
+	sum.MaxNs = max(sum.MaxNs, d)
+	sum.MeanNs = sum.total / int64(sum.Calls)
 }
 
 // Shutdown implements flowtel.Sink.

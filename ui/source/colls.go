@@ -8,14 +8,16 @@ import (
 	"github.com/vccl-go/vccl/ui"
 )
 
-// collTracker turns coll_begin and coll_end records, in time order, into
-// the overview's collectives: calls per second, bus and algorithm
-// bandwidth, time, and the arrival skew, over the last span of trace time.
-// A call split over channels has a begin and an end per channel part
-// (Record.Step says how many); a rank's call is its first begin to its
-// last end, with the parts' payloads summed. The arrival skew of a call is
-// its last rank's first begin minus its first rank's.
+// collTracker turns records, in time order, into the overview's
+// collectives: calls per second, bus and algorithm bandwidth, time, and
+// the arrival skew, over the last span of trace time. It is a view over
+// flowtel's fold, whose call is one rank's part in a collective, from its
+// first coll_begin to the last coll_end of the channel parts it was split
+// into. The arrival skew of a collective is its last rank's begin minus
+// its first rank's.
 type collTracker struct {
+	flowtel.NopHandler
+	fold  *flowtel.Fold
 	span  int64 // ns of trace time the rates and means cover
 	calls map[callKey]*call
 	world int            // ranks in the job (the traces' world size)
@@ -30,25 +32,16 @@ type callKey struct {
 	seq  uint64
 }
 
+// call is a collective across the ranks: when each ended rank began.
 type call struct {
-	op      uint8
-	ranks   map[int32]*rankCall
-	ended   int
+	op      flowtel.Op
+	begins  map[int32]int64
 	firstTs int64
-}
-
-type rankCall struct {
-	begin, end  int64
-	parts, ends uint32
-	want        uint32
-	bytes       uint64
-	failed      bool
-	done        bool
 }
 
 type doneCall struct {
 	end          int64
-	op           uint8
+	op           flowtel.Op
 	rank         int32
 	timeNs       int64
 	algBW, busBW float64
@@ -56,59 +49,44 @@ type doneCall struct {
 
 type skewSample struct {
 	ts   int64
-	op   uint8
+	op   flowtel.Op
 	skew int64
 }
 
 func newCollTracker(span int64, world int) *collTracker {
-	return &collTracker{span: span, world: world, calls: map[callKey]*call{}, size: map[uint32]int{}, total: map[string]map[int32]uint64{}}
+	t := &collTracker{span: span, world: world, calls: map[callKey]*call{}, size: map[uint32]int{}, total: map[string]map[int32]uint64{}}
+	t.fold = flowtel.NewFold(t, flowtel.FoldConfig{GapNs: -1})
+	return t
 }
 
-func (t *collTracker) add(r *flowtel.Record) {
-	if r.Kind != flowtel.KindCollBegin && r.Kind != flowtel.KindCollEnd {
-		return
+func (t *collTracker) add(r *flowtel.Record) { t.fold.AddRecord(r) }
+
+// CallEnded implements flowtel.Handler: one rank's call ended.
+func (t *collTracker) CallEnded(c *flowtel.Call) {
+	if !c.Complete {
+		return // some part's end never came: not a call that ended
 	}
-	k := callKey{r.Comm, r.CollSeq}
-	c := t.calls[k]
-	if c == nil {
-		c = &call{op: uint8(r.Op), ranks: map[int32]*rankCall{}, firstTs: r.TsNs}
-		t.calls[k] = c
+	k := callKey{c.Comm, c.Seq}
+	cl := t.calls[k]
+	if cl == nil {
+		cl = &call{op: c.Op, begins: map[int32]int64{}, firstTs: c.BeginNs}
+		t.calls[k] = cl
 	}
-	rc := c.ranks[r.Rank]
-	if rc == nil {
-		rc = &rankCall{begin: r.TsNs, want: max(r.Step, 1)}
-		c.ranks[r.Rank] = rc
-		if n := len(c.ranks); n > t.size[r.Comm] {
-			t.size[r.Comm] = n
-		}
+	cl.begins[c.Rank] = c.BeginNs
+	if n := len(cl.begins); n > t.size[c.Comm] {
+		t.size[c.Comm] = n
 	}
-	if r.Kind == flowtel.KindCollBegin {
-		rc.parts++
-		rc.bytes += r.Bytes
-		rc.begin = min(rc.begin, r.TsNs)
-		return
-	}
-	rc.ends++
-	rc.end = max(rc.end, r.TsNs)
-	rc.failed = rc.failed || r.Status != flowtel.StatusOK
-	if rc.done || rc.ends < rc.want {
-		return
-	}
-	rc.done = true
-	c.ended++
-	op := flowtel.Op(c.op).String()
+	op := c.Op.String()
 	if t.total[op] == nil {
 		t.total[op] = map[int32]uint64{}
 	}
-	t.total[op][r.Rank]++
-	if !rc.failed && rc.end > rc.begin {
-		d := doneCall{end: rc.end, op: c.op, rank: r.Rank, timeNs: rc.end - rc.begin}
-		d.algBW = float64(rc.bytes) / (float64(d.timeNs) / 1e9)
-		d.busBW = d.algBW * flowtel.BusBWFactor(flowtel.Op(c.op), t.ranks(r.Comm))
-		t.done = append(t.done, d)
+	t.total[op][c.Rank]++
+	if algbw := c.AlgBW(); algbw > 0 {
+		t.done = append(t.done, doneCall{end: c.EndNs, op: c.Op, rank: c.Rank, timeNs: c.DurationNs(),
+			algBW: algbw, busBW: c.BusBW(t.ranks(c.Comm))})
 	}
-	if c.ended >= t.ranks(k.comm) {
-		t.finish(k, c)
+	if len(cl.begins) >= t.ranks(k.comm) {
+		t.finish(k, cl)
 	}
 }
 
@@ -118,10 +96,10 @@ func (t *collTracker) ranks(comm uint32) int { return max(t.world, t.size[comm])
 
 // finish records a call's skew and forgets it.
 func (t *collTracker) finish(k callKey, c *call) {
-	if len(c.ranks) > 1 {
+	if len(c.begins) > 1 {
 		lo, hi := int64(1<<62), int64(-1<<62)
-		for _, rc := range c.ranks {
-			lo, hi = min(lo, rc.begin), max(hi, rc.begin)
+		for _, b := range c.begins {
+			lo, hi = min(lo, b), max(hi, b)
 		}
 		t.skews = append(t.skews, skewSample{ts: hi, op: c.op, skew: hi - lo})
 	}
@@ -160,8 +138,8 @@ func (t *collTracker) colls(now int64) []ui.Coll {
 		skew, skews int64
 	}
 	aggs := map[string]*agg{}
-	get := func(op uint8) *agg {
-		name := flowtel.Op(op).String()
+	get := func(op flowtel.Op) *agg {
+		name := op.String()
 		a := aggs[name]
 		if a == nil {
 			a = &agg{ranks: map[int32]bool{}}

@@ -165,7 +165,8 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 	// A first pass for the time span of every rank, and the failures
 	// ranks reported on links to a peer.
 	r.start, r.end = int64(1<<63-1), int64(-1<<63)
-	blamed := map[int32][]int64{}
+	blamed := blame{}
+	failures := flowtel.NewFold(blamed, flowtel.FoldConfig{GapNs: -1})
 	for _, rs := range r.ranks {
 		rs.first, rs.last = 1<<63-1, -1<<63
 		rd, err := arrow.OpenFiles(rs.paths...)
@@ -182,14 +183,9 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 				return nil, err
 			}
 			for i := range recs {
-				rec := &recs[i]
-				rs.first, rs.last = min(rs.first, rec.TsNs), max(rs.last, rec.TsNs)
-				failed := rec.Kind == flowtel.KindLinkDown ||
-					(rec.Kind == flowtel.KindWC && (rec.Status == flowtel.StatusError || rec.Status == flowtel.StatusFlushed))
-				if failed && rec.Peer >= 0 && len(blamed[rec.Peer]) < 1<<16 {
-					blamed[rec.Peer] = append(blamed[rec.Peer], rec.TsNs)
-				}
+				rs.first, rs.last = min(rs.first, recs[i].TsNs), max(rs.last, recs[i].TsNs)
 			}
+			failures.Add(recs)
 		}
 		rd.Close()
 		if rs.first <= rs.last {
@@ -355,6 +351,36 @@ func (r *Replay) advanceLocked(ts int64) {
 	r.cursor = max(r.cursor, ts)
 	r.seq++
 }
+
+// blame keeps, by peer, when a rank reported a failure on a link to it: a
+// WR that failed, or a path declared dead.
+type blame map[int32][]int64
+
+func (b blame) add(peer int32, ts int64) {
+	if peer >= 0 && len(b[peer]) < 1<<16 {
+		b[peer] = append(b[peer], ts)
+	}
+}
+
+func (b blame) Completed(t *flowtel.Transfer) {
+	if t.Failed() {
+		b.add(t.Link.Peer, t.DoneNs)
+	}
+}
+
+func (b blame) PathChanged(p *flowtel.PathChange) {
+	if p.Kind == flowtel.KindLinkDown {
+		b.add(p.Link.Peer, p.TsNs)
+	}
+}
+
+func (blame) Posted(*flowtel.Transfer)      {}
+func (blame) WaitBegan(*flowtel.CreditWait) {}
+func (blame) WaitEnded(*flowtel.CreditWait) {}
+func (blame) CallBegan(*flowtel.Call)       {}
+func (blame) CallEnded(*flowtel.Call)       {}
+func (blame) Gap(*flowtel.Gap)              {}
+func (blame) Lost(*flowtel.Lost)            {}
 
 func (r *Replay) wall(ts int64) time.Time {
 	if r.wallUnix == 0 {
