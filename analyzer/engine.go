@@ -441,6 +441,9 @@ func (a *Analyzer) sendWC(t *flowtel.Transfer) {
 	if failed {
 		l.failed++
 	}
+	if lat, ok := t.LatencyNs(); ok {
+		l.lat.Add(lat)
+	}
 	if t.Matched {
 		a.holCheck(q, t)
 		q.recent[q.nRecent%holRecent] = doneSend{wrID: t.WrID, post: t.PostNs, done: t.DoneNs, bytes: bytes, coll: t.CollSeq}
@@ -502,6 +505,7 @@ func (a *Analyzer) creditWait(w *flowtel.CreditWait) {
 		return
 	}
 	l := q.out
+	l.waitSpans.Began(w)
 	f := l.flightOf(w.WrID >> 1)
 	if f == nil || f.waiting {
 		return
@@ -525,6 +529,7 @@ func (a *Analyzer) creditEnd(w *flowtel.CreditWait) {
 		return
 	}
 	l := q.out
+	l.creditWaitNs += l.waitSpans.Ended(w)
 	seq := w.WrID >> 1
 	// Credit comes in posting order: the waiting send is near the front.
 	for i := 0; i < l.flight.n && i < holScan; i++ {

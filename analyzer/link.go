@@ -2,6 +2,8 @@ package analyzer
 
 import (
 	"math"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
 // sliceAcc is what one link did during one time slice.
@@ -90,6 +92,9 @@ type link struct {
 	maxOut                          uint64
 	failed                          uint64
 	usedPath1                       bool
+	lat                             flowtel.LatencyHist // send WR latency
+	waitSpans                       flowtel.WaitSpans
+	creditWaitNs                    int64
 	lastSeq                         uint64 // coll_seq of the latest send WR event
 
 	src, dst *rankChan // the sending and receiving ranks on the link's channel

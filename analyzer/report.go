@@ -82,6 +82,15 @@ type LinkSummary struct {
 	XferBps     float64 // bytes over transfer time of the paired WRs (see slow link)
 	MaxBacklog  uint64  // most bytes of sends outstanding at once
 	FailedWRs   uint64
+	// The sender's WR latency, post to completion, over the sends whose
+	// post was seen (LatSamples): nearest-rank percentiles within 1%.
+	LatSamples uint64
+	LatP50Ns   int64
+	LatP99Ns   int64
+	LatMaxNs   int64
+	// CreditWaitNs is the time during which at least one send waited for
+	// credit, overlapping waits counted once.
+	CreditWaitNs int64
 }
 
 // Series are per-link values over time: point k covers
@@ -474,11 +483,13 @@ func (a *Analyzer) linkReport(r *Report) {
 	r.Series = Series{OriginNs: a.seriesOrigin * a.w, StepNs: step, Points: a.seriesN}
 	for _, l := range ls {
 		ref := LinkRef{Rank: l.key.src, Peer: l.key.dst, Channel: int32(l.key.ch)}
-		if l.sentBytes == 0 && l.landedBytes == 0 {
+		if l.sentBytes == 0 && l.landedBytes == 0 && l.creditWaitNs == 0 {
 			continue
 		}
 		r.Links = append(r.Links, LinkSummary{Comm: l.key.comm, Link: ref, SentBytes: l.sentBytes, LandedBytes: l.landedBytes,
-			XferBps: safeDiv(float64(l.xferBytes), float64(l.xferNs)) * 1e9, MaxBacklog: l.maxOut, FailedWRs: l.failed})
+			XferBps: safeDiv(float64(l.xferBytes), float64(l.xferNs)) * 1e9, MaxBacklog: l.maxOut, FailedWRs: l.failed,
+			LatSamples: l.lat.Count(), LatP50Ns: l.lat.Percentile(50), LatP99Ns: l.lat.Percentile(99), LatMaxNs: l.lat.Max(),
+			CreditWaitNs: l.creditWaitNs})
 		if len(l.series) == 0 {
 			continue
 		}
