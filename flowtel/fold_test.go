@@ -12,7 +12,9 @@ import (
 // eventLog is a Handler that writes each event as one line.
 type eventLog struct{ lines []string }
 
-func (l *eventLog) add(format string, args ...any) { l.lines = append(l.lines, fmt.Sprintf(format, args...)) }
+func (l *eventLog) add(format string, args ...any) {
+	l.lines = append(l.lines, fmt.Sprintf(format, args...))
+}
 
 func (l *eventLog) Posted(t *flowtel.Transfer) {
 	l.add("posted %s wr=%d bytes=%d pending=%d/%dB orphans=%d ahead=%v:%d", t.Link, t.WrID, t.Bytes, t.Pending, t.PendingBytes, t.Orphans, t.HasAhead, t.Ahead.WrID)
@@ -23,7 +25,9 @@ func (l *eventLog) Completed(t *flowtel.Transfer) {
 	l.add("done %s wr=%d bytes=%d status=%s lat=%d/%v pending=%d orphans=%d prev=%d", t.Link, t.WrID, t.Bytes, t.Status, lat, ok, t.Pending, t.Orphans, t.PrevDoneNs)
 }
 
-func (l *eventLog) WaitBegan(w *flowtel.CreditWait) { l.add("wait %s wr=%d from=%d", w.Link, w.WrID, w.FromNs) }
+func (l *eventLog) WaitBegan(w *flowtel.CreditWait) {
+	l.add("wait %s wr=%d from=%d", w.Link, w.WrID, w.FromNs)
+}
 
 func (l *eventLog) WaitEnded(w *flowtel.CreditWait) {
 	l.add("waited %s wr=%d %d..%d granted=%v", w.Link, w.WrID, w.FromNs, w.ToNs, w.Granted)

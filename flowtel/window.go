@@ -283,7 +283,7 @@ type windowView struct {
 	n      int // completions kept per link
 	links  map[LinkKey]*linkState
 	sorted []*linkState // links ordered by key
-	qps    []*winQP // by the fold's QPIndex
+	qps    []*winQP     // by the fold's QPIndex
 	lost   uint64
 }
 
@@ -298,7 +298,7 @@ type linkState struct {
 	key       LinkKey
 	samples   fifo[sample]
 	waits     WaitSpans
-	qds       []*qpDir       // the QP directions feeding this link
+	qds       []*qpDir // the QP directions feeding this link
 	lastNs    int64
 	unmatched uint64
 	orphaned  uint64
@@ -512,10 +512,10 @@ func (w *Window) appendSnapshot(dst []LinkStats, now int64) []LinkStats {
 func (w *Window) stats(l *linkState, now int64) LinkStats {
 	start := now - int64(w.cfg.T)
 	st := LinkStats{
-		Key:              l.key,
-		LastNs:           l.lastNs,
-		Unmatched:        l.unmatched,
-		Orphaned:         l.orphaned,
+		Key:       l.key,
+		LastNs:    l.lastNs,
+		Unmatched: l.unmatched,
+		Orphaned:  l.orphaned,
 	}
 
 	lats := w.scratch[:0]

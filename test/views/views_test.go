@@ -124,7 +124,9 @@ func TestViewsAgree(t *testing.T) {
 	}
 }
 
-func within1(got, exact int64) bool { return got >= exact && float64(got-exact) <= 0.01*float64(exact)+1 }
+func within1(got, exact int64) bool {
+	return got >= exact && float64(got-exact) <= 0.01*float64(exact)+1
+}
 
 // compare checks view's facts against the window's, link by link: a link
 // one of them has and the other not is an error too.
