@@ -407,24 +407,20 @@ func (f *Fold) AddRecord(r *Record) {
 		f.maxTs = r.TsNs
 	}
 	switch r.Kind {
-	case KindWRPost:
-		if q := f.qp(r); q != nil {
-			f.touch(q.rank, r.TsNs)
+	case KindWRPost, KindWC, KindCreditWait, KindCreditGrant:
+		q := f.qp(r)
+		if q == nil {
+			break
+		}
+		f.touch(q.rank, r.TsNs)
+		switch r.Kind {
+		case KindWRPost:
 			f.post(q, r)
-		}
-	case KindWC:
-		if q := f.qp(r); q != nil {
-			f.touch(q.rank, r.TsNs)
+		case KindWC:
 			f.complete(q, r)
-		}
-	case KindCreditWait:
-		if q := f.qp(r); q != nil {
-			f.touch(q.rank, r.TsNs)
+		case KindCreditWait:
 			f.waitBegin(q, r)
-		}
-	case KindCreditGrant:
-		if q := f.qp(r); q != nil {
-			f.touch(q.rank, r.TsNs)
+		default:
 			f.grant(q, r)
 		}
 	case KindCollBegin, KindCollEnd:
