@@ -62,3 +62,40 @@ func ExampleParseWindowEnv() {
 	// N=1024,T=100ms
 	// error: flowtel: VCCL_TELEMETRY_WINDOW="T=50": T="50" is not a duration with a unit (e.g. 50ms, 200us): time: missing unit in duration "50"
 }
+
+// slowWRs is a consumer of the fold: it counts, per link, the WRs slower
+// than a bound. Embedding NopHandler, it implements only the event it uses.
+type slowWRs struct {
+	flowtel.NopHandler
+	boundNs int64
+	slow    map[flowtel.LinkKey]int
+}
+
+func (s *slowWRs) Completed(t *flowtel.Transfer) {
+	if lat, ok := t.LatencyNs(); ok && lat > s.boundNs {
+		s.slow[t.Link]++
+	}
+}
+
+// A Fold pairs each completion with its post (and credit waits with their
+// grants, call parts with each other) and hands typed events to a Handler:
+// this is how every view of the records is written.
+func ExampleFold() {
+	v := &slowWRs{boundNs: 1000, slow: map[flowtel.LinkKey]int{}}
+	f := flowtel.NewFold(v, flowtel.FoldConfig{})
+	for i, lat := range []int64{500, 1500, 800, 2500} {
+		ts := int64(i) * 10_000
+		wr := flowtel.Record{Rank: 0, Peer: 1, QP: 7, WrID: flowtel.WRID(uint64(i), false), Bytes: 4096}
+		post, done := wr, wr
+		post.TsNs, post.Kind = ts, flowtel.KindWRPost
+		done.TsNs, done.Kind = ts+lat, flowtel.KindWC
+		f.Add([]flowtel.Record{post, done})
+	}
+	for k, n := range v.slow {
+		fmt.Printf("%v: %d WRs slower than 1µs\n", k, n)
+	}
+	fmt.Printf("folded %d records\n", f.Stats().Records)
+	// Output:
+	// 0->1 ch=0 path=0 send: 2 WRs slower than 1µs
+	// folded 8 records
+}
