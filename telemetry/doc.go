@@ -13,9 +13,9 @@
 //     a trace written in a work tree is not committed by accident);
 //   - the rank's live endpoint at VCCL_TELEMETRY_ADDR (default 127.0.0.1
 //     and a free port; "off": none), serving /metrics from the Prometheus
-//     exporter, the windows, the record stream and the analyzer's findings
-//     (exporter/live, exporter/prom, analyzer), announced in the rendezvous
-//     store and in VCCL_TELEMETRY_DIR/endpoints.json;
+//     exporter, the link windows and the latest records, which vccl-top
+//     reads and analyses (exporter/live, exporter/prom), announced in the
+//     rendezvous store and in VCCL_TELEMETRY_DIR/endpoints.json;
 //   - OpenTelemetry spans (exporter/otel) only where the standard OTEL_*
 //     variables ask for them: OTEL_EXPORTER_OTLP_ENDPOINT or
 //     OTEL_EXPORTER_OTLP_TRACES_ENDPOINT set, or OTEL_TRACES_EXPORTER set

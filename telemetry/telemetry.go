@@ -53,10 +53,10 @@ type Config struct {
 	// rotation, …; VCCL_TELEMETRY_ARROW_* are its defaults).
 	ArrowOptions []arrow.Option
 
-	// Live serves the rank's live endpoint (with Prometheus /metrics and
-	// the analyzer's findings) at Addr, written as VCCL_TELEMETRY_ADDR is:
-	// host:port, :port or a port, where a port P other than 0 means P+rank;
-	// empty: 127.0.0.1 and a free port.
+	// Live serves the rank's live endpoint (Prometheus /metrics, the
+	// windows, the latest records) at Addr, written as VCCL_TELEMETRY_ADDR
+	// is: host:port, :port or a port, where a port P other than 0 means
+	// P+rank; empty: 127.0.0.1 and a free port.
 	Live bool
 	Addr string
 
