@@ -183,12 +183,11 @@ func (a *Analyzer) add(r *flowtel.Record) {
 // its landing at the receiver) and judges.
 type events Analyzer
 
+// Posted starts a send's flight; a receive's post comes with its
+// completion (Transfer.PostNs), which is when the analyzer needs it.
 func (e *events) Posted(t *flowtel.Transfer) {
-	a := (*Analyzer)(e)
 	if t.Link.Dir == flowtel.DirSend {
-		a.sendPost(t)
-	} else {
-		a.recvPost(t)
+		(*Analyzer)(e).sendPost(t)
 	}
 }
 
@@ -394,14 +393,6 @@ func (a *Analyzer) unpark(c *commState, rank int32, seq uint64, ts int64) {
 	}
 }
 
-func (a *Analyzer) recvPost(t *flowtel.Transfer) {
-	// Receives are timed by their completion (landing); their posts bound
-	// the transfers' start (pair).
-	if q := a.qp(t.QPIndex, t.Comm, t.QP, t.Link); q != nil {
-		q.in.recvPosts.pushBounded(landedWR{seq: t.WrID >> 1, posted: t.PostNs}, maxPairing)
-	}
-}
-
 func (a *Analyzer) sendWC(t *flowtel.Transfer) {
 	q := a.qp(t.QPIndex, t.Comm, t.QP, t.Link)
 	if q == nil {
@@ -468,11 +459,8 @@ func (a *Analyzer) recvWC(t *flowtel.Transfer) {
 	}
 	seq := t.WrID >> 1
 	d := landedWR{seq: seq, ts: t.DoneNs, bytes: t.Bytes}
-	for l.recvPosts.n > 0 && l.recvPosts.front().seq < seq {
-		l.recvPosts.popFront()
-	}
-	if l.recvPosts.n > 0 && l.recvPosts.front().seq == seq {
-		d.posted = l.recvPosts.popFront().posted
+	if t.Matched {
+		d.posted = t.PostNs // the receive's post bounds the transfer's start (pair)
 	}
 	for l.flight.n > 0 && l.flight.front().seq < seq {
 		f := l.flight.popFront()

@@ -77,7 +77,6 @@ type link struct {
 	// receiver (the k-th send of a QP lands as the peer QP's k-th receive).
 	flight     fifo[flightWR]
 	landQ      fifo[landedWR] // landings whose post has not been seen yet
-	recvPosts  fifo[landedWR] // receives posted, not yet landed (seq and posted only)
 	landMode   bool           // a landing was seen: landings end flights
 	arrivedSeq uint64         // the latest collective its receiver is known to have begun
 	lastLanded int64
