@@ -114,7 +114,7 @@ func New(opts Options) (*Analyzer, error) {
 		hol:   map[qpKey]*holAgg{},
 	}
 	a.seriesW = 1
-	a.fold = flowtel.NewFold((*events)(a), flowtel.FoldConfig{MaxOpenCalls: maxFoldCalls, MaxPending: maxPendingSends, GapNs: -1})
+	a.fold = flowtel.NewFold((*events)(a), flowtel.FoldConfig{MaxOpenCalls: maxFoldCalls, MaxPending: maxPendingSends, GapNs: -1, Ahead: true})
 	return a, nil
 }
 

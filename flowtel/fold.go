@@ -53,6 +53,10 @@ type FoldConfig struct {
 	// MaxQPs bounds the queue pairs tracked; records of further ones are
 	// counted in FoldStats.Untracked and otherwise ignored.
 	MaxQPs int
+	// Ahead asks for each send's Transfer.Ahead (the largest send pending
+	// before it), which head-of-line blocking needs and costs a queue per
+	// QP; without it Ahead is never set.
+	Ahead bool
 	// GapNs is the silence, in ns, after which a rank with work
 	// outstanding (posts not completed, calls not ended) is reported as a
 	// Gap. Negative: never.
@@ -110,8 +114,9 @@ type Transfer struct {
 	// queue was full).
 	Orphans int
 
-	// Sends only. Ahead is the largest send still pending on the QP when
-	// this one was posted (HasAhead false: none), the WR it may have
+	// Sends only, with FoldConfig.Ahead. Ahead is the largest send still
+	// pending on the QP when this one was posted (HasAhead false: none),
+	// the WR it may have
 	// waited behind; PrevDoneNs is when the QP completed the send before
 	// this one (Completed; 0: none seen).
 	Ahead      WRRef
@@ -444,11 +449,13 @@ func (f *Fold) AddRecord(r *Record) {
 }
 
 func (f *Fold) qp(r *Record) *foldQP {
-	k := foldQPKey{r.Comm, r.Rank, r.QP}
 	slot := &f.qpCache[(r.QP*0x9E3779B1^uint32(r.Rank)*0x85EBCA77^r.Comm)%foldCacheSize]
-	if q := *slot; q != nil && q.key == k {
+	// Compared field by field: a key built whole and compared wide stalls
+	// on store forwarding, and this runs for every WR record.
+	if q := *slot; q != nil && q.key.qp == r.QP && q.key.rank == r.Rank && q.key.comm == r.Comm {
 		return q
 	}
+	k := foldQPKey{r.Comm, r.Rank, r.QP}
 	q := f.qps[k]
 	if q == nil {
 		if len(f.qps) >= f.cfg.MaxQPs {
@@ -528,7 +535,7 @@ func (f *Fold) post(q *foldQP, r *Record) {
 	p := qd.pend.pushSlot()
 	p.wr.WrID, p.wr.CollSeq, p.wr.Bytes, p.wr.PostNs = r.WrID, r.CollSeq, r.Bytes, r.TsNs
 	p.hasAhead = false
-	if d == DirSend {
+	if d == DirSend && f.cfg.Ahead {
 		// The largest send still ahead of this one names what it may
 		// wait behind; maxQ keeps the pending sends larger than every
 		// later one, so its front is the largest.

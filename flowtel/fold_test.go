@@ -89,6 +89,7 @@ func TestFold(t *testing.T) {
 		},
 		{
 			name: "a lost completion orphans its post; a completion without its post is unmatched",
+			cfg:  flowtel.FoldConfig{Ahead: true},
 			recs: []flowtel.Record{wr(100, post, 0, false, 1), wr(110, post, 1, false, 1), wr(200, wc, 1, false, 1), wr(300, wc, 2, false, 1)},
 			want: []string{
 				"posted 0->1 ch=0 path=0 send wr=0 bytes=1 pending=1/1B orphans=0 ahead=false:0",
@@ -99,6 +100,7 @@ func TestFold(t *testing.T) {
 		},
 		{
 			name: "the largest send ahead is what a send may wait behind",
+			cfg:  flowtel.FoldConfig{Ahead: true},
 			recs: []flowtel.Record{wr(1, post, 0, false, 1000), wr(2, post, 1, false, 10), wr(3, wc, 0, false, 1000), wr(4, post, 2, false, 10), wr(5, wc, 1, false, 10)},
 			want: []string{
 				"posted 0->1 ch=0 path=0 send wr=0 bytes=1000 pending=1/1000B orphans=0 ahead=false:0",
