@@ -1,7 +1,6 @@
 package prom
 
 import (
-	"bytes"
 	"context"
 	"encoding/json"
 	"fmt"
@@ -18,6 +17,8 @@ import (
 
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/syncbuf"
+	"github.com/vccl-go/vccl/internal/testproc"
 )
 
 // envPrometheus names the Prometheus server binary the server test runs;
@@ -26,24 +27,12 @@ import (
 const envPrometheus = "VCCL_PROMETHEUS"
 
 func prometheusBinary(t *testing.T) string {
-	t.Helper()
-	if p := os.Getenv(envPrometheus); p != "" {
-		return p
-	}
-	if p, err := exec.LookPath("prometheus"); err == nil {
-		return p
-	}
-	msg := fmt.Sprintf("Prometheus server not found on PATH (apt-get install prometheus, or .ci/setup.d/41-prometheus.sh; or set %s)", envPrometheus)
-	if os.Getenv("CI") == "true" {
-		t.Fatal(msg)
-	}
-	t.Skip(msg)
-	return ""
+	return testproc.Binary(t, "prometheus", envPrometheus, "apt-get install prometheus, or bash .ci/setup.d/41-prometheus.sh")
 }
 
 type promServer struct {
 	url  string
-	logs *bytes.Buffer
+	logs *syncbuf.Buffer
 }
 
 // startPrometheus runs a Prometheus server on 127.0.0.1 scraping target
@@ -64,53 +53,22 @@ scrape_configs:
 	if err := os.WriteFile(cfgPath, []byte(cfg), 0o644); err != nil {
 		t.Fatal(err)
 	}
-	l, err := net.Listen("tcp", "127.0.0.1:0")
-	if err != nil {
-		t.Fatal(err)
-	}
-	addr := l.Addr().String()
-	l.Close()
-	s := &promServer{url: "http://" + addr, logs: &bytes.Buffer{}}
+	addr := fmt.Sprintf("127.0.0.1:%d", testproc.FreePort(t))
+	s := &promServer{url: "http://" + addr}
 	cmd := exec.Command(bin, "--config.file="+cfgPath, "--storage.tsdb.path="+filepath.Join(dir, "data"),
 		"--web.listen-address="+addr, "--storage.tsdb.retention.time=1h")
-	cmd.Stdout, cmd.Stderr = s.logs, s.logs
-	if err := cmd.Start(); err != nil {
-		t.Fatal(err)
-	}
-	exited := make(chan error, 1)
-	go func() { exited <- cmd.Wait() }()
-	t.Cleanup(func() {
-		cmd.Process.Signal(os.Interrupt)
-		select {
-		case <-exited:
-		case <-time.After(10 * time.Second):
-			cmd.Process.Kill()
-			<-exited
-		}
-		if t.Failed() {
-			t.Logf("prometheus output:\n%s", s.logs)
-		}
-	})
-	deadline := time.Now().Add(60 * time.Second)
-	tick := time.NewTicker(100 * time.Millisecond)
-	defer tick.Stop()
-	for {
+	s.logs = testproc.Start(t, cmd, func() error {
 		resp, err := http.Get(s.url + "/-/ready")
-		if err == nil {
-			resp.Body.Close()
-			if resp.StatusCode == http.StatusOK {
-				return s
-			}
+		if err != nil {
+			return err
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("prometheus not ready after 60s: %v\n%s", err, s.logs)
+		resp.Body.Close()
+		if resp.StatusCode != http.StatusOK {
+			return fmt.Errorf("/-/ready: %s", resp.Status)
 		}
-		select {
-		case err := <-exited:
-			t.Fatalf("prometheus exited: %v\n%s", err, s.logs)
-		case <-tick.C:
-		}
-	}
+		return nil
+	})
+	return s
 }
 
 type sample struct {
