@@ -33,6 +33,7 @@ type engine struct {
 	comm    uint32
 	qps     []transport.QP // by peer rank; nil for this rank
 	rec     *flowtel.Recorder
+	beat    flowtel.Heartbeat // the driver's, while it waits with tasks in flight
 	notify  *transport.Notifier
 	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
 	procs   int  // processes of the communicator on this host
@@ -528,7 +529,9 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			if idle&15 != 0 {
 				continue
 			}
-			waited := time.Duration(flowtel.Monotonic() - idleSince)
+			now := flowtel.Monotonic()
+			e.beat.Beat(e.rec, now, e.comm, int32(e.rank), uint16(e.channel), len(e.active))
+			waited := time.Duration(now - idleSince)
 			if waited < yieldAfter {
 				continue
 			}
@@ -536,7 +539,8 @@ func (e *engine) drive(ctx context.Context, until *task) {
 				osYield()
 				continue
 			}
-		} else if e.yieldsWaiting(time.Duration(flowtel.Monotonic() - idleSince)) {
+		} else if now := flowtel.Monotonic(); e.yieldsWaiting(time.Duration(now - idleSince)) {
+			e.beat.Beat(e.rec, now, e.comm, int32(e.rank), uint16(e.channel), len(e.active))
 			// More engines than cores: give the core away at every poll
 			// (the peer this one waits for may be queued behind it), as
 			// Open MPI does when oversubscribed. Sleeping at once made
@@ -575,6 +579,8 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			default:
 			}
 		}
+		// A wait in naps: the heartbeat says the rank still runs.
+		e.beat.Beat(e.rec, flowtel.Monotonic(), e.comm, int32(e.rank), uint16(e.channel), len(e.active))
 		idle = 0
 	}
 }

@@ -95,6 +95,7 @@ type smallPath struct {
 	qpids []uint32            // telemetry QP id of each peer's mailbox
 	peer  int                 // the only peer of a 2-rank path, whose records go in Exchange entries; -1: more
 	rec   *flowtel.Recorder   // the path's own: its calls run one at a time
+	beat  flowtel.Heartbeat   // its waits', on rec
 	comm  uint32
 
 	// Under Comm.mu.
@@ -565,6 +566,7 @@ func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p i
 		if start == 0 {
 			start = now
 		}
+		c.small.beat.Beat(c.small.rec, now, c.small.comm, int32(c.rank), 0, 1)
 		waited := time.Duration(now - start)
 		if spin && waited < smallSpin {
 			continue

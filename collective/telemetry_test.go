@@ -219,3 +219,52 @@ func TestSetTelemetry(t *testing.T) {
 		t.Error("SetTelemetry on a communicator without telemetry succeeded")
 	}
 }
+
+// A rank that waits with a call in flight writes heartbeats, at most one per
+// flowtel.HeartbeatInterval, so that its silence can tell it does not run
+// from it waiting for a peer.
+func TestWaitingRankWritesHeartbeats(t *testing.T) {
+	col, sink := memoryCollector()
+	comms := newLocal(t, 2, WithCollector(col), WithTransport("tcp"))
+	ctx, cancel := context.WithCancel(context.Background())
+	done := make(chan error, 1)
+	go func() {
+		buf := make([]float32, 1<<18) // the engine's path, not the mailbox
+		done <- AllReduce(ctx, comms[0], buf, buf, Sum) // rank 1 never calls
+	}()
+	defer func() {
+		cancel()
+		<-done
+	}()
+	wait, cancelWait := context.WithTimeout(context.Background(), 20*time.Second)
+	defer cancelWait()
+	for {
+		if err := col.Flush(wait); err != nil {
+			t.Fatalf("fewer than 3 heartbeats from the waiting rank: %v", err)
+		}
+		var beats []int64
+		for _, r := range sink.Records() {
+			if r.Kind == flowtel.KindHeartbeat && r.Comm == comms[0].ID() {
+				if r.Rank != 0 || r.Depth != 1 {
+					t.Fatalf("heartbeat %v: want rank 0 with one call in flight", r)
+				}
+				beats = append(beats, r.TsNs)
+			}
+		}
+		if len(beats) >= 3 {
+			for i := 1; i < len(beats); i++ {
+				if beats[i]-beats[i-1] < flowtel.HeartbeatInterval {
+					t.Fatalf("heartbeats %d ns apart, want at least %d", beats[i]-beats[i-1], flowtel.HeartbeatInterval)
+				}
+			}
+			return
+		}
+		select {
+		case err := <-done:
+			t.Fatalf("the call ended: %v", err)
+		case <-wait.Done():
+			t.Fatalf("%d heartbeats after 20 s", len(beats))
+		case <-time.After(5 * time.Millisecond):
+		}
+	}
+}

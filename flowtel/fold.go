@@ -37,7 +37,10 @@ const (
 	DefaultFoldMaxPending   = 1 << 16
 	DefaultFoldMaxOpenCalls = 4096
 	DefaultFoldMaxQPs       = 1 << 16
-	DefaultFoldGap          = 10_000_000 // ns
+	// DefaultFoldGap is a silence of more than two heartbeats: one a
+	// waiting rank would have written (HeartbeatInterval) may be late by a
+	// scheduler's time slice.
+	DefaultFoldGap = 25_000_000 // ns
 )
 
 // FoldConfig bounds a Fold's memory and sets when silence is a gap. Zero
@@ -59,7 +62,7 @@ type FoldConfig struct {
 	Ahead bool
 	// GapNs is the silence, in ns, after which a rank with work
 	// outstanding (posts not completed, calls not ended) is reported as a
-	// Gap. Negative: never.
+	// Gap (0: DefaultFoldGap). Negative: never.
 	GapNs int64
 }
 
@@ -222,11 +225,15 @@ type PathChange struct {
 // still going on at the latest time the fold was told of (Advance or
 // Finish); it is reported again, closed, if the rank writes again.
 type Gap struct {
-	Comm       uint32
-	Rank       int32
-	FromNs     int64
-	ToNs       int64
-	Open       bool
+	Comm   uint32
+	Rank   int32
+	FromNs int64
+	ToNs   int64
+	Open   bool
+	// Beats: the rank writes heartbeats while it waits (see
+	// HeartbeatInterval), so a gap much longer than their interval means
+	// it did not run; without them it may have waited for a peer.
+	Beats      bool
 	PendingWRs int // posts awaiting completion when it fell silent
 	OpenCalls  int // calls begun and not ended when it fell silent
 }
@@ -357,6 +364,7 @@ type foldWait struct {
 
 type foldRank struct {
 	key     foldRankKey
+	beats   bool // it writes heartbeats
 	lastTs  int64
 	pending int // posts awaiting completion, over its QPs
 	calls   int // calls begun and not ended
@@ -439,6 +447,10 @@ func (f *Fold) AddRecord(r *Record) {
 				CollSeq: r.CollSeq, Bytes: r.Bytes, TsNs: r.TsNs}
 			f.h.PathChanged(&f.pc)
 		}
+	case KindHeartbeat:
+		rk := f.rank(foldRankKey{r.Comm, r.Rank})
+		rk.beats = true
+		f.touch(rk, r.TsNs)
 	case KindLost:
 		f.stats.Lost += r.Bytes
 		f.ls = Lost{Comm: r.Comm, Rank: r.Rank, TsNs: r.TsNs, Records: r.Bytes}
@@ -495,12 +507,12 @@ func (f *Fold) touch(rk *foldRank, ts int64) {
 	}
 	if rk.gapOpen {
 		f.gap = Gap{Comm: rk.key.comm, Rank: rk.key.rank, FromNs: rk.gapFrom, ToNs: max(ts, rk.gapFrom),
-			PendingWRs: rk.gapPend, OpenCalls: rk.gapCall}
+			PendingWRs: rk.gapPend, OpenCalls: rk.gapCall, Beats: rk.beats}
 		rk.gapOpen = false
 		f.h.Gap(&f.gap)
 	} else if rk.lastTs > 0 && ts-rk.lastTs >= f.cfg.GapNs && (rk.pending > 0 || rk.calls > 0) {
 		f.gap = Gap{Comm: rk.key.comm, Rank: rk.key.rank, FromNs: rk.lastTs, ToNs: ts,
-			PendingWRs: rk.pending, OpenCalls: rk.calls}
+			PendingWRs: rk.pending, OpenCalls: rk.calls, Beats: rk.beats}
 		f.h.Gap(&f.gap)
 	}
 	rk.lastTs = max(rk.lastTs, ts)
@@ -738,7 +750,7 @@ func (f *Fold) Advance(now int64) {
 		if !rk.gapOpen && rk.lastTs > 0 && now-rk.lastTs >= f.cfg.GapNs && (rk.pending > 0 || rk.calls > 0) {
 			rk.gapOpen, rk.gapFrom, rk.gapPend, rk.gapCall = true, rk.lastTs, rk.pending, rk.calls
 			f.gap = Gap{Comm: rk.key.comm, Rank: rk.key.rank, FromNs: rk.lastTs, ToNs: now, Open: true,
-				PendingWRs: rk.pending, OpenCalls: rk.calls}
+				PendingWRs: rk.pending, OpenCalls: rk.calls, Beats: rk.beats}
 			f.h.Gap(&f.gap)
 		}
 	}

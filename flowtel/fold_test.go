@@ -44,7 +44,7 @@ func (l *eventLog) CallEnded(c *flowtel.Call) {
 func (l *eventLog) PathChanged(p *flowtel.PathChange) { l.add("%s %s at %d", p.Kind, p.Link, p.TsNs) }
 
 func (l *eventLog) Gap(g *flowtel.Gap) {
-	l.add("gap comm=%d rank=%d %d..%d open=%v pending=%d calls=%d", g.Comm, g.Rank, g.FromNs, g.ToNs, g.Open, g.PendingWRs, g.OpenCalls)
+	l.add("gap comm=%d rank=%d %d..%d open=%v pending=%d calls=%d beats=%v", g.Comm, g.Rank, g.FromNs, g.ToNs, g.Open, g.PendingWRs, g.OpenCalls, g.Beats)
 }
 
 func (l *eventLog) Lost(x *flowtel.Lost) { l.add("lost rank=%d %d at %d", x.Rank, x.Records, x.TsNs) }
@@ -162,7 +162,7 @@ func TestFold(t *testing.T) {
 			finish: true,
 			want: []string{
 				"call rank=0 seq=1 allreduce begin=1",
-				"gap comm=0 rank=0 5..30000000 open=false pending=0 calls=1",
+				"gap comm=0 rank=0 5..30000000 open=false pending=0 calls=1 beats=false",
 				"posted 0->1 ch=0 path=0 send wr=0 bytes=1 pending=1/1B orphans=0 ahead=false:0",
 				"called rank=0 seq=1 allreduce 1..5 bytes=16 parts=2/1/2 ok complete=false",
 			},
@@ -186,6 +186,17 @@ func TestFold(t *testing.T) {
 				"posted 0->1 ch=0 path=0 send wr=0 bytes=1 pending=1/1B orphans=0 ahead=false:0",
 				"done 0->1 ch=0 path=0 send wr=0 bytes=1 status=ok lat=1/true pending=0 orphans=0 prev=0",
 				"posted 0->1 ch=0 path=0 send wr=2 bytes=1 pending=1/1B orphans=0 ahead=false:0",
+			},
+		},
+		{
+			name: "heartbeats keep a waiting rank from a gap; a silence after them is one",
+			recs: []flowtel.Record{wr(1, post, 0, false, 1),
+				{TsNs: 10_000_000, Kind: flowtel.KindHeartbeat, Peer: -1}, {TsNs: 20_000_000, Kind: flowtel.KindHeartbeat, Peer: -1},
+				wr(80_000_000, wc, 0, false, 1)},
+			want: []string{
+				"posted 0->1 ch=0 path=0 send wr=0 bytes=1 pending=1/1B orphans=0 ahead=false:0",
+				"gap comm=0 rank=0 20000000..80000000 open=false pending=1 calls=0 beats=true",
+				"done 0->1 ch=0 path=0 send wr=0 bytes=1 status=ok lat=79999999/true pending=0 orphans=0 prev=0",
 			},
 		},
 		{
@@ -247,8 +258,8 @@ func TestFoldAdvanceReportsAnOpenGapOnce(t *testing.T) {
 	f.Add([]flowtel.Record{wr(400, flowtel.KindWC, 0, false, 1)})
 	want := []string{
 		"posted 0->1 ch=0 path=0 send wr=0 bytes=1 pending=1/1B orphans=0 ahead=false:0",
-		"gap comm=0 rank=0 10..200 open=true pending=1 calls=0",
-		"gap comm=0 rank=0 10..400 open=false pending=1 calls=0",
+		"gap comm=0 rank=0 10..200 open=true pending=1 calls=0 beats=false",
+		"gap comm=0 rank=0 10..400 open=false pending=1 calls=0 beats=false",
 		"done 0->1 ch=0 path=0 send wr=0 bytes=1 status=ok lat=390/true pending=0 orphans=0 prev=0",
 	}
 	if !slices.Equal(log.lines, want) {

@@ -75,6 +75,7 @@ const (
 	KindLinkDown         // a path was declared dead
 	KindLinkUp           // a dead path answered again
 	KindLost             // records were dropped before this one (Bytes: how many)
+	KindHeartbeat        // the rank ran, waiting with work in flight (Depth: its calls in flight)
 	kindCount
 
 	// 0xff is taken: it marks a ring slot holding an Exchange entry.
@@ -93,6 +94,7 @@ var kindNames = [...]string{
 	KindLinkDown:    "link_down",
 	KindLinkUp:      "link_up",
 	KindLost:        "lost",
+	KindHeartbeat:   "heartbeat",
 }
 
 func (k Kind) String() string {
