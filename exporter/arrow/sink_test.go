@@ -191,7 +191,7 @@ func TestSchema(t *testing.T) {
 	for k, v := range map[string]string{
 		KeySchemaVersion: "1", KeyRank: "1", KeyWorldSize: "4", KeyCommUID: testMeta().CommUID,
 		KeyCommID: "3735928559", KeyHost: "node7", KeyClockOffset: "-1234", KeyClockError: "56", KeySegment: "0",
-		KeyKindNames:   `["invalid","coll_begin","coll_end","wr_post","wc","credit_wait","credit_grant","failover","failback","link_down","link_up","lost"]`,
+		KeyKindNames:   `["invalid","coll_begin","coll_end","wr_post","wc","credit_wait","credit_grant","failover","failback","link_down","link_up","lost","heartbeat"]`,
 		KeyStatusNames: `["ok","error","flushed","retransmitted"]`,
 	} {
 		i := md.FindKey(k)
