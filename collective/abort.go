@@ -55,10 +55,19 @@ type abortBoard interface {
 const postTimeout = 5 * time.Second
 
 // storeBoard is the abort board of a communicator whose ranks rendezvoused
-// through the store: the first rank to bump the counter writes the cause.
+// through the store: the first rank to bump the counter writes its cause
+// under a key bound to its store connection (only that connection may write
+// it), then its rank, and its store rank, under the board's key. Keys are
+// written once, so the first cause stands, and no client that is not a rank
+// of the job can post one. (A Split child's ranks are not the store's: the
+// board's key says both.)
 type storeBoard struct {
 	store *bootstrap.Client
 	key   string
+}
+
+func (b storeBoard) causeKey(storeRank int) string {
+	return bootstrap.RankKey(b.key+"/cause", storeRank)
 }
 
 func (b storeBoard) post(rank int, cause string) {
@@ -67,20 +76,34 @@ func (b storeBoard) post(rank int, cause string) {
 	if n, err := b.store.Add(ctx, b.key+"/n", 1); err != nil || n != 1 {
 		return // the store is gone (rank 0 died or closed) or a cause is there
 	}
-	b.store.Set(ctx, b.key, []byte(strconv.Itoa(rank)+" "+cause))
+	if len(cause) > maxCause {
+		cause = cause[:maxCause] + "…"
+	}
+	me := b.store.Rank()
+	if b.store.Set(ctx, b.causeKey(me), []byte(cause)) == nil {
+		b.store.Set(ctx, b.key, []byte(strconv.Itoa(rank)+" "+strconv.Itoa(me)))
+	}
 }
+
+// maxCause bounds the cause a rank posts, in bytes.
+const maxCause = 4 << 10
 
 func (b storeBoard) watch(ctx context.Context) (int, string, bool) {
 	v, err := b.store.Get(ctx, b.key)
 	if err != nil {
 		return 0, "", false
 	}
-	r, cause, found := strings.Cut(string(v), " ")
-	rank, err := strconv.Atoi(r)
-	if !found || err != nil {
+	r, sr, _ := strings.Cut(string(v), " ")
+	rank, err1 := strconv.Atoi(r)
+	storeRank, err2 := strconv.Atoi(sr)
+	if err1 != nil || err2 != nil || rank < 0 || storeRank < 0 {
 		return 0, "", false
 	}
-	return rank, cause, true
+	cause, err := b.store.Get(ctx, b.causeKey(storeRank))
+	if err != nil {
+		return 0, "", false
+	}
+	return rank, string(cause), true
 }
 
 // localBoards are the abort boards of NewLocal's ranks, one per

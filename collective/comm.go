@@ -3,6 +3,7 @@ package collective
 import (
 	"context"
 	"crypto/rand"
+	"crypto/sha256"
 	"encoding/hex"
 	"encoding/json"
 	"errors"
@@ -15,6 +16,7 @@ import (
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/jobauth"
 	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/ft"
 	"github.com/vccl-go/vccl/transport/loop"
@@ -73,6 +75,18 @@ type peerInfo struct {
 	ProcID string            `json:"proc_id"` // same value ⇔ same process
 	Addrs  map[string]string `json:"addrs"`   // backend name → listen address
 	FT     bool              `json:"ft"`      // fault-tolerant TCP links
+	// Secret is this rank's random part of its links' connection keys
+	// (linkKey): only the ranks of the job read it, so nobody else can
+	// present a link's key, even with the job token.
+	Secret string `json:"secret"`
+}
+
+// linkKey is the connection key of the link between ranks lo < hi on
+// channel ch: the communicator, the pair, and a digest of both ranks'
+// secrets.
+func linkKey(uid string, ch, lo, hi int, secretLo, secretHi string) string {
+	sum := sha256.Sum256([]byte(secretLo + "/" + secretHi))
+	return fmt.Sprintf("%s/%d/%d-%d/%x", uid, ch, lo, hi, sum[:16])
 }
 
 // nextQPID numbers queue pairs: unique within the process, so within the
@@ -143,12 +157,16 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	if o.master == "" {
 		return nil, fmt.Errorf("collective: rank %d of %d needs a rendezvous address (WithMaster, or MASTER_ADDR and MASTER_PORT)", o.rank, o.size)
 	}
+	if err := o.needToken(ctx, "the rendezvous store", o.master); err != nil {
+		return nil, err
+	}
 	var err error
 	if o.rank == 0 {
 		// The store outlives New (cancelling Serve's context closes it): the
 		// last ranks may still be leaving the ready barrier when rank 0
 		// returns, and exporters publish endpoints in it later.
-		if c.server, err = bootstrap.Serve(context.WithoutCancel(ctx), o.master, o.token, bootstrap.WithLogger(o.logger)); err != nil {
+		if c.server, err = bootstrap.Serve(context.WithoutCancel(ctx), o.master, o.token,
+			bootstrap.WithLogger(o.logger), bootstrap.WithWorldSize(o.size)); err != nil {
 			return nil, fmt.Errorf("collective: rank 0 cannot serve the rendezvous store: %w", err)
 		}
 	}
@@ -179,10 +197,10 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	c.clock = flowtel.NewClock(offset, errNs)
 	if o.rank == 0 {
 		c.uid = newUID()
-		err = c.store.Set(ctx, "vccl/uid", []byte(c.uid))
+		err = c.store.Set(ctx, bootstrap.UIDKey, []byte(c.uid))
 	} else {
 		var b []byte
-		b, err = c.store.Get(ctx, "vccl/uid")
+		b, err = c.store.Get(ctx, bootstrap.UIDKey)
 		c.uid = string(b)
 	}
 	if err != nil {
@@ -191,17 +209,22 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	exchange := func(ctx context.Context, me peerInfo) ([]peerInfo, error) {
 		b, _ := json.Marshal(me)
-		if err := c.store.Set(ctx, fmt.Sprintf("vccl/%s/info/%d", c.uid, c.rank), b); err != nil {
+		// Each rank's record is bound to it: only the connection
+		// authenticated as that rank may write it, once.
+		if err := c.store.Set(ctx, bootstrap.RankKey("vccl/"+c.uid+"/info", c.rank), b); err != nil {
 			return nil, err
 		}
 		all := make([]peerInfo, c.size)
 		for r := range c.size {
-			b, err := c.store.Get(ctx, fmt.Sprintf("vccl/%s/info/%d", c.uid, r))
+			b, err := c.store.Get(ctx, bootstrap.RankKey("vccl/"+c.uid+"/info", r))
 			if err != nil {
 				return nil, fmt.Errorf("waiting for rank %d to join: %w", r, err)
 			}
 			if err := json.Unmarshal(b, &all[r]); err != nil {
 				return nil, fmt.Errorf("rank %d's bootstrap record: %w", r, err)
+			}
+			if all[r].Rank != r {
+				return nil, fmt.Errorf("rank %d's bootstrap record says rank %d", r, all[r].Rank)
 			}
 		}
 		return all, nil
@@ -395,7 +418,7 @@ func (c *Comm) chooseBackend(me, peer peerInfo) string {
 // channel and starts the progress engines.
 func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInfo) ([]peerInfo, error)) error {
 	c.id = hash32(c.uid)
-	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}, FT: c.opts.ft}
+	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}, FT: c.opts.ft, Secret: newUID()}
 	me.Host, _ = os.Hostname()
 	if me.HostID == "" {
 		me.HostID = hostID()
@@ -418,6 +441,11 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 			}
 			listeners[name] = l
 			me.Addrs[name] = l.Addr()
+			if name != loop.Name {
+				if err := c.opts.needToken(ctx, "the "+name+" transport", l.Addr()); err != nil {
+					return err
+				}
+			}
 		}
 	}
 	peers, err := exchange(ctx, me)
@@ -474,7 +502,8 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 			wg.Add(1)
 			go func() {
 				defer wg.Done()
-				key := fmt.Sprintf("%s/%d/%d-%d", c.uid, ch, min(c.rank, p), max(c.rank, p))
+				lo, hi := min(c.rank, p), max(c.rank, p)
+				key := linkKey(c.uid, ch, lo, hi, peers[lo].Secret, peers[hi].Secret)
 				cfg := transport.Config{Rank: int32(c.rank), Peer: int32(p), QPID: nextQPID.Add(1),
 					Comm: c.id, Channel: uint16(ch), Recorder: recs[ch], Notifier: notifiers[ch], Token: c.opts.token}
 				name := c.backends[p]
@@ -622,6 +651,11 @@ func (c *Comm) Transport(peer int) string {
 // Store returns the rendezvous store client (nil for local or single-rank
 // communicators), for publishing job-wide information.
 func (c *Comm) Store() *bootstrap.Client { return c.store }
+
+// EndpointBearer returns the credential HTTP clients of this rank's live
+// telemetry endpoint present when it asks for one (exporter/live), derived
+// from the job token (never the token itself); "" without a token.
+func (c *Comm) EndpointBearer() string { return jobauth.Bearer(c.opts.token) }
 
 // Close waits for the calls in flight, then releases the communicator.
 func (c *Comm) Close() error {

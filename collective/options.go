@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"context"
 	"fmt"
 	"log/slog"
 	"os"
@@ -8,7 +9,9 @@ import (
 	"strings"
 	"time"
 
+	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/jobauth"
 )
 
 // Environment variables a launcher or user sets; options given to New take
@@ -25,6 +28,16 @@ const (
 
 // EnvFT set to 1 gives TCP links a hot-standby backup path (transport/ft).
 const EnvFT = "VCCL_FAULT_TOLERANCE"
+
+// The job token: VCCL_JOB_TOKEN, or VCCL_JOB_TOKEN_FILE naming a file that
+// holds it, authenticates every connection of the job. A job whose store or
+// transport address is not loopback refuses to start without one, unless
+// VCCL_INSECURE_NO_TOKEN=1 says the network is trusted.
+const (
+	EnvToken     = jobauth.TokenVar
+	EnvTokenFile = jobauth.TokenFileVar
+	EnvInsecure  = jobauth.InsecureVar
+)
 
 // Defaults.
 const (
@@ -56,6 +69,7 @@ type options struct {
 	window      string
 	errs        []error
 	localTokens bool
+	insecure    bool // run without a token on addresses that are not loopback
 }
 
 // WithRank sets this process's rank and the world size.
@@ -66,8 +80,15 @@ func WithRank(rank, size int) Option {
 // WithMaster sets the rendezvous address host:port (rank 0 serves it).
 func WithMaster(addr string) Option { return func(o *options) { o.master = addr } }
 
-// WithToken sets the job token peers must present.
+// WithToken sets the job token every connection of the job proves it holds
+// (default: VCCL_JOB_TOKEN or VCCL_JOB_TOKEN_FILE).
 func WithToken(token string) Option { return func(o *options) { o.token = token } }
+
+// WithInsecureNoToken(true) lets the job run without a token although its
+// store or transport addresses are not loopback: anyone who reaches them
+// could join, abort or read the job. Only for a network where every host is
+// trusted (VCCL_INSECURE_NO_TOKEN=1).
+func WithInsecureNoToken(on bool) Option { return func(o *options) { o.insecure = on } }
 
 // WithTransport forces a transport: "loop", "shm", "tcp" or "auto".
 func WithTransport(name string) Option { return func(o *options) { o.transport = name } }
@@ -155,6 +176,16 @@ func defaultOptions(getenv func(string) string) options {
 		o.addErr(EnvTimeout, v, err)
 	}
 	o.ifname = getenv(EnvIfname)
+	tok, err := bootstrap.TokenFromEnv(getenv)
+	o.token = tok
+	if err != nil {
+		o.errs = append(o.errs, fmt.Errorf("collective: %w", err))
+	}
+	if v := getenv(EnvInsecure); v != "" {
+		b, err := strconv.ParseBool(v)
+		o.insecure = b
+		o.addErr(EnvInsecure, v, err)
+	}
 	if v := getenv(EnvFT); v != "" {
 		b, err := strconv.ParseBool(v)
 		o.ft = b
@@ -184,6 +215,8 @@ func (o *options) validate() error {
 		return fmt.Errorf("collective: chunk size %d bytes, want at least 64", o.chunk)
 	case o.timeout <= 0:
 		return fmt.Errorf("collective: timeout %v, want a positive duration", o.timeout)
+	case len(o.token) > jobauth.MaxToken:
+		return fmt.Errorf("collective: the job token is longer than %d bytes", jobauth.MaxToken)
 	}
 	switch o.transport {
 	case "auto", "loop", "shm", "tcp":
@@ -214,3 +247,26 @@ func parseBytes(s string) (int, error) {
 }
 
 var osGetenv = os.Getenv
+
+// needToken refuses to go on without a job token when what (the rendezvous
+// store, a transport listener) is at addr, which is not loopback.
+func (o *options) needToken(ctx context.Context, what, addr string) error {
+	if o.token != "" || o.insecure || jobauth.IsLoopback(ctx, addr) {
+		return nil
+	}
+	return &NoTokenError{What: what, Addr: addr}
+}
+
+// NoTokenError: the job would listen on an address other hosts can reach
+// with no token to tell its ranks from anyone else.
+type NoTokenError struct {
+	What string // "the rendezvous store", "the tcp transport"
+	Addr string
+}
+
+func (e *NoTokenError) Error() string {
+	return fmt.Sprintf("collective: %s is at %s, which is not loopback, and no job token is set: anyone who reaches it could join, abort or read this job. "+
+		"Set %s to a secret every rank shares (for example %s=$(openssl rand -hex 16); vcclrun makes one), or %s to a file holding it; "+
+		"on a network where every host is trusted, %s=1 runs without one",
+		e.What, e.Addr, EnvToken, EnvToken, EnvTokenFile, EnvInsecure)
+}

@@ -10,47 +10,118 @@ import (
 	"net"
 	"sync"
 	"time"
+
+	"github.com/vccl-go/vccl/internal/jobauth"
 )
 
-// The connection handshake of the stream-socket backends (tcp, shm): the
-// dialler presents the job token and the connection key; the listener checks
-// the token, answers, and hands the connection to whoever accepts that key.
+// The connection handshake of the stream-socket backends (tcp, shm, ft):
+//
+//	dialler  → "VCCL", version 2, nonce nd (16 bytes), key length u16, key
+//	listener → 0, nonce nl (16 bytes), proof HMAC(k, "accept", nd, nl, key)
+//	           (or a refusal: code, reason length u16, reason)
+//	dialler  → proof HMAC(k, "dial", nd, nl, key) (32 bytes)
+//	listener → 0, 0, 0 (or a refusal)
+//
+// where k is the job token's transport key (internal/jobauth). The token
+// never travels; each side checks the other's proof, so a dialler never
+// hands its data to a listener of another job either. The listener then
+// hands the connection to whoever accepts that key. A key is claimed once
+// (unless the acceptor lets keys repeat, for reconnections): a second
+// connection presenting it is refused, so nobody can take a link that its
+// rank already dialled.
 const (
 	helloMagic       = "VCCL"
-	helloVersion     = 1
+	helloVersion     = 2 // version 1 sent the token itself
 	handshakeTimeout = 10 * time.Second
 	maxHelloField    = 4096
 )
 
-// DialHandshake presents token and key on a freshly dialled conn and waits
-// for the listener's answer, within ctx.
+// Refusal codes of the listener's answers.
+const (
+	refuseProtocol = 1 // not a handshake this listener speaks
+	refuseToken    = 2 // the dialler does not hold the job token
+	refuseKey      = 3 // the key is claimed already, or too many wait
+)
+
+// Limits of an Acceptor.
+const (
+	// MaxHandshakes bounds the connections in the handshake at once, and
+	// MaxHandshakesPerHost those from one remote host.
+	MaxHandshakes        = 64
+	MaxHandshakesPerHost = 16
+	// MaxUnaccepted bounds the connections that finished their handshake
+	// but wait for an Accept of their key.
+	MaxUnaccepted = 1024
+	// acceptorHelloTimeout bounds a stranger's handshake on the listener.
+	acceptorHelloTimeout = 5 * time.Second
+)
+
+// DialHandshake presents key on a freshly dialled conn, proving it holds
+// token, checks the listener's proof and waits for its answer, within ctx.
 func DialHandshake(ctx context.Context, conn net.Conn, token, key string) error {
-	if len(token) > maxHelloField || len(key) > maxHelloField {
-		return fmt.Errorf("transport: handshake token or key longer than %d bytes", maxHelloField)
+	if len(key) > maxHelloField {
+		return fmt.Errorf("transport: handshake key longer than %d bytes", maxHelloField)
 	}
+	k := jobauth.Key(token, jobauth.PurposeTransport)
 	stop := deadlineFrom(ctx, conn)
 	defer stop()
-	msg := make([]byte, 0, 9+len(token)+len(key))
+	nd := jobauth.Nonce()
+	msg := make([]byte, 0, 7+len(nd)+len(key))
 	msg = append(msg, helloMagic...)
 	msg = append(msg, helloVersion)
-	msg = binary.LittleEndian.AppendUint16(msg, uint16(len(token)))
-	msg = append(msg, token...)
+	msg = append(msg, nd...)
 	msg = binary.LittleEndian.AppendUint16(msg, uint16(len(key)))
 	msg = append(msg, key...)
 	if _, err := conn.Write(msg); err != nil {
 		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
 	}
-	var hdr [3]byte
-	if _, err := io.ReadFull(conn, hdr[:]); err != nil {
+	if err := readAnswer(conn, key); err != nil {
+		return ctxErr(ctx, err)
+	}
+	chall := make([]byte, jobauth.NonceSize+jobauth.ProofSize)
+	if _, err := io.ReadFull(conn, chall); err != nil {
+		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: no challenge: %w", conn.RemoteAddr(), err))
+	}
+	nl, proof := chall[:jobauth.NonceSize], chall[jobauth.NonceSize:]
+	if !jobauth.Equal(proof, jobauth.Proof(k, "accept", nd, nl, []byte(key))) {
+		// Tell it with a proof of zeros (a real one would let a listener
+		// that is not ours test guesses of the token offline).
+		conn.Write(make([]byte, jobauth.ProofSize))
+		readAnswer(conn, key)
+		return fmt.Errorf("%w: %s does not hold this job's token (key %q)", ErrBadToken, conn.RemoteAddr(), key)
+	}
+	if _, err := conn.Write(jobauth.Proof(k, "dial", nd, nl, []byte(key))); err != nil {
+		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
+	}
+	var ok [3]byte
+	if err := readAnswer(conn, key); err != nil {
+		return ctxErr(ctx, err)
+	}
+	if _, err := io.ReadFull(conn, ok[:2]); err != nil {
 		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: no answer: %w", conn.RemoteAddr(), err))
 	}
-	if hdr[0] == 0 {
+	return nil
+}
+
+// readAnswer reads the status byte of a listener's answer: nil for 0, the
+// refusal it starts otherwise.
+func readAnswer(conn net.Conn, key string) error {
+	var code [1]byte
+	if _, err := io.ReadFull(conn, code[:]); err != nil {
+		return fmt.Errorf("transport: handshake with %s: no answer: %w", conn.RemoteAddr(), err)
+	}
+	if code[0] == 0 {
 		return nil
 	}
-	reason := make([]byte, binary.LittleEndian.Uint16(hdr[1:]))
+	var n [2]byte
+	io.ReadFull(conn, n[:])
+	reason := make([]byte, min(binary.LittleEndian.Uint16(n[:]), 512))
 	io.ReadFull(conn, reason)
-	if hdr[0] == 2 {
+	switch code[0] {
+	case refuseToken:
 		return fmt.Errorf("%w: %s refused key %q: %s", ErrBadToken, conn.RemoteAddr(), key, reason)
+	case refuseKey:
+		return fmt.Errorf("%w: %s refused key %q: %s", ErrKeyClaimed, conn.RemoteAddr(), key, reason)
 	}
 	return fmt.Errorf("transport: %s refused key %q: %s", conn.RemoteAddr(), key, reason)
 }
@@ -77,30 +148,55 @@ func ctxErr(ctx context.Context, err error) error {
 	return err
 }
 
+// AcceptorConfig configures an Acceptor.
+type AcceptorConfig struct {
+	Token string       // the job token diallers must prove they hold
+	Log   *slog.Logger // refused connections, one line per interval at most (slog.Default when nil)
+	// RepeatKeys lets a key arrive again after it was claimed (ft paths
+	// reconnecting under their link's key); otherwise a second arrival of
+	// a key is refused.
+	RepeatKeys bool
+	// Check, when set, vets a connection before its handshake (shm: the
+	// peer's user); an error refuses it.
+	Check func(net.Conn) error
+}
+
 // Acceptor accepts stream connections, checks their handshake and routes each
 // to the Accept call waiting for its key.
 type Acceptor struct {
-	ln    net.Listener
-	token string
-	log   *slog.Logger
+	ln      net.Listener
+	key     []byte // the token's transport key
+	cfg     AcceptorConfig
+	log     *slog.Logger
+	gate    jobauth.Gate
+	refused jobauth.LogLimiter
 
-	mu      sync.Mutex
-	arrived map[string][]net.Conn
-	waiters map[string]chan struct{}
-	err     error // set when the listener stops
-	stop    context.CancelFunc
-	ctx     context.Context // cancelled by Close, ending pending handshakes
-	wg      sync.WaitGroup
+	mu         sync.Mutex
+	arrived    map[string][]net.Conn
+	unaccepted int
+	claimed    map[string]bool // keys that arrived (not with RepeatKeys)
+	waiters    map[string]chan struct{}
+	err        error // set when the listener stops
+	stop       context.CancelFunc
+	ctx        context.Context // cancelled by Close, ending pending handshakes
+	wg         sync.WaitGroup
 }
 
 // NewAcceptor starts accepting on ln. Refused connections are logged to log
-// (slog.Default when nil) with the reason.
+// (slog.Default when nil) with the reason, one line per interval at most.
 func NewAcceptor(ln net.Listener, token string, log *slog.Logger) *Acceptor {
+	return NewAcceptorConfig(ln, AcceptorConfig{Token: token, Log: log})
+}
+
+// NewAcceptorConfig starts accepting on ln as cfg says.
+func NewAcceptorConfig(ln net.Listener, cfg AcceptorConfig) *Acceptor {
+	log := cfg.Log
 	if log == nil {
 		log = slog.Default()
 	}
-	a := &Acceptor{ln: ln, token: token, log: log, arrived: map[string][]net.Conn{},
-		waiters: map[string]chan struct{}{}}
+	a := &Acceptor{ln: ln, key: jobauth.Key(cfg.Token, jobauth.PurposeTransport), cfg: cfg, log: log,
+		gate:    jobauth.Gate{Max: MaxHandshakes, PerHost: MaxHandshakesPerHost},
+		arrived: map[string][]net.Conn{}, claimed: map[string]bool{}, waiters: map[string]chan struct{}{}}
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.wg.Add(1)
 	go a.loop()
@@ -124,42 +220,80 @@ func (a *Acceptor) loop() {
 			a.mu.Unlock()
 			return
 		}
+		release, ok := a.gate.Enter(conn.RemoteAddr().String())
+		if !ok {
+			a.logRefused(conn, "", "too many connections in the handshake")
+			conn.Close()
+			continue
+		}
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
+			defer release()
 			a.handshake(conn)
 		}()
 	}
 }
 
 func (a *Acceptor) handshake(conn net.Conn) {
-	ctx, cancel := context.WithTimeout(a.ctx, handshakeTimeout)
+	ctx, cancel := context.WithTimeout(a.ctx, acceptorHelloTimeout)
 	defer cancel()
 	stop := deadlineFrom(ctx, conn)
-	key, token, err := readHello(conn)
-	switch {
-	case err != nil:
-		a.refuse(conn, 1, err.Error(), "")
-		stop()
-		return
-	case token != a.token:
-		a.refuse(conn, 2, "job token mismatch", key)
-		stop()
+	defer stop()
+	if a.cfg.Check != nil {
+		if err := a.cfg.Check(conn); err != nil {
+			a.refuse(conn, refuseProtocol, err.Error(), "")
+			return
+		}
+	}
+	key, nd, err := readHello(conn)
+	if err != nil {
+		a.refuse(conn, refuseProtocol, err.Error(), "")
 		return
 	}
-	if _, err := conn.Write([]byte{0, 0, 0}); err != nil {
-		stop()
+	nl := jobauth.Nonce()
+	msg := append([]byte{0}, nl...)
+	msg = append(msg, jobauth.Proof(a.key, "accept", nd, nl, []byte(key))...)
+	if _, err := conn.Write(msg); err != nil {
 		conn.Close()
 		return
 	}
-	stop()
+	proof := make([]byte, jobauth.ProofSize)
+	if _, err := io.ReadFull(conn, proof); err != nil {
+		a.refuse(conn, refuseToken, "no proof of the job token", key)
+		return
+	}
+	if !jobauth.Equal(proof, jobauth.Proof(a.key, "dial", nd, nl, []byte(key))) {
+		a.refuse(conn, refuseToken, "job token mismatch", key)
+		return
+	}
 	a.mu.Lock()
-	if a.err != nil {
+	var why string
+	switch {
+	case a.err != nil:
+		a.mu.Unlock()
+		conn.Close()
+		return
+	case !a.cfg.RepeatKeys && a.claimed[key]:
+		why = "key claimed already: another connection presented it first"
+	case a.unaccepted >= MaxUnaccepted:
+		why = fmt.Sprintf("%d connections wait to be accepted already", MaxUnaccepted)
+	}
+	if why != "" {
+		a.mu.Unlock()
+		a.refuse(conn, refuseKey, why, key)
+		return
+	}
+	if _, err := conn.Write([]byte{0, 0, 0}); err != nil {
 		a.mu.Unlock()
 		conn.Close()
 		return
 	}
+	if !a.cfg.RepeatKeys {
+		a.claimed[key] = true
+	}
 	a.arrived[key] = append(a.arrived[key], conn)
+	a.unaccepted++
 	if w, ok := a.waiters[key]; ok {
 		close(w)
 		delete(a.waiters, key)
@@ -167,41 +301,46 @@ func (a *Acceptor) handshake(conn net.Conn) {
 	a.mu.Unlock()
 }
 
+func (a *Acceptor) logRefused(conn net.Conn, key, reason string) {
+	ok, hidden := a.refused.Allow()
+	if !ok {
+		return
+	}
+	args := []any{"remote", conn.RemoteAddr().String(), "key", key, "reason", reason}
+	if hidden > 0 {
+		args = append(args, "refused_since_last_line", hidden)
+	}
+	a.log.Warn("vccl: refused connection", args...)
+}
+
 func (a *Acceptor) refuse(conn net.Conn, code byte, reason, key string) {
-	a.log.Warn("vccl: refused connection", "remote", conn.RemoteAddr().String(), "key", key, "reason", reason)
+	a.logRefused(conn, key, reason)
 	msg := append([]byte{code}, binary.LittleEndian.AppendUint16(nil, uint16(len(reason)))...)
 	conn.Write(append(msg, reason...))
 	conn.Close()
 }
 
-func readHello(r io.Reader) (key, token string, err error) {
-	var hdr [7]byte
+// readHello reads the dialler's hello: the key it asks for and its nonce.
+func readHello(r io.Reader) (key string, nonce []byte, err error) {
+	var hdr [5 + jobauth.NonceSize + 2]byte
 	if _, err := io.ReadFull(r, hdr[:]); err != nil {
-		return "", "", fmt.Errorf("short handshake: %w", err)
+		return "", nil, fmt.Errorf("short handshake: %w", err)
 	}
 	if string(hdr[:4]) != helloMagic {
-		return "", "", fmt.Errorf("not a VCCL handshake (magic %q)", hdr[:4])
+		return "", nil, fmt.Errorf("not a VCCL handshake (magic %q)", hdr[:4])
 	}
 	if hdr[4] != helloVersion {
-		return "", "", fmt.Errorf("handshake version %d, want %d", hdr[4], helloVersion)
+		return "", nil, fmt.Errorf("handshake version %d, want %d", hdr[4], helloVersion)
 	}
-	readField := func(n int) (string, error) {
-		if n > maxHelloField {
-			return "", fmt.Errorf("handshake field of %d bytes exceeds %d", n, maxHelloField)
-		}
-		b := make([]byte, n)
-		_, err := io.ReadFull(r, b)
-		return string(b), err
+	n := int(binary.LittleEndian.Uint16(hdr[5+jobauth.NonceSize:]))
+	if n > maxHelloField {
+		return "", nil, fmt.Errorf("handshake key of %d bytes exceeds %d", n, maxHelloField)
 	}
-	if token, err = readField(int(binary.LittleEndian.Uint16(hdr[5:]))); err != nil {
-		return "", "", err
+	b := make([]byte, n)
+	if _, err := io.ReadFull(r, b); err != nil {
+		return "", nil, fmt.Errorf("short handshake: %w", err)
 	}
-	var kl [2]byte
-	if _, err := io.ReadFull(r, kl[:]); err != nil {
-		return "", "", err
-	}
-	key, err = readField(int(binary.LittleEndian.Uint16(kl[:])))
-	return key, token, err
+	return string(b), append([]byte(nil), hdr[5:5+jobauth.NonceSize]...), nil
 }
 
 // Accept returns the next connection that presented key, waiting within ctx.
@@ -215,6 +354,7 @@ func (a *Acceptor) Accept(ctx context.Context, key string) (net.Conn, error) {
 			} else {
 				a.arrived[key] = q[1:]
 			}
+			a.unaccepted--
 			a.mu.Unlock()
 			return conn, nil
 		}
@@ -249,6 +389,7 @@ func (a *Acceptor) Close() error {
 		}
 	}
 	a.arrived = map[string][]net.Conn{}
+	a.unaccepted = 0
 	a.mu.Unlock()
 	if errors.Is(err, net.ErrClosed) {
 		return nil

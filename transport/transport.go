@@ -224,6 +224,7 @@ var (
 	ErrBadToken    = errors.New("transport: job token mismatch")
 	ErrMRMismatch  = errors.New("transport: buffer outside its memory region")
 	ErrNotAccepted = errors.New("transport: no connection for key")
+	ErrKeyClaimed  = errors.New("transport: connection key claimed already")
 )
 
 // TooLargeError is the error of a message that does not fit the receive

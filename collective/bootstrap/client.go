@@ -2,6 +2,7 @@ package bootstrap
 
 import (
 	"context"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -11,6 +12,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/jobauth"
 )
 
 var (
@@ -26,6 +28,19 @@ var (
 	ErrConnLost = errors.New("connection to rendezvous server lost")
 	// ErrClosed: the client was closed with Close.
 	ErrClosed = errors.New("client closed")
+	// ErrKeyExists: a Set of a key that is set already (keys are written
+	// once).
+	ErrKeyExists = errors.New("key is set already")
+	// ErrDenied: the server refused a request this connection's rank may
+	// not make (a key bound to another rank; a write or a private key of
+	// an observer).
+	ErrDenied = errors.New("not allowed")
+	// ErrRankTaken: the server refused the connection because the rank it
+	// claimed is connected already, or is no rank of the job. Dial does
+	// not retry it.
+	ErrRankTaken = errors.New("rank taken or out of range")
+	// ErrLimit: the store, or the connection, is at one of its limits.
+	ErrLimit = errors.New("store limit reached")
 )
 
 // handshakeTimeout bounds the hello exchange of one connection attempt when
@@ -61,17 +76,18 @@ type result struct {
 	err error
 }
 
-// Dial connects to the server at addr as rank, presenting token. Rank 0 may
+// Dial connects to the server at addr as rank (or ObserverRank), proving it
+// holds token without sending it, and checking that the server holds it
+// too. Rank 0 may
 // start its server after the others dial, so Dial retries refused or failed
 // connections with a short backoff until ctx is done. A server that refuses
-// the token (ErrTokenMismatch) or the protocol version is not retried.
+// the token (ErrTokenMismatch), the rank (ErrRankTaken) or the protocol
+// version is not retried.
 func Dial(ctx context.Context, addr, token string, rank int) (*Client, error) {
 	if rank < 0 || rank > 1<<31-1 {
 		return nil, fmt.Errorf("bootstrap: dial %s: rank %d out of range", addr, rank)
 	}
-	if len(token) > maxHelloFrame/2 {
-		return nil, fmt.Errorf("bootstrap: dial %s: job token of %d bytes is too long", addr, len(token))
-	}
+	key := jobauth.Key(token, jobauth.PurposeStore)
 	var d net.Dialer
 	backoff := dialBackoffMin
 	var lastErr error
@@ -79,11 +95,11 @@ func Dial(ctx context.Context, addr, token string, rank int) (*Client, error) {
 		nc, err := d.DialContext(ctx, "tcp", addr)
 		if err == nil {
 			var c *Client
-			c, err = handshake(ctx, nc, addr, token, rank)
+			c, err = handshake(ctx, nc, addr, key, rank)
 			if err == nil {
 				return c, nil
 			}
-			if errors.Is(err, ErrTokenMismatch) || errors.Is(err, errPermanent) {
+			if errors.Is(err, ErrTokenMismatch) || errors.Is(err, ErrRankTaken) || errors.Is(err, errPermanent) {
 				return nil, err
 			}
 		}
@@ -110,7 +126,7 @@ func Dial(ctx context.Context, addr, token string, rank int) (*Client, error) {
 // errPermanent marks handshake refusals that retrying cannot cure.
 var errPermanent = errors.New("refused")
 
-func handshake(ctx context.Context, nc net.Conn, addr, token string, rank int) (*Client, error) {
+func handshake(ctx context.Context, nc net.Conn, addr string, key []byte, rank int) (*Client, error) {
 	deadline := time.Now().Add(handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
@@ -122,25 +138,61 @@ func handshake(ctx context.Context, nc net.Conn, addr, token string, rank int) (
 		nc.Close()
 		return nil, err
 	}
-	hello := message{op: opHello, version: protoVersion, rank: int32(rank), value: []byte(token)}
+	refused := func(m *message) error {
+		switch m.code {
+		case codeToken:
+			return fmt.Errorf("bootstrap: the server at %s refused rank %d: %w (check VCCL_JOB_TOKEN: is another job using this address?)", addr, rank, ErrTokenMismatch)
+		case codeRank:
+			return fmt.Errorf("bootstrap: the server at %s refused rank %d: %s: %w", addr, rank, m.text, ErrRankTaken)
+		case codeVersion, codeProtocol:
+			return fmt.Errorf("bootstrap: the server at %s refused rank %d: %s: %w", addr, rank, m.text, errPermanent)
+		default:
+			return fmt.Errorf("bootstrap: the server at %s refused rank %d: %s", addr, rank, m.text)
+		}
+	}
+	nc1 := jobauth.Nonce()
+	hello := message{op: opHello, version: protoVersion, rank: int32(rank), value: nc1}
 	if _, err := nc.Write(appendFrame(nil, &hello)); err != nil {
 		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
 	}
-	m, err := readMessage(nc)
+	m, err := readMessageMax(nc, maxHelloFrame)
 	if err != nil {
+		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
+	}
+	switch m.op {
+	case opChall:
+	case opErr:
+		return fail(refused(&m))
+	case opBye:
+		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, ErrServerClosed))
+	default:
+		return fail(fmt.Errorf("bootstrap: hello to %s: unexpected reply op %#x", addr, m.op))
+	}
+	var rb [4]byte
+	binary.BigEndian.PutUint32(rb[:], uint32(rank))
+	if len(m.value) != jobauth.NonceSize+jobauth.ProofSize {
+		return fail(fmt.Errorf("bootstrap: hello to %s: challenge of %d bytes: %w", addr, len(m.value), errPermanent))
+	}
+	ns, proof := m.value[:jobauth.NonceSize], m.value[jobauth.NonceSize:]
+	if !jobauth.Equal(proof, jobauth.Proof(key, "store-server", nc1, ns, rb[:])) {
+		// Say so with an empty proof (a real proof would let a server
+		// that is not ours test guesses of the token offline), and wait
+		// for the refusal, so that the server has logged it.
+		nc.Write(appendFrame(nil, &message{op: opAuth}))
+		readMessageMax(nc, maxHelloFrame)
+		return fail(fmt.Errorf("bootstrap: rank %d: the server at %s does not hold this job's token: %w (check VCCL_JOB_TOKEN: is another job using this address?)", rank, addr, ErrTokenMismatch))
+	}
+	auth := message{op: opAuth, value: jobauth.Proof(key, "store-client", nc1, ns, rb[:])}
+	if _, err := nc.Write(appendFrame(nil, &auth)); err != nil {
+		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
+	}
+	if m, err = readMessageMax(nc, maxHelloFrame); err != nil {
 		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
 	}
 	switch m.op {
 	case opOK:
 	case opErr:
-		switch m.code {
-		case codeToken:
-			return fail(fmt.Errorf("bootstrap: the server at %s refused rank %d: %w (check VCCL_JOB_TOKEN: is another job using this address?)", addr, rank, ErrTokenMismatch))
-		case codeVersion, codeProtocol:
-			return fail(fmt.Errorf("bootstrap: the server at %s refused rank %d: %s: %w", addr, rank, m.text, errPermanent))
-		default:
-			return fail(fmt.Errorf("bootstrap: the server at %s refused rank %d: %s", addr, rank, m.text))
-		}
+		return fail(refused(&m))
 	case opBye:
 		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, ErrServerClosed))
 	default:
@@ -255,6 +307,14 @@ func (c *Client) call(ctx context.Context, req message) (message, error) {
 			return message{}, r.err
 		}
 		if r.m.op == opErr {
+			switch r.m.code {
+			case codeExists:
+				return message{}, fmt.Errorf("server: %s: %w", r.m.text, ErrKeyExists)
+			case codeDenied:
+				return message{}, fmt.Errorf("server: %s: %w", r.m.text, ErrDenied)
+			case codeLimit:
+				return message{}, fmt.Errorf("server: %s: %w", r.m.text, ErrLimit)
+			}
 			return message{}, fmt.Errorf("server: %s", r.m.text)
 		}
 		return r.m, nil
@@ -288,8 +348,9 @@ func checkSize(keys []string, value []byte) error {
 	return nil
 }
 
-// Set stores value under key, waking every Get and Wait for it. Setting a key
-// again replaces its value.
+// Set stores value under key, waking every Get and Wait for it. A key is
+// written once: setting it again fails with ErrKeyExists. A key made by
+// RankKey(…, r) may be set only by rank r.
 func (c *Client) Set(ctx context.Context, key string, value []byte) error {
 	if err := checkSize([]string{key}, value); err != nil {
 		return err

@@ -2,9 +2,13 @@ package bootstrap
 
 import (
 	"fmt"
+	"io"
 	"net"
+	"os"
 	"strconv"
 	"strings"
+
+	"github.com/vccl-go/vccl/internal/jobauth"
 )
 
 // Env is where this process sits in the job, as its launcher described it.
@@ -17,7 +21,7 @@ type Env struct {
 	MasterAddr string // host of rank 0's rendezvous server; may be empty when Size is 1
 	MasterPort int    // its port; 0 when not set and Size is 1
 
-	Token string // VCCL_JOB_TOKEN; empty if not set
+	Token string // VCCL_JOB_TOKEN, or the content of VCCL_JOB_TOKEN_FILE; empty if neither is set
 
 	// Source names the launcher whose variables gave the rank and size:
 	// "vccl", "torchrun", "openmpi", "slurm", or "none" when no launcher
@@ -54,8 +58,45 @@ var (
 	masterPortVars = []string{"VCCL_MASTER_PORT", "MASTER_PORT"}
 )
 
-// TokenVar is the environment variable holding the job token.
-const TokenVar = "VCCL_JOB_TOKEN"
+// TokenVar is the environment variable holding the job token, and
+// TokenFileVar the one naming a file that holds it.
+const (
+	TokenVar     = jobauth.TokenVar
+	TokenFileVar = jobauth.TokenFileVar
+)
+
+// TokenFromEnv returns the job token: VCCL_JOB_TOKEN, or else the first
+// line of the file VCCL_JOB_TOKEN_FILE names (blanks around it trimmed), or
+// "" when neither is set. Setting both is an error, as is a file that
+// cannot be read, an empty one, or a token longer than jobauth.MaxToken.
+// The token is never part of an error.
+func TokenFromEnv(getenv func(string) string) (string, error) {
+	tok := strings.TrimSpace(getenv(TokenVar))
+	file := strings.TrimSpace(getenv(TokenFileVar))
+	switch {
+	case tok != "" && file != "":
+		return "", fmt.Errorf("bootstrap: both %s and %s are set: set one", TokenVar, TokenFileVar)
+	case file != "":
+		f, err := os.Open(file)
+		if err != nil {
+			return "", fmt.Errorf("bootstrap: %s: %w", TokenFileVar, err)
+		}
+		defer f.Close()
+		b, err := io.ReadAll(io.LimitReader(f, jobauth.MaxToken+2))
+		if err != nil {
+			return "", fmt.Errorf("bootstrap: %s=%s: %w", TokenFileVar, file, err)
+		}
+		line, _, _ := strings.Cut(string(b), "\n")
+		tok = strings.TrimSpace(line)
+		if tok == "" {
+			return "", fmt.Errorf("bootstrap: %s=%s: the file holds no token", TokenFileVar, file)
+		}
+	}
+	if len(tok) > jobauth.MaxToken {
+		return "", fmt.Errorf("bootstrap: the job token is longer than %d bytes", jobauth.MaxToken)
+	}
+	return tok, nil
+}
 
 // FromEnv reads the job layout from the environment through getenv
 // (os.Getenv in a real process). Rank, world size and the local numbers come
@@ -67,7 +108,11 @@ const TokenVar = "VCCL_JOB_TOKEN"
 // rank 0 of 1.
 func FromEnv(getenv func(string) string) (Env, error) {
 	get := func(name string) string { return strings.TrimSpace(getenv(name)) }
-	e := Env{LocalRank: -1, Token: get(TokenVar)}
+	tok, err := TokenFromEnv(getenv)
+	if err != nil {
+		return Env{}, err
+	}
+	e := Env{LocalRank: -1, Token: tok}
 
 	var l *launcher
 	for i := range launchers {

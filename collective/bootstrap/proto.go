@@ -13,20 +13,30 @@ import (
 //	op u8 | id u64 | fields of the op
 //
 // where strings and byte strings are a u32 length and the bytes, and integers
-// are big-endian. The first frame of a connection is a hello from the client
-// (protocol version, claimed rank, job token); the server answers it with ok
-// or err and, on err, closes the connection. After that the client sends
-// requests tagged with ids of its choosing and the server answers each (except
-// cancel) with ok or err carrying the same id, in any order: a get waits for
-// its key while later requests are served.
+// are big-endian. A connection starts with the job-token handshake
+// (internal/jobauth), which never sends the token itself:
+//
+//	client → hello      version, the rank it claims, a fresh nonce nc
+//	server → challenge  a fresh nonce ns and its proof
+//	                    HMAC(k, "store-server", nc, ns, rank)
+//	client → auth       its proof HMAC(k, "store-client", nc, ns, rank)
+//	server → ok, or err (and the server closes the connection)
+//
+// where k is the token's store key (jobauth.Key). The client checks the
+// server's proof too, so a rank never talks to a store of another job. After
+// that the client sends requests tagged with ids of its choosing and the
+// server answers each (except cancel) with ok or err carrying the same id, in
+// any order: a get waits for its key while later requests are served.
 const (
-	opHello  byte = 1 // version u8, rank i32, token bytes
+	opHello  byte = 1 // version u8, rank i32, nonce bytes
 	opSet    byte = 2 // key, value
 	opGet    byte = 3 // key; ok carries the value (waits for the key)
 	opAdd    byte = 4 // key, delta i64; ok carries the new value in num
 	opWait   byte = 5 // count u32, keys; ok when all exist
 	opClock  byte = 6 // no fields; ok carries the server's monotonic ns in num
 	opCancel byte = 7 // no fields; id names the request given up (get/wait)
+	opChall  byte = 8 // server's nonce and proof, as one byte string (value)
+	opAuth   byte = 9 // client's proof (value)
 
 	opOK  byte = 0x81 // num i64, value bytes
 	opErr byte = 0x82 // code u8, text
@@ -34,10 +44,13 @@ const (
 )
 
 // protoVersion is the hello's version byte; bump it on any change above.
-const protoVersion = 1
+// Version 1 sent the token itself in the hello.
+const protoVersion = 2
 
-// MaxFrame bounds a frame body, and so a key or value, in bytes.
-const MaxFrame = 16 << 20
+// MaxFrame bounds a frame body, and so a key or value, in bytes. What the
+// ranks keep in the store is small (addresses, ids); a frame is read as its
+// bytes arrive, so a declared length costs nothing until it is sent.
+const MaxFrame = 1 << 20
 
 // Error codes carried by opErr.
 const (
@@ -46,6 +59,10 @@ const (
 	codeVersion   byte = 2 // protocol version mismatch
 	codeProtocol  byte = 3 // malformed or unexpected message
 	codeNotNumber byte = 4 // add on a key holding a non-integer value
+	codeExists    byte = 5 // set of a key that is set already (keys are written once)
+	codeDenied    byte = 6 // the connection's rank may not do this (see Server)
+	codeRank      byte = 7 // the rank claimed is taken or out of range
+	codeLimit     byte = 8 // the store, or this connection, is at a limit
 )
 
 // message is the decoded form of every frame body; which fields mean
@@ -73,6 +90,8 @@ func appendMessage(b []byte, m *message) []byte {
 	case opHello:
 		b = append(b, m.version)
 		b = binary.BigEndian.AppendUint32(b, uint32(m.rank))
+		b = appendBytes(b, m.value)
+	case opChall, opAuth:
 		b = appendBytes(b, m.value)
 	case opSet:
 		b = appendBytes(b, []byte(m.key))
@@ -175,6 +194,8 @@ func decodeMessage(body []byte) (message, error) {
 		m.version = d.u8()
 		m.rank = int32(d.u32())
 		m.value = d.bytes()
+	case opChall, opAuth:
+		m.value = d.bytes()
 	case opSet:
 		m.key = string(d.bytes())
 		m.value = d.bytes()
@@ -228,10 +249,10 @@ func appendFrame(b []byte, m *message) []byte {
 	return b
 }
 
-// maxHelloFrame bounds the first frame of a connection, read before the
-// peer has shown the token, so a stranger cannot make the server allocate
-// MaxFrame per connection.
-const maxHelloFrame = 64 << 10
+// maxHelloFrame bounds the frames of the handshake, read before the peer
+// has shown it holds the token, so a stranger cannot make the server
+// allocate MaxFrame per connection.
+const maxHelloFrame = 1 << 10
 
 // readFrame reads one frame and returns its body in a fresh buffer.
 func readFrame(r io.Reader) ([]byte, error) { return readFrameMax(r, MaxFrame) }
@@ -245,15 +266,27 @@ func readFrameMax(r io.Reader, limit uint32) ([]byte, error) {
 	if n == 0 || n > limit {
 		return nil, fmt.Errorf("bootstrap: frame length %d out of range [1, %d]", n, limit)
 	}
-	body := make([]byte, n)
-	if _, err := io.ReadFull(r, body); err != nil {
-		if err == io.EOF {
-			err = io.ErrUnexpectedEOF
+	// Read in steps that double: memory follows the bytes that arrive, not
+	// the length a peer declares (at most twice what it sent).
+	body := make([]byte, 0, min(n, frameStep))
+	for uint32(len(body)) < n {
+		if len(body) == cap(body) {
+			body = append(body, make([]byte, min(uint32(cap(body)), n-uint32(len(body))))...)[:len(body)]
 		}
-		return nil, err
+		k, err := io.ReadFull(r, body[len(body):min(uint32(cap(body)), n)])
+		body = body[:len(body)+k]
+		if err != nil {
+			if err == io.EOF {
+				err = io.ErrUnexpectedEOF
+			}
+			return nil, err
+		}
 	}
 	return body, nil
 }
+
+// frameStep is the first buffer readFrameMax gives a frame.
+const frameStep = 64 << 10
 
 // readMessage reads and decodes one frame.
 func readMessage(r io.Reader) (message, error) { return readMessageMax(r, MaxFrame) }

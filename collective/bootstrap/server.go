@@ -2,25 +2,93 @@ package bootstrap
 
 import (
 	"context"
-	"crypto/subtle"
+	"encoding/binary"
 	"errors"
 	"fmt"
 	"log/slog"
+	"math"
 	"net"
 	"strconv"
+	"strings"
 	"sync"
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/jobauth"
 )
 
-// helloTimeout bounds how long an accepted connection may take to present
-// its hello; a connection that says nothing is dropped.
-const helloTimeout = 10 * time.Second
+// helloTimeout bounds how long an accepted connection may take to finish
+// the handshake; a connection that says nothing is dropped.
+const helloTimeout = 5 * time.Second
 
 // writeTimeout bounds one write to a client: a client that stops reading for
 // this long is disconnected rather than allowed to pile up replies.
 const writeTimeout = 30 * time.Second
+
+// Limits of the server. A stranger (no token yet) holds at most a slot of
+// the handshake gate for helloTimeout; a client with the token is bounded by
+// the store's and its connection's limits.
+const (
+	// MaxHandshakes is how many connections may be in the handshake at
+	// once, and MaxHandshakesPerHost from one remote host; more are closed
+	// at once.
+	MaxHandshakes        = 128
+	MaxHandshakesPerHost = 32
+	// MaxObservers bounds the observers (ObserverRank) connected at once.
+	MaxObservers = 16
+	// MaxStoreBytes bounds the keys and values the store holds in all.
+	MaxStoreBytes = 64 << 20
+	// MaxPending bounds the gets and waits one connection may have parked.
+	MaxPending = 4096
+	// maxQueued bounds the replies queued for a client that does not read
+	// them; past it the client is disconnected.
+	maxQueued = 16 << 20
+)
+
+// ObserverRank is the rank a client that is no rank of the job presents
+// (vccl-top): it may read public keys (PublicKey) and the clock, and write
+// nothing.
+const ObserverRank = math.MaxInt32
+
+// Access rules the server enforces, whatever the client:
+//
+//   - a key is written once: a second Set of it fails (ErrKeyExists); Add
+//     counts on a key that holds an integer;
+//   - a key whose last segment is "@R" (RankKey) is written only by the
+//     connection authenticated as rank R;
+//   - a rank is held by one connection at a time, and with WithWorldSize
+//     only ranks of the job (and ObserverRank) may connect;
+//   - an observer writes nothing and reads only public keys.
+//
+// So once the ranks of a job have connected, a client that holds the token
+// can neither claim a rank nor change what a rank wrote.
+
+// UIDKey is the key under which rank 0 publishes the communicator's unique
+// id; it is public, so observers (vccl-top) may read it.
+const UIDKey = "vccl/pub/uid"
+
+// RankKey is a key only rank may write: base + "/@" + rank.
+func RankKey(base string, rank int) string { return base + "/@" + strconv.Itoa(rank) }
+
+// keyOwner returns the rank a key is bound to, if any; malformed says that
+// its last segment starts with "@" but is no rank.
+func keyOwner(key string) (rank int32, bound, malformed bool) {
+	last := key[strings.LastIndexByte(key, '/')+1:]
+	if !strings.HasPrefix(last, "@") {
+		return 0, false, false
+	}
+	n, err := strconv.ParseInt(last[1:], 10, 32)
+	if err != nil || n < 0 || n == ObserverRank || strconv.FormatInt(n, 10) != last[1:] {
+		return 0, false, true
+	}
+	return int32(n), true, false
+}
+
+// PublicKey reports whether observers may read key: it starts with "pub/"
+// or has a segment "pub" ("vccl/pub/uid", "vccl/UID/pub/live/@3").
+func PublicKey(key string) bool {
+	return strings.HasPrefix(key, "pub/") || strings.Contains(key, "/pub/")
+}
 
 // ServerOption configures Serve.
 type ServerOption func(*Server)
@@ -35,6 +103,9 @@ func WithLogger(l *slog.Logger) ServerOption {
 	}
 }
 
+// WithWorldSize admits only ranks 0 to n-1 (and observers).
+func WithWorldSize(n int) ServerOption { return func(s *Server) { s.world = n } }
+
 // Server is the rendezvous key-value store, hosted by rank 0. Keys are
 // written once or counted with Add; gets and waits block until their keys
 // exist. It serves each client connection on its own goroutine, and parks a
@@ -42,15 +113,22 @@ func WithLogger(l *slog.Logger) ServerOption {
 // wakes it: nothing polls.
 type Server struct {
 	ln    net.Listener
-	token string
+	key   []byte // the token's store key
 	log   *slog.Logger
+	world int // ranks admitted: 0 to world-1; 0: any
 
-	mu      sync.Mutex
-	kv      map[string][]byte
-	waiters map[string]map[*waiter]struct{}
-	conns   map[*sconn]struct{}
-	hello   map[net.Conn]struct{} // accepted, handshake not finished
-	closed  bool
+	gate    jobauth.Gate
+	refused jobauth.LogLimiter
+
+	mu        sync.Mutex
+	kv        map[string][]byte
+	bytes     int // of keys and values in kv
+	waiters   map[string]map[*waiter]struct{}
+	conns     map[*sconn]struct{}
+	ranks     map[int32]*sconn      // rank → its connection (not observers)
+	observers int                   // observer connections
+	hello     map[net.Conn]struct{} // accepted, handshake not finished
+	closed    bool
 
 	onPark func(key string) // test hook: a request parked on key (called without s.mu)
 
@@ -69,8 +147,8 @@ type waiter struct {
 }
 
 // Serve listens on addr (host:port; port 0 picks a free one) and serves the
-// store to clients that present token. The server lives until Close is
-// called or ctx is done, whichever comes first.
+// store to clients that prove they hold token. The server lives until Close
+// is called or ctx is done, whichever comes first.
 func Serve(ctx context.Context, addr string, token string, opts ...ServerOption) (*Server, error) {
 	var lc net.ListenConfig
 	ln, err := lc.Listen(ctx, "tcp", addr)
@@ -79,11 +157,13 @@ func Serve(ctx context.Context, addr string, token string, opts ...ServerOption)
 	}
 	s := &Server{
 		ln:      ln,
-		token:   token,
+		key:     jobauth.Key(token, jobauth.PurposeStore),
 		log:     slog.Default(),
+		gate:    jobauth.Gate{Max: MaxHandshakes, PerHost: MaxHandshakesPerHost},
 		kv:      make(map[string][]byte),
 		waiters: make(map[string]map[*waiter]struct{}),
 		conns:   make(map[*sconn]struct{}),
+		ranks:   make(map[int32]*sconn),
 		hello:   make(map[net.Conn]struct{}),
 	}
 	for _, o := range opts {
@@ -140,72 +220,135 @@ func (s *Server) acceptLoop() {
 			}
 			// Temporary failures (out of file descriptors, …): back
 			// off briefly instead of spinning, then keep serving.
-			s.log.Warn("bootstrap: accept failed", "addr", s.ln.Addr().String(), "err", err)
+			s.logRefused("bootstrap: accept failed", "addr", s.ln.Addr().String(), "err", err)
 			backoff = min(max(2*backoff, 5*time.Millisecond), time.Second)
 			t := time.NewTimer(backoff)
 			<-t.C
 			continue
 		}
 		backoff = 0
+		remote := nc.RemoteAddr().String()
+		release, ok := s.gate.Enter(remote)
+		if !ok {
+			// Too many strangers mid-handshake: drop this one at once
+			// rather than hold a descriptor for it.
+			nc.Close()
+			s.logRefused("bootstrap: refused connection", "remote", remote, "reason", "too many connections in the handshake")
+			continue
+		}
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()
+			release()
 			nc.Close()
 			return
 		}
 		s.hello[nc] = struct{}{}
 		s.wg.Add(1)
 		s.mu.Unlock()
-		go s.serveConn(nc)
+		go s.serveConn(nc, release)
 	}
+}
+
+// logRefused logs a refusal, at most one line per interval: a flood of
+// strangers costs a line every ten seconds, which says how many it hides.
+func (s *Server) logRefused(msg string, args ...any) {
+	ok, hidden := s.refused.Allow()
+	if !ok {
+		return
+	}
+	if hidden > 0 {
+		args = append(args, "refused_since_last_line", hidden)
+	}
+	s.log.Warn(msg, args...)
+}
+
+// handshake authenticates nc: it returns the rank the client proved it may
+// claim, or why it refused (already logged and answered).
+func (s *Server) handshake(nc net.Conn, remote string) (int32, error) {
+	nc.SetDeadline(time.Now().Add(helloTimeout))
+	m, err := readMessageMax(nc, maxHelloFrame)
+	if err != nil {
+		s.logRefused("bootstrap: refused connection", "remote", remote, "reason", "no valid hello", "err", err)
+		return 0, err
+	}
+	refuse := func(code byte, reason string) error {
+		s.logRefused("bootstrap: refused connection", "remote", remote, "rank", m.rank, "reason", reason)
+		reply := message{op: opErr, code: code, text: reason}
+		nc.Write(appendFrame(nil, &reply)) // best effort, under the hello deadline
+		return errors.New(reason)
+	}
+	switch {
+	case m.op != opHello:
+		return 0, refuse(codeProtocol, fmt.Sprintf("first message is op %#x, not hello", m.op))
+	case m.version != protoVersion:
+		return 0, refuse(codeVersion, fmt.Sprintf("protocol version %d, server speaks %d", m.version, protoVersion))
+	case len(m.value) != jobauth.NonceSize:
+		return 0, refuse(codeProtocol, fmt.Sprintf("hello nonce of %d bytes, want %d", len(m.value), jobauth.NonceSize))
+	case m.rank < 0 || (s.world > 0 && int(m.rank) >= s.world && m.rank != ObserverRank):
+		return 0, refuse(codeRank, fmt.Sprintf("rank %d is not a rank of this job (%d ranks)", m.rank, s.world))
+	}
+	nc1 := append([]byte(nil), m.value...)
+	ns := jobauth.Nonce()
+	var rb [4]byte
+	binary.BigEndian.PutUint32(rb[:], uint32(m.rank))
+	chall := message{op: opChall, value: append(ns, jobauth.Proof(s.key, "store-server", nc1, ns, rb[:])...)}
+	if _, err := nc.Write(appendFrame(nil, &chall)); err != nil {
+		return 0, err
+	}
+	a, err := readMessageMax(nc, maxHelloFrame)
+	if err != nil {
+		s.logRefused("bootstrap: refused connection", "remote", remote, "rank", m.rank, "reason", "no proof of the job token", "err", err)
+		return 0, err
+	}
+	if a.op != opAuth || !jobauth.Equal(a.value, jobauth.Proof(s.key, "store-client", nc1, ns, rb[:])) {
+		return 0, refuse(codeToken, "job token mismatch")
+	}
+	return m.rank, nil
 }
 
 // serveConn runs the handshake and then reads requests until the connection
 // ends. It is the one goroutine per client connection (plus the writer it
 // starts, which only drains that connection's replies).
-func (s *Server) serveConn(nc net.Conn) {
+func (s *Server) serveConn(nc net.Conn, release func()) {
 	defer s.wg.Done()
 	remote := nc.RemoteAddr().String()
-
-	nc.SetDeadline(time.Now().Add(helloTimeout))
-	m, err := readMessageMax(nc, maxHelloFrame)
+	rank, err := s.handshake(nc, remote)
+	release()
 	s.mu.Lock()
 	delete(s.hello, nc)
 	closed := s.closed
 	s.mu.Unlock()
-	if closed {
+	if closed || err != nil {
 		nc.Close()
-		return
-	}
-	if err != nil {
-		s.log.Warn("bootstrap: refused connection", "remote", remote, "reason", "no valid hello", "err", err)
-		nc.Close()
-		return
-	}
-	refuse := func(code byte, reason string) {
-		s.log.Warn("bootstrap: refused connection", "remote", remote, "rank", m.rank, "reason", reason)
-		reply := message{op: opErr, code: code, text: reason}
-		nc.Write(appendFrame(nil, &reply)) // best effort, under the hello deadline
-		nc.Close()
-	}
-	switch {
-	case m.op != opHello:
-		refuse(codeProtocol, fmt.Sprintf("first message is op %#x, not hello", m.op))
-		return
-	case m.version != protoVersion:
-		refuse(codeVersion, fmt.Sprintf("protocol version %d, server speaks %d", m.version, protoVersion))
-		return
-	case subtle.ConstantTimeCompare(m.value, []byte(s.token)) != 1:
-		refuse(codeToken, "job token mismatch")
 		return
 	}
 
-	c := &sconn{s: s, nc: nc, rank: m.rank, remote: remote, wake: make(chan struct{}, 1), pending: make(map[uint64]*waiter)}
+	c := &sconn{s: s, nc: nc, rank: rank, remote: remote, wake: make(chan struct{}, 1), pending: make(map[uint64]*waiter)}
 	s.mu.Lock()
-	if s.closed {
+	var why string
+	var code byte
+	switch {
+	case s.closed:
 		s.mu.Unlock()
 		nc.Close()
 		return
+	case rank == ObserverRank && s.observers >= MaxObservers:
+		why, code = fmt.Sprintf("%d observers are connected already", MaxObservers), codeLimit
+	case rank != ObserverRank && s.ranks[rank] != nil:
+		why, code = fmt.Sprintf("rank %d is connected already (from %s)", rank, s.ranks[rank].remote), codeRank
+	}
+	if why != "" {
+		s.mu.Unlock()
+		s.log.Warn("bootstrap: refused connection", "remote", remote, "rank", rank, "reason", why)
+		nc.Write(appendFrame(nil, &message{op: opErr, code: code, text: why}))
+		nc.Close()
+		return
+	}
+	if rank == ObserverRank {
+		s.observers++
+	} else {
+		s.ranks[rank] = c
 	}
 	s.conns[c] = struct{}{}
 	s.mu.Unlock()
@@ -234,6 +377,11 @@ func (s *Server) dropConn(c *sconn) {
 	s.mu.Lock()
 	defer s.mu.Unlock()
 	delete(s.conns, c)
+	if c.rank == ObserverRank {
+		s.observers--
+	} else if s.ranks[c.rank] == c {
+		delete(s.ranks, c.rank)
+	}
 	for _, w := range c.pending {
 		s.unparkLocked(w)
 	}
@@ -273,6 +421,10 @@ func (s *Server) parkLocked(w *waiter) {
 // queued on their connections' writers, so a slow or dead client cannot hold
 // up the connection that did the set.
 func (s *Server) storeLocked(key string, value []byte) {
+	if old, ok := s.kv[key]; ok {
+		s.bytes -= len(key) + len(old)
+	}
+	s.bytes += len(key) + len(value)
 	s.kv[key] = value
 	set := s.waiters[key]
 	if set == nil {
@@ -294,14 +446,64 @@ func (s *Server) storeLocked(key string, value []byte) {
 	}
 }
 
+// allowed checks that c may do op on keys, and answers the request with
+// an error when it may not.
+func (s *Server) allowed(c *sconn, m *message) bool {
+	deny := func(code byte, format string, args ...any) bool {
+		c.send(&message{op: opErr, id: m.id, code: code, text: fmt.Sprintf(format, args...)})
+		return false
+	}
+	observer := c.rank == ObserverRank
+	switch m.op {
+	case opSet, opAdd:
+		if observer {
+			return deny(codeDenied, "an observer may not write (key %.64q)", m.key)
+		}
+		owner, bound, malformed := keyOwner(m.key)
+		if malformed {
+			return deny(codeDenied, "key %.64q ends in @ but names no rank", m.key)
+		}
+		if bound && owner != c.rank {
+			return deny(codeDenied, "key %.64q belongs to rank %d, not rank %d", m.key, owner, c.rank)
+		}
+	case opGet:
+		if observer && !PublicKey(m.key) {
+			return deny(codeDenied, "an observer may read only public keys, not %.64q", m.key)
+		}
+	case opWait:
+		if observer {
+			for _, k := range m.keys {
+				if !PublicKey(k) {
+					return deny(codeDenied, "an observer may read only public keys, not %.64q", k)
+				}
+			}
+		}
+	}
+	return true
+}
+
 // handle serves one request from c.
 func (s *Server) handle(c *sconn, m *message) {
 	errReply := func(code byte, format string, args ...any) {
 		c.send(&message{op: opErr, id: m.id, code: code, text: fmt.Sprintf(format, args...)})
 	}
+	if !s.allowed(c, m) {
+		return
+	}
 	switch m.op {
 	case opSet:
 		s.mu.Lock()
+		if _, ok := s.kv[m.key]; ok {
+			s.mu.Unlock()
+			errReply(codeExists, "key %.64q is set already (keys are written once)", m.key)
+			return
+		}
+		if s.bytes+len(m.key)+len(m.value) > MaxStoreBytes {
+			s.mu.Unlock()
+			errReply(codeLimit, "the store holds %d bytes: no room for %d more", s.bytes, len(m.key)+len(m.value))
+			return
+		}
+		// m.value aliases the frame just read, which nothing else holds.
 		s.storeLocked(m.key, m.value)
 		s.mu.Unlock()
 		c.send(&message{op: opOK, id: m.id})
@@ -310,6 +512,11 @@ func (s *Server) handle(c *sconn, m *message) {
 		if v, ok := s.kv[m.key]; ok {
 			s.mu.Unlock()
 			c.send(&message{op: opOK, id: m.id, value: v})
+			return
+		}
+		if len(c.pending) >= MaxPending {
+			s.mu.Unlock()
+			errReply(codeLimit, "%d requests of this connection wait already", MaxPending)
 			return
 		}
 		if _, dup := c.pending[m.id]; !dup {
@@ -326,10 +533,14 @@ func (s *Server) handle(c *sconn, m *message) {
 			n, err := strconv.ParseInt(string(v), 10, 64)
 			if err != nil {
 				s.mu.Unlock()
-				errReply(codeNotNumber, "add to key %q: its value %.32q is not an integer", m.key, v)
+				errReply(codeNotNumber, "add to key %.64q: its value %.32q is not an integer", m.key, v)
 				return
 			}
 			cur = n
+		} else if s.bytes+len(m.key)+20 > MaxStoreBytes {
+			s.mu.Unlock()
+			errReply(codeLimit, "the store holds %d bytes: no room for key %.64q", s.bytes, m.key)
+			return
 		}
 		cur += m.num
 		s.storeLocked(m.key, strconv.AppendInt(nil, cur, 10))
@@ -348,6 +559,11 @@ func (s *Server) handle(c *sconn, m *message) {
 		if len(missing) == 0 {
 			s.mu.Unlock()
 			c.send(&message{op: opOK, id: m.id})
+			return
+		}
+		if len(c.pending) >= MaxPending {
+			s.mu.Unlock()
+			errReply(codeLimit, "%d requests of this connection wait already", MaxPending)
 			return
 		}
 		if _, dup := c.pending[m.id]; !dup {
@@ -393,7 +609,7 @@ func (c *sconn) readLoop() error {
 		if err != nil {
 			return err
 		}
-		if m.op == opHello || m.op >= opOK {
+		if m.op == opHello || m.op == opChall || m.op == opAuth || m.op >= opOK {
 			c.s.log.Warn("bootstrap: dropping client after protocol error", "remote", c.remote, "rank", c.rank, "op", m.op)
 			return fmt.Errorf("unexpected op %#x", m.op)
 		}
@@ -401,11 +617,17 @@ func (c *sconn) readLoop() error {
 	}
 }
 
-// send queues a frame for the writer; it never blocks on the network.
+// send queues a frame for the writer; it never blocks on the network. A
+// client that lets more than maxQueued bytes of replies pile up (asking for
+// a large value again and again without reading) is disconnected.
 func (c *sconn) send(m *message) {
 	c.omu.Lock()
 	if !c.closing {
 		c.out = appendFrame(c.out, m)
+		if len(c.out) > maxQueued {
+			c.out, c.closing = nil, true
+			c.nc.Close() // the reader sees it and drops the client
+		}
 	}
 	c.omu.Unlock()
 	select {

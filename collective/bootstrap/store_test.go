@@ -79,11 +79,11 @@ func TestSetGetAdd(t *testing.T) {
 	if v, err := c.Get(ctx, "a"); err != nil || string(v) != "hello" {
 		t.Fatalf("Get = %q, %v", v, err)
 	}
-	if err := c.Set(ctx, "a", []byte("again")); err != nil {
-		t.Fatal(err)
+	if err := c.Set(ctx, "a", []byte("again")); !errors.Is(err, ErrKeyExists) {
+		t.Fatalf("second Set: err = %v, want ErrKeyExists", err)
 	}
-	if v, _ := c.Get(ctx, "a"); string(v) != "again" {
-		t.Fatalf("Get after reset = %q", v)
+	if v, _ := c.Get(ctx, "a"); string(v) != "hello" {
+		t.Fatalf("Get after a refused second Set = %q, want the first value", v)
 	}
 	if err := c.Set(ctx, "empty", nil); err != nil {
 		t.Fatal(err)
@@ -227,7 +227,7 @@ func TestConcurrentAdd(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	c := dial(t, ctx, s, 0)
+	c := dial(t, ctx, s, ranks)
 	if v, _ := c.Get(ctx, "n"); string(v) != fmt.Sprint(ranks*adds) {
 		t.Fatalf("counter = %s, want %d", v, ranks*adds)
 	}
@@ -257,7 +257,7 @@ func TestBarrier(t *testing.T) {
 		}()
 	}
 	wg.Wait()
-	c := dial(t, ctx, s, 0)
+	c := dial(t, ctx, s, ranks)
 	if err := c.Barrier(ctx, "x", 0); err == nil {
 		t.Fatal("Barrier with n=0 succeeded")
 	}

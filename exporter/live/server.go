@@ -517,8 +517,11 @@ type Store interface {
 var _ Store = (*bootstrap.Client)(nil)
 
 // StoreKey is the key rank publishes its endpoint under, for the
-// communicator with unique id uid.
-func StoreKey(uid string, rank int) string { return fmt.Sprintf("vccl/%s/live/%d", uid, rank) }
+// communicator with unique id uid. It is public (observers such as vccl-top may read it) and bound to the
+// rank: only that rank's store connection may write it, once.
+func StoreKey(uid string, rank int) string {
+	return bootstrap.RankKey("vccl/"+uid+"/pub/live", rank)
+}
 
 // PublishStore sets ep under StoreKey(uid, ep.Rank).
 func PublishStore(ctx context.Context, st Store, uid string, ep Endpoint) error {

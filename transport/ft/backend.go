@@ -134,7 +134,10 @@ func (b Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transpo
 			}
 			return nil, fmt.Errorf("ft: listen on %s (path %d): %w", a, i, err)
 		}
-		l.acc[i] = transport.NewAcceptor(ln, lc.Token, b.Logger)
+		// A path reconnects under its link's key: keys repeat. The key
+		// carries the link's secret (collective derives it from both
+		// ranks' bootstrap records), so only the link's ranks know it.
+		l.acc[i] = transport.NewAcceptorConfig(ln, transport.AcceptorConfig{Token: lc.Token, Log: b.Logger, RepeatKeys: true})
 	}
 	return l, nil
 }

@@ -4,6 +4,7 @@ package shm
 
 import (
 	"context"
+	"crypto/rand"
 	"encoding/binary"
 	"errors"
 	"fmt"
@@ -44,9 +45,11 @@ func (Backend) Name() string { return Name }
 var nextAddr atomic.Uint64
 
 // Listen listens on a Unix socket: lc.Addr, or a fresh name in the abstract
-// namespace ("@vccl-shm-<pid>-<n>": no file, nothing to clean up). A name
-// starting with '@' is abstract; any other is a socket file, removed on
-// Close.
+// namespace ("@vccl-shm-<pid>-<n>-<random>": no file, nothing to clean up;
+// the random part keeps the name from being guessed). A name starting with
+// '@' is abstract; any other is a socket file, removed on Close. Abstract
+// sockets have no permissions: the handshake proves the job token and, with
+// no token, the listener admits only processes of its own user.
 func (Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transport.Listener, error) {
 	var cfg net.ListenConfig
 	addr := lc.Addr
@@ -54,7 +57,9 @@ func (Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transport
 	var err error
 	if addr == "" {
 		for range 64 {
-			addr = fmt.Sprintf("%s%d-%d", AddrPrefix, os.Getpid(), nextAddr.Add(1))
+			var rnd [8]byte
+			rand.Read(rnd[:])
+			addr = fmt.Sprintf("%s%d-%d-%x", AddrPrefix, os.Getpid(), nextAddr.Add(1), rnd)
 			if ln, err = cfg.Listen(ctx, "unix", addr); !errors.Is(err, syscall.EADDRINUSE) {
 				break
 			}
@@ -65,7 +70,35 @@ func (Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transport
 	if err != nil {
 		return nil, fmt.Errorf("shm: listen on %q: %w", addr, err)
 	}
-	return &listener{addr: addr, acc: transport.NewAcceptor(ln, lc.Token, nil)}, nil
+	acfg := transport.AcceptorConfig{Token: lc.Token}
+	if lc.Token == "" {
+		acfg.Check = sameUser
+	}
+	return &listener{addr: addr, acc: transport.NewAcceptorConfig(ln, acfg)}, nil
+}
+
+// sameUser admits a peer of this process's user (or root) only: without a
+// job token, the uid is what tells this job's ranks from other users'
+// processes on the host.
+func sameUser(c net.Conn) error {
+	uc, ok := c.(*net.UnixConn)
+	if !ok {
+		return nil
+	}
+	rc, err := uc.SyscallConn()
+	if err != nil {
+		return err
+	}
+	var cred *unix.Ucred
+	var cerr error
+	rc.Control(func(fd uintptr) { cred, cerr = unix.GetsockoptUcred(int(fd), unix.SOL_SOCKET, unix.SO_PEERCRED) })
+	if cerr != nil {
+		return fmt.Errorf("peer credentials: %w", cerr)
+	}
+	if me := os.Getuid(); int(cred.Uid) != me && cred.Uid != 0 {
+		return fmt.Errorf("peer uid %d is not this job's user (uid %d) and no job token is set", cred.Uid, me)
+	}
+	return nil
 }
 
 // The setup message the dialler sends after the handshake, with the

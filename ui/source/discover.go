@@ -5,7 +5,6 @@ import (
 	"encoding/json"
 	"errors"
 	"fmt"
-	"math"
 	"net/http"
 	"strings"
 	"time"
@@ -54,7 +53,7 @@ func Dir(dir string) func(context.Context) (Discovery, error) {
 
 // ObserverRank is the rank number vccl-top presents to the rendezvous
 // store: no rank of a job has it.
-const ObserverRank = math.MaxInt32
+const ObserverRank = bootstrap.ObserverRank
 
 // Job discovers the endpoints from the job's rendezvous store at addr
 // (MASTER_ADDR:MASTER_PORT), presenting the job token: the communicator id
@@ -77,7 +76,7 @@ func Job(addr, token string, client *http.Client) func(context.Context) (Discove
 			defer cancel()
 			return st.Get(gctx, key)
 		}
-		b, err := get("vccl/uid", 2*time.Second)
+		b, err := get(bootstrap.UIDKey, 2*time.Second)
 		if err != nil {
 			return Discovery{}, fmt.Errorf("the job at %s has no communicator yet: %w", addr, err)
 		}

@@ -198,16 +198,22 @@ func TestDirAndJobDiscovery(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer srv.Close()
-	st, err := bootstrap.Dial(ctx, srv.Addr().String(), "tok", 0)
-	if err != nil {
+	var sts []*bootstrap.Client
+	for r := range rs {
+		// Each rank publishes through its own connection: its endpoint's
+		// key is bound to its rank.
+		st, err := bootstrap.Dial(ctx, srv.Addr().String(), "tok", r)
+		if err != nil {
+			t.Fatal(err)
+		}
+		defer st.Close()
+		sts = append(sts, st)
+	}
+	if err := sts[0].Set(ctx, bootstrap.UIDKey, []byte("cafe0123")); err != nil {
 		t.Fatal(err)
 	}
-	defer st.Close()
-	if err := st.Set(ctx, "vccl/uid", []byte("cafe0123")); err != nil {
-		t.Fatal(err)
-	}
-	for _, r := range rs {
-		if err := r.srv.Announce(ctx, st); err != nil && !strings.Contains(err.Error(), "gather") {
+	for i, r := range rs {
+		if err := r.srv.Announce(ctx, sts[i]); err != nil && !strings.Contains(err.Error(), "gather") {
 			t.Fatal(err)
 		}
 		if err := live.MergeEndpoints(dir, "cafe0123", 2, r.srv.Endpoint()); err != nil {
