@@ -21,9 +21,11 @@ import (
 // allocation is one cuMemAlloc of a Proc, registered with every rank
 // (except when staging, where nothing is mapped).
 type allocation struct {
-	ptr   cuda.DevicePtr
-	bytes int
-	reg   *Mem
+	ptr     cuda.DevicePtr
+	bytes   int
+	reg     *Mem
+	foreign bool   // the caller's memory (Wrap): never freed here
+	bufID   uint64 // the driver's allocation id (foreign)
 }
 
 // DeviceMem is device memory of a Proc's GPU: an allocation from
@@ -99,6 +101,9 @@ func (p *Proc) Alloc(ctx context.Context, n int) (*DeviceMem, error) {
 func (p *Proc) Free(ctx context.Context, m *DeviceMem) error {
 	if m == nil || m.alloc.ptr == 0 {
 		return nil
+	}
+	if m.alloc.foreign {
+		return errors.New("ce: Free of memory the caller brought (Wrap): free it where it was allocated")
 	}
 	if m.alloc.reg != nil {
 		if err := p.Deregister(ctx, m.alloc.reg); err != nil {

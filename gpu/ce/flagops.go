@@ -515,14 +515,14 @@ func (p *Proc) exchangeBufs(ctx context.Context, recv *DeviceMem) ([]cuda.Device
 			return nil, err
 		}
 		atomicStore(&b.ackOut, s)
-		var m *Mem
-		if id < len(p.regs) {
-			m = p.regs[id]
-		}
-		if m == nil || n != recv.n || off+n > m.size[q] {
+		if n != recv.n {
 			return nil, fmt.Errorf("ce: rank %d's all-reduce buffer (%d bytes) does not match this rank's (%d bytes)", q, n, recv.n)
 		}
-		outs[q] = m.peer[q].Add(off)
+		ptr, err := p.peerBuf(q, id, off, n)
+		if err != nil {
+			return nil, fmt.Errorf("ce: rank %d's all-reduce buffer: %w", q, err)
+		}
+		outs[q] = ptr
 	}
 	return outs, nil
 }

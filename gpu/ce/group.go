@@ -76,6 +76,7 @@ type Group struct {
 	lastPoll    atomic.Int64 // when the last sweep ended (flowtel.Monotonic)
 	reqTs       int64        // when the proxy started its last request (flowtel.Monotonic), with telemetry on
 	reqEnd      int64        // when it finished it, with telemetry in flight
+	noWait      atomic.Bool  // teardown does not wait for the streams (abandon)
 }
 
 // DefaultPollEvery is the idle proxy's telemetry polling period.
@@ -358,7 +359,9 @@ func (g *Group) teardown() {
 		if g.use(r) != nil {
 			continue
 		}
-		r.user.Synchronize()
+		if !g.noWait.Load() {
+			r.user.Synchronize()
+		}
 		for _, s := range []cuda.Stream{r.user, r.ce, r.gat, r.red} {
 			s.Destroy()
 		}
@@ -381,6 +384,26 @@ func (g *Group) Close() error {
 	close(g.quit)
 	<-g.dead
 	return err
+}
+
+// abandon stops the proxy without waiting for the device: its streams are
+// destroyed with work possibly still queued on them (the driver releases
+// them once it completes). It waits at most d for the proxy to finish the
+// request it may be in.
+func (g *Group) abandon(d time.Duration) {
+	select {
+	case <-g.dead:
+		return
+	default:
+	}
+	g.noWait.Store(true)
+	close(g.quit)
+	t := time.NewTimer(d)
+	defer t.Stop()
+	select {
+	case <-g.dead:
+	case <-t.C:
+	}
 }
 
 // Size returns the number of ranks (GPUs).

@@ -66,7 +66,11 @@ type mailbox struct {
 	path string
 }
 
-func mailboxSize(n int) int { return boxHeader + n*n*int(unsafe.Sizeof(pairBox{})) }
+// After the pair boxes come each rank's export table (exportSlots
+// entries) and each rank's state word.
+func mailboxSize(n int) int {
+	return boxHeader + n*n*int(unsafe.Sizeof(pairBox{})) + n*exportSlots*int(unsafe.Sizeof(exportEntry{})) + n*stateBytes
+}
 
 // createMailbox makes and maps the file for n ranks in dir (empty: /dev/shm
 // when it exists, else the temporary directory).

@@ -6,6 +6,7 @@ import (
 	"errors"
 	"fmt"
 	"os"
+	"sync"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -23,6 +24,10 @@ type ProcConfig struct {
 	// Devices are CUDA ordinals indexed by local rank; nil: the local rank
 	// (the rank when the launcher gives none) modulo the device count.
 	Devices []int
+	// Device, when UseDevice is set, is the CUDA ordinal of this rank
+	// whatever its local rank (a C API passes the caller's current device).
+	Device    int
+	UseDevice bool
 	// SMs, PollEvery: as in Config.
 	SMs       int
 	PollEvery time.Duration
@@ -107,6 +112,13 @@ type Proc struct {
 	fseq           uint32 // flag values used so far (every rank alike)
 	dops           uint64 // direct all-reduces so far (their scratch slot alternates)
 	oseq           uint64 // pipelined operations so far (the mailbox outs)
+	// Memory and streams a caller brings (extern.go).
+	foreign     map[cuda.DevicePtr]*allocation // wrapped allocations by base
+	exportSeq   uint64                         // export ids used so far
+	imports     []map[int]imported             // per peer: export id → where it is mapped here
+	evIn, evOut cuda.Event                     // order this rank's stream after / before a caller's
+	releaseMu   sync.Mutex                     // one Abort releases the flags
+	released    bool
 }
 
 type openMem struct {
@@ -117,6 +129,7 @@ type openMem struct {
 // Mem is a device buffer registered with every rank of a Proc job: each
 // rank can write into every other rank's buffer of the same registration.
 type Mem struct {
+	owner *Proc
 	id    int
 	Ptr   cuda.DevicePtr // this rank's buffer
 	Bytes int            // its size
@@ -142,7 +155,7 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 	if ndev == 0 {
 		return nil, fmt.Errorf("ce: no GPU: %w", cuda.ErrNoDriver)
 	}
-	p := &Proc{comm: cfg.Comm, timeout: cfg.Timeout, opened: map[cuda.IpcMemHandle]*openMem{},
+	p := &Proc{comm: cfg.Comm, timeout: cfg.Timeout, opened: map[cuda.IpcMemHandle]*openMem{}, foreign: map[cuda.DevicePtr]*allocation{},
 		useFlags: os.Getenv("VCCL_GPU_FLAGS") != "0", fused: os.Getenv("VCCL_GPU_FUSED") != "0", directMax: cfg.DirectMax, chunk: envBytes("VCCL_GPU_CHUNK", cfg.Chunk)}
 	if p.directMax == 0 {
 		p.directMax = DefaultDirectMax
@@ -170,7 +183,13 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 		local = p.me
 	}
 	dev := local % ndev
-	if cfg.Devices != nil {
+	if cfg.UseDevice {
+		if cfg.Device < 0 || cfg.Device >= ndev {
+			p.closeComm()
+			return nil, fmt.Errorf("ce: device %d of %d", cfg.Device, ndev)
+		}
+		dev = cfg.Device
+	} else if cfg.Devices != nil {
 		if local >= len(cfg.Devices) {
 			p.closeComm()
 			return nil, fmt.Errorf("ce: local rank %d but %d devices configured", local, len(cfg.Devices))
@@ -279,6 +298,10 @@ func (p *Proc) setup(ctx context.Context) error {
 	p.peerDone = make([][mailSlots]cuda.Event, n)
 	p.sendSeq = make([]uint64, n)
 	p.recvSeq = make([]uint64, n)
+	p.imports = make([]map[int]imported, n)
+	for q := range p.imports {
+		p.imports[q] = map[int]imported{}
+	}
 	blob := make([]byte, p.blobSize())
 	var setupErr error
 	host, _ := os.Hostname()
@@ -532,7 +555,7 @@ func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, e
 			return nil, fmt.Errorf("ce: rank %d failed to register its buffer", q)
 		}
 	}
-	m := &Mem{id: len(p.regs), Ptr: ptr, Bytes: n, peer: make([]cuda.DevicePtr, p.n), size: make([]int, p.n), keys: make([]cuda.IpcMemHandle, p.n)}
+	m := &Mem{owner: p, id: len(p.regs), Ptr: ptr, Bytes: n, peer: make([]cuda.DevicePtr, p.n), size: make([]int, p.n), keys: make([]cuda.IpcMemHandle, p.n)}
 	err = p.g.do(func() error {
 		if err := p.g.use(p.r); err != nil {
 			return err
@@ -657,8 +680,8 @@ func (p *Proc) checkOps(ops []P2P) error {
 		k := 2 * o.Peer
 		if o.Recv {
 			k++
-			if o.Dst == nil || p.regs[o.Dst.id] != o.Dst {
-				return errors.New("ce: a receive needs a buffer registered with this Proc")
+			if !p.owns(o.Dst) {
+				return errors.New("ce: a receive needs a buffer registered with this Proc (Register, Alloc) or wrapped by it (Wrap)")
 			}
 			if o.Off < 0 || o.Off+o.Bytes > o.Dst.Bytes {
 				return fmt.Errorf("ce: receive of %d bytes at offset %d of a %d-byte buffer", o.Bytes, o.Off, o.Dst.Bytes)
@@ -775,18 +798,14 @@ func (p *Proc) transfer(ctx context.Context, t tag, ops []P2P, loc *local) error
 				}
 			}
 			var bad error
-			var m *Mem
-			if reg < len(p.regs) {
-				m = p.regs[reg]
-			}
-			switch {
-			case n != o.Bytes:
+			var dst cuda.DevicePtr
+			if n != o.Bytes {
 				bad = fmt.Errorf("ce: rank %d sends %d bytes to rank %d, which receives %d", p.me, o.Bytes, q, n)
-			case m == nil || off+n > m.size[q]:
-				bad = fmt.Errorf("ce: rank %d posts a receive outside its registered buffer", q)
+			} else if dst, bad = p.peerBuf(q, reg, off, n); bad != nil {
+				bad = fmt.Errorf("ce: rank %d posts a receive this rank cannot reach: %w", q, bad)
 			}
 			if bad == nil && n > 0 {
-				if err := cuda.MemcpyDtoDAsync(m.peer[q].Add(off), o.Src, n, r.ce); err != nil {
+				if err := cuda.MemcpyDtoDAsync(dst, o.Src, n, r.ce); err != nil {
 					bad = err
 				}
 			}

@@ -31,6 +31,7 @@ var syms struct {
 	cuIpcGetMemHandle, cuIpcOpenMemHandle, cuIpcCloseMemHandle                     uintptr
 	cuIpcGetEventHandle, cuIpcOpenEventHandle, cuMemGetAddressRange                uintptr
 	cuModuleLoadDataEx, cuModuleGetFunction, cuModuleUnload, cuLaunchKernel        uintptr
+	cuPointerGetAttribute, cuCtxGetDevice, cuMemsetD32Async                        uintptr
 }
 
 // symbol lists the names to try for one entry point, newest first; optional
@@ -98,6 +99,9 @@ func symbolTable() []symbol {
 		{&s.cuModuleGetFunction, []string{"cuModuleGetFunction"}, false},
 		{&s.cuModuleUnload, []string{"cuModuleUnload"}, false},
 		{&s.cuLaunchKernel, []string{"cuLaunchKernel"}, false},
+		{&s.cuPointerGetAttribute, []string{"cuPointerGetAttribute"}, true},
+		{&s.cuCtxGetDevice, []string{"cuCtxGetDevice"}, true},
+		{&s.cuMemsetD32Async, []string{"cuMemsetD32Async"}, true},
 	}
 }
 

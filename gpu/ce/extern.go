@@ -1,0 +1,362 @@
+package ce
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"os"
+	"time"
+
+	"github.com/vccl-go/vccl/gpu/cuda"
+)
+
+// Memory and streams a caller brings. A C API (cmd/libnccl) hands the
+// engine buffers the application allocated with cudaMalloc and the
+// application's own stream: Enter wraps the buffers as DeviceMem (Wrap)
+// and orders this rank's stream after the work already on the caller's
+// stream, the operations are queued as usual (Start), and Leave orders the
+// caller's later work after them, so that to the caller an operation is
+// stream-ordered on its stream as NCCL's are, without the host waiting for
+// the device. Wrapped memory is not registered with every rank ahead of
+// time: a peer maps it through CUDA IPC the first time an operation posts
+// it (the export table in the mailbox, exports.go).
+
+// Extent is Bytes bytes at Ptr: device memory of this rank's GPU that the
+// caller allocated (cuMemAlloc, cudaMalloc).
+type Extent struct {
+	Ptr   cuda.DevicePtr
+	Bytes int
+}
+
+// imported is a peer's exported allocation as mapped in this process.
+type imported struct {
+	base cuda.DevicePtr
+	size int
+}
+
+// Wrap returns n bytes at ptr, memory of this rank's GPU that the caller
+// allocated, as a DeviceMem for the collective API. It is not collective.
+// The allocation must stay allocated while operations that use it are
+// queued, and is never freed here. Memory that CUDA IPC cannot share
+// (cudaMallocAsync pools, cuMemCreate) is refused in a job of several
+// ranks on one host.
+func (p *Proc) Wrap(ptr cuda.DevicePtr, n int) (*DeviceMem, error) {
+	var m *DeviceMem
+	err := p.g.do(func() error {
+		if err := p.g.use(p.r); err != nil {
+			return err
+		}
+		var err error
+		m, err = p.wrapLocked(Extent{ptr, n})
+		return err
+	})
+	return m, err
+}
+
+// Enter wraps bufs (as Wrap) and orders this rank's stream after the work
+// queued so far on s, a stream of this rank's device in its primary
+// context (a CUDA runtime cudaStream_t; 0 is the legacy default stream).
+// Operations started after it run behind that work; call Leave(s) after
+// them. One request to the proxy thread does all of it.
+func (p *Proc) Enter(s cuda.Stream, bufs ...Extent) ([]*DeviceMem, error) {
+	out := make([]*DeviceMem, len(bufs))
+	err := p.g.do(func() error {
+		if err := p.g.use(p.r); err != nil {
+			return err
+		}
+		for i, b := range bufs {
+			m, err := p.wrapLocked(b)
+			if err != nil {
+				return err
+			}
+			out[i] = m
+		}
+		if err := p.streamEvents(); err != nil {
+			return err
+		}
+		if err := p.evIn.Record(s); err != nil {
+			return fmt.Errorf("ce: the caller's stream %#x (a stream of another device or context?): %w", uintptr(s), err)
+		}
+		return p.r.user.WaitEvent(p.evIn)
+	})
+	return out, err
+}
+
+// Leave orders the work queued on s from now on after this rank's stream,
+// so after every operation started since Enter(s). It does not wait.
+func (p *Proc) Leave(s cuda.Stream) error {
+	return p.g.do(func() error {
+		if err := p.g.use(p.r); err != nil {
+			return err
+		}
+		if err := p.streamEvents(); err != nil {
+			return err
+		}
+		if err := p.evOut.Record(p.r.user); err != nil {
+			return err
+		}
+		return s.WaitEvent(p.evOut)
+	})
+}
+
+// streamEvents makes Enter's and Leave's events on first use. Reusing
+// them is safe: a stream waits for the record that precedes its wait.
+func (p *Proc) streamEvents() error {
+	for _, e := range []*cuda.Event{&p.evIn, &p.evOut} {
+		if *e != 0 {
+			continue
+		}
+		ev, err := cuda.NewEvent(cuda.EventDisableTiming)
+		if err != nil {
+			return err
+		}
+		*e = ev
+	}
+	return nil
+}
+
+// wrapLocked is Wrap on the proxy thread. An allocation is looked up by
+// its base and told apart from an earlier one at the same address by the
+// driver's buffer id; a new one gets an export id and, in a job of several
+// ranks sharing memory, its IPC handle in the export table.
+func (p *Proc) wrapLocked(e Extent) (*DeviceMem, error) {
+	if e.Bytes < 0 {
+		return nil, fmt.Errorf("ce: buffer of %d bytes", e.Bytes)
+	}
+	if e.Ptr == 0 {
+		return nil, errors.New("ce: null device pointer")
+	}
+	base, size, err := cuda.MemAddressRange(e.Ptr)
+	if err != nil {
+		return nil, fmt.Errorf("ce: %#x is not device memory of this process: %w", uintptr(e.Ptr), err)
+	}
+	id, err := cuda.BufferID(base)
+	if err != nil {
+		return nil, err
+	}
+	a := p.foreign[base]
+	if a == nil || a.bufID != id || a.bytes != size {
+		info, err := cuda.PointerAllocation(base)
+		if err != nil {
+			return nil, err
+		}
+		if info.Ordinal != int(p.r.dev) {
+			return nil, fmt.Errorf("ce: buffer %#x is on GPU %d, this rank's is GPU %d", uintptr(e.Ptr), info.Ordinal, p.r.dev)
+		}
+		p.exportSeq++
+		a = &allocation{ptr: base, bytes: size, foreign: true, bufID: id}
+		a.reg = &Mem{owner: p, id: exportBase + int(p.exportSeq), Ptr: base, Bytes: size}
+		if !p.staged && p.box != nil && p.n > 1 {
+			if !info.IPCCapable {
+				return nil, fmt.Errorf("ce: buffer %#x cannot be shared through CUDA IPC (cudaMallocAsync pools, cuMemCreate and expandable segments cannot): allocate it with cudaMalloc", uintptr(e.Ptr))
+			}
+			h, err := cuda.IpcGetMemHandle(base)
+			if err != nil {
+				return nil, fmt.Errorf("ce: sharing buffer %#x: %w", uintptr(e.Ptr), err)
+			}
+			p.box.export(p.me, uint64(a.reg.id), uint64(size), uint64(base), uint64(os.Getpid()), h)
+		}
+		p.foreign[base] = a
+	}
+	off := int(e.Ptr - base)
+	if off+e.Bytes > size {
+		return nil, fmt.Errorf("ce: %d bytes at %#x overrun their allocation (%d bytes at %#x)", e.Bytes, uintptr(e.Ptr), size, uintptr(base))
+	}
+	return &DeviceMem{p: p, alloc: a, off: off, n: e.Bytes}, nil
+}
+
+// owns reports whether m is a registration or an export of this Proc.
+func (p *Proc) owns(m *Mem) bool {
+	if m == nil || m.owner != p {
+		return false
+	}
+	return m.id >= exportBase || m.id < len(p.regs) && p.regs[m.id] == m
+}
+
+// peerBuf returns where n bytes at offset off of rank q's buffer id (a
+// registration or an export) lie in this process, mapping an export on
+// first sight. On the proxy thread.
+func (p *Proc) peerBuf(q, id, off, n int) (cuda.DevicePtr, error) {
+	if off < 0 || n < 0 {
+		return 0, fmt.Errorf("%d bytes at offset %d", n, off)
+	}
+	if id < exportBase {
+		var m *Mem
+		if id >= 0 && id < len(p.regs) {
+			m = p.regs[id]
+		}
+		if m == nil || off+n > m.size[q] {
+			return 0, fmt.Errorf("%d bytes at offset %d are outside registration %d", n, off, id)
+		}
+		return m.peer[q].Add(off), nil
+	}
+	im, ok := p.imports[q][id]
+	if !ok {
+		size, base, pid, h, found := p.box.exported(q, uint64(id))
+		if !found {
+			return 0, fmt.Errorf("its buffer %d is not in its export table (more than %d allocations exported since?)", id, exportSlots)
+		}
+		im = imported{size: int(size)}
+		if pid == uint64(os.Getpid()) {
+			im.base = cuda.DevicePtr(base)
+		} else {
+			o := p.opened[h]
+			if o == nil {
+				b, err := cuda.OpenIpcMemHandle(h)
+				if err != nil {
+					return 0, fmt.Errorf("mapping its buffer: %w", err)
+				}
+				o = &openMem{base: b}
+				p.opened[h] = o
+			}
+			o.refs++
+			im.base = o.base
+		}
+		p.imports[q][id] = im
+	}
+	if off+n > im.size {
+		return 0, fmt.Errorf("%d bytes at offset %d are outside its %d-byte buffer", n, off, im.size)
+	}
+	return im.base.Add(off), nil
+}
+
+// Abort releases what this rank's streams may wait on forever once a peer
+// is gone, from any goroutine and without waiting for the device or the
+// peers: the flags of the all-reduce paths (and of the fused kernel) are
+// set far ahead of any value an operation waits for, so those waits end
+// (the results of the operations in flight are garbage). Calls that wait
+// for a peer on the host end when the context they were given ends; cancel
+// it first. The Proc must not run operations afterwards; CloseLocal with a
+// short deadline, or the process's end, reclaims it.
+func (p *Proc) Abort() {
+	p.releaseMu.Lock()
+	if p.released {
+		p.releaseMu.Unlock()
+		return
+	}
+	p.released = true
+	p.releaseMu.Unlock()
+	done := make(chan struct{})
+	go func() {
+		defer close(done)
+		p.g.do(func() error {
+			if p.flags == nil {
+				return nil
+			}
+			if err := p.g.use(p.r); err != nil {
+				return err
+			}
+			s, err := cuda.NewStream(cuda.StreamNonBlocking)
+			if err != nil {
+				return err
+			}
+			defer s.Destroy()
+			if err := cuda.MemsetD32Async(p.flags.Ptr(), p.fseq+1<<30, p.flags.n/4, s); err != nil {
+				return err
+			}
+			deadline := time.Now().Add(time.Second)
+			for time.Now().Before(deadline) {
+				if ok, err := s.Query(); ok || err != nil {
+					return err
+				}
+				time.Sleep(100 * time.Microsecond)
+			}
+			return nil
+		})
+	}()
+	t := time.NewTimer(2 * time.Second)
+	defer t.Stop()
+	select {
+	case <-done:
+	case <-t.C:
+	}
+}
+
+// CloseLocal releases this rank's part without the peers (Close is
+// collective; NCCL's ncclCommDestroy is not). It waits, until ctx ends,
+// for the queued work; unmaps the peers' memory and events; frees this
+// rank's own shared memory and destroys its interprocess events only once
+// every peer has unmapped them (each says so in the mailbox; it waits for
+// that at most a second), and otherwise leaves them to the process's end;
+// and releases the GPU. The host communicator is closed if NewProc made it.
+func (p *Proc) CloseLocal(ctx context.Context) error {
+	if p.attached {
+		p.comm.SetDeviceEngine(nil)
+	}
+	syncErr := p.g.Synchronize(ctx)
+	if syncErr != nil {
+		p.Abort()
+	}
+	p.g.do(func() error {
+		if p.g.use(p.r) != nil {
+			return nil
+		}
+		for _, o := range p.opened {
+			cuda.CloseIpcMemHandle(o.base)
+		}
+		p.opened = map[cuda.IpcMemHandle]*openMem{}
+		destroyEvents(p.peerRdy, p.peerDone)
+		p.peerRdy, p.peerDone = nil, nil
+		return nil
+	})
+	clean := syncErr == nil
+	if p.box != nil {
+		atomicStore(p.box.state(p.me), stateClosed)
+		deadline := time.Now().Add(time.Second)
+		for q := 0; q < p.n && clean; q++ {
+			for atomicLoad(p.box.state(q)) != stateClosed {
+				if time.Now().After(deadline) {
+					clean = false
+					break
+				}
+				time.Sleep(time.Millisecond)
+			}
+		}
+	}
+	var err error
+	if clean {
+		p.g.do(func() error {
+			if p.g.use(p.r) != nil {
+				return nil
+			}
+			for _, m := range []**DeviceMem{&p.scratch, &p.flags, &p.fdirect, &p.fpipe} {
+				if *m != nil {
+					err = errors.Join(err, cuda.MemFree((*m).alloc.ptr))
+					(*m).alloc.ptr = 0
+					*m = nil
+				}
+			}
+			for _, d := range []*cuda.DevicePtr{&p.words, &p.stage} {
+				if *d != 0 {
+					cuda.MemFree(*d)
+					*d = 0
+				}
+			}
+			for i, e := range p.evChunk {
+				if e != 0 {
+					e.Destroy()
+					p.evChunk[i] = 0
+				}
+			}
+			for _, e := range []*cuda.Event{&p.evIn, &p.evOut} {
+				if *e != 0 {
+					e.Destroy()
+					*e = 0
+				}
+			}
+			destroyEvents(p.rdy, p.done)
+			p.rdy, p.done = nil, nil
+			return nil
+		})
+		if p.pinned != nil {
+			err = errors.Join(err, p.g.Do(0, p.pinned.Free))
+			p.pinned = nil
+		}
+		err = errors.Join(err, p.g.Close())
+	} else {
+		p.g.abandon(time.Second)
+	}
+	err = errors.Join(syncErr, err, p.box.close())
+	p.closeComm()
+	return err
+}
