@@ -161,7 +161,7 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 		return nil, err
 	}
 	var err error
-	if o.rank == 0 {
+	if o.rank == 0 && !o.served {
 		// The store outlives New (cancelling Serve's context closes it): the
 		// last ranks may still be leaving the ready barrier when rank 0
 		// returns, and exporters publish endpoints in it later.

@@ -70,6 +70,7 @@ type options struct {
 	errs        []error
 	localTokens bool
 	insecure    bool // run without a token on addresses that are not loopback
+	served      bool // the store at master is served already (WithServedStore)
 }
 
 // WithRank sets this process's rank and the world size.
@@ -79,6 +80,12 @@ func WithRank(rank, size int) Option {
 
 // WithMaster sets the rendezvous address host:port (rank 0 serves it).
 func WithMaster(addr string) Option { return func(o *options) { o.master = addr } }
+
+// WithServedStore says that the rendezvous store at WithMaster's address
+// is served already, by the process that made the job's id (as a C API's
+// unique id is, like NCCL's root): rank 0 dials it as every rank does
+// instead of serving it.
+func WithServedStore() Option { return func(o *options) { o.served = true } }
 
 // WithToken sets the job token every connection of the job proves it holds
 // (default: VCCL_JOB_TOKEN or VCCL_JOB_TOKEN_FILE).
