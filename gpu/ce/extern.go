@@ -199,6 +199,9 @@ func (p *Proc) peerBuf(q, id, off, n int) (cuda.DevicePtr, error) {
 		im = imported{size: int(size)}
 		if pid == uint64(os.Getpid()) {
 			im.base = cuda.DevicePtr(base)
+			if err := p.reach(im.base); err != nil {
+				return 0, err
+			}
 		} else {
 			o := p.opened[h]
 			if o == nil {
@@ -295,8 +298,7 @@ func (p *Proc) CloseLocal(ctx context.Context) error {
 			cuda.CloseIpcMemHandle(o.base)
 		}
 		p.opened = map[cuda.IpcMemHandle]*openMem{}
-		destroyEvents(p.peerRdy, p.peerDone)
-		p.peerRdy, p.peerDone = nil, nil
+		p.destroyPeerEvents()
 		return nil
 	})
 	clean := syncErr == nil
@@ -344,8 +346,7 @@ func (p *Proc) CloseLocal(ctx context.Context) error {
 					*e = 0
 				}
 			}
-			destroyEvents(p.rdy, p.done)
-			p.rdy, p.done = nil, nil
+			p.destroyOwnEvents()
 			return nil
 		})
 		if p.pinned != nil {

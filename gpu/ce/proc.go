@@ -119,6 +119,9 @@ type Proc struct {
 	evIn, evOut cuda.Event                     // order this rank's stream after / before a caller's
 	releaseMu   sync.Mutex                     // one Abort releases the flags
 	released    bool
+	// Ranks in this process (local.go).
+	borrowed map[cuda.Event]bool // peers' events used as they are, not opened
+	reached  map[int]bool        // devices whose memory this rank's context may access
 }
 
 type openMem struct {
@@ -156,6 +159,7 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 		return nil, fmt.Errorf("ce: no GPU: %w", cuda.ErrNoDriver)
 	}
 	p := &Proc{comm: cfg.Comm, timeout: cfg.Timeout, opened: map[cuda.IpcMemHandle]*openMem{}, foreign: map[cuda.DevicePtr]*allocation{},
+		borrowed: map[cuda.Event]bool{}, reached: map[int]bool{},
 		useFlags: os.Getenv("VCCL_GPU_FLAGS") != "0", fused: os.Getenv("VCCL_GPU_FUSED") != "0", directMax: cfg.DirectMax, chunk: envBytes("VCCL_GPU_CHUNK", cfg.Chunk)}
 	if p.directMax == 0 {
 		p.directMax = DefaultDirectMax
@@ -336,6 +340,7 @@ func (p *Proc) setup(ctx context.Context) error {
 						if err != nil {
 							return err
 						}
+						localEv.Store(h, e)
 						off := 8 + blobHost + blobPath + ((q*2+k)*mailSlots+s)*64
 						copy(blob[off:off+64], h[:])
 					}
@@ -385,7 +390,7 @@ func (p *Proc) setup(ctx context.Context) error {
 						off := 8 + blobHost + blobPath + ((p.me*2+k)*mailSlots+s)*64
 						var h cuda.IpcEventHandle
 						copy(h[:], all[q][off:off+64])
-						e, err := cuda.OpenIpcEventHandle(h)
+						e, err := p.openEvent(h)
 						if err != nil {
 							return fmt.Errorf("opening rank %d's event: %w", q, err)
 						}
@@ -492,7 +497,7 @@ func (p *Proc) Close() error {
 			cuda.CloseIpcMemHandle(o.base)
 		}
 		p.opened = nil
-		destroyEvents(p.peerRdy, p.peerDone)
+		p.destroyPeerEvents()
 		return nil
 	})
 	if berr := p.comm.Barrier(ctx); berr != nil {
@@ -503,7 +508,7 @@ func (p *Proc) Close() error {
 			if p.g.use(p.r) != nil {
 				return nil
 			}
-			destroyEvents(p.rdy, p.done)
+			p.destroyOwnEvents()
 			return nil
 		})
 	}
@@ -535,6 +540,9 @@ func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, e
 			return fmt.Errorf("ce: Register of %d bytes at %#x overruns its allocation (%d bytes at %#x)", n, ptr, size, base)
 		}
 		h, err = cuda.IpcGetMemHandle(base)
+		if err == nil {
+			localMem.Store(h, base)
+		}
 		binary.LittleEndian.PutUint64(mine[72:], uint64(ptr-base))
 		return err
 	})
@@ -568,6 +576,14 @@ func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, e
 			}
 			var k cuda.IpcMemHandle
 			copy(k[:], b[8:72])
+			m.keys[q] = k
+			if base, ok, err := p.localMem(k); ok || err != nil {
+				if err != nil {
+					return fmt.Errorf("ce: reaching rank %d's buffer in this process: %w", q, err)
+				}
+				m.peer[q] = base.Add(int(binary.LittleEndian.Uint64(b[72:])))
+				continue
+			}
 			o := p.opened[k]
 			if o == nil {
 				base, err := cuda.OpenIpcMemHandle(k)
