@@ -328,7 +328,7 @@ func (p *Proc) CloseLocal(ctx context.Context) error {
 					*m = nil
 				}
 			}
-			for _, d := range []*cuda.DevicePtr{&p.words, &p.stage} {
+			for _, d := range []*cuda.DevicePtr{&p.words, &p.stage, &p.premulOut, &p.premulCon} {
 				if *d != 0 {
 					cuda.MemFree(*d)
 					*d = 0

@@ -122,6 +122,9 @@ type Proc struct {
 	// Ranks in this process (local.go).
 	borrowed map[cuda.Event]bool // peers' events used as they are, not opened
 	reached  map[int]bool        // devices whose memory this rank's context may access
+	// Pre-multiplied sums (premul.go): products and the spread scalar.
+	premulOut, premulCon cuda.DevicePtr
+	premulLen            int
 }
 
 type openMem struct {
@@ -476,6 +479,10 @@ func (p *Proc) Close() error {
 			}
 			if p.stage != 0 {
 				cuda.MemFree(p.stage)
+			}
+			if p.premulLen > 0 {
+				cuda.MemFree(p.premulOut)
+				cuda.MemFree(p.premulCon)
 			}
 			for _, e := range p.evChunk {
 				if e != 0 {
