@@ -160,6 +160,9 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	if err := o.needToken(ctx, "the rendezvous store", o.master); err != nil {
 		return nil, err
 	}
+	if err := o.needTokenForInterfaces(ctx); err != nil {
+		return nil, err
+	}
 	var err error
 	if o.rank == 0 && !o.served {
 		// The store outlives New (cancelling Serve's context closes it): the

@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log/slog"
+	"net"
 	"os"
 	"strconv"
 	"strings"
@@ -262,6 +263,30 @@ func (o *options) needToken(ctx context.Context, what, addr string) error {
 		return nil
 	}
 	return &NoTokenError{What: what, Addr: addr}
+}
+
+// needTokenForInterfaces refuses to go on without a job token when TCP
+// would listen on an interface of ifnames (VCCL_SOCKET_IFNAME) that has an
+// address other than loopback: checked before the store, so that every
+// rank says so, not only the first to listen.
+func (o *options) needTokenForInterfaces(ctx context.Context) error {
+	if o.token != "" || o.insecure || o.ifname == "" || o.transport == "loop" || o.transport == "shm" {
+		return nil
+	}
+	for _, name := range strings.Split(o.ifname, ",") {
+		name = strings.TrimSpace(name)
+		ifc, err := net.InterfaceByName(name)
+		if err != nil {
+			continue // the transport says what is wrong with it
+		}
+		addrs, _ := ifc.Addrs()
+		for _, a := range addrs {
+			if ipn, ok := a.(*net.IPNet); ok && !ipn.IP.IsLoopback() {
+				return &NoTokenError{What: "the tcp transport (" + EnvIfname + "=" + o.ifname + ")", Addr: name + " " + ipn.IP.String()}
+			}
+		}
+	}
+	return nil
 }
 
 // NoTokenError: the job would listen on an address other hosts can reach

@@ -159,6 +159,8 @@ type AcceptorConfig struct {
 	// Check, when set, vets a connection before its handshake (shm: the
 	// peer's user); an error refuses it.
 	Check func(net.Conn) error
+	// LogEvery is the least time between two refusal lines (default 10s).
+	LogEvery time.Duration
 }
 
 // Acceptor accepts stream connections, checks their handshake and routes each
@@ -197,6 +199,7 @@ func NewAcceptorConfig(ln net.Listener, cfg AcceptorConfig) *Acceptor {
 	a := &Acceptor{ln: ln, key: jobauth.Key(cfg.Token, jobauth.PurposeTransport), cfg: cfg, log: log,
 		gate:    jobauth.Gate{Max: MaxHandshakes, PerHost: MaxHandshakesPerHost},
 		arrived: map[string][]net.Conn{}, claimed: map[string]bool{}, waiters: map[string]chan struct{}{}}
+	a.refused.Interval = cfg.LogEvery
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.wg.Add(1)
 	go a.loop()

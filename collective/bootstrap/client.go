@@ -127,16 +127,34 @@ func Dial(ctx context.Context, addr, token string, rank int) (*Client, error) {
 var errPermanent = errors.New("refused")
 
 func handshake(ctx context.Context, nc net.Conn, addr string, key []byte, rank int) (*Client, error) {
+	if err := clientHandshake(ctx, nc, addr, key, rank); err != nil {
+		return nil, err
+	}
+	c := &Client{
+		nc:         nc,
+		addr:       addr,
+		rank:       rank,
+		pending:    make(map[uint64]chan result),
+		nextID:     1,
+		readerDone: make(chan struct{}),
+	}
+	go c.readLoop()
+	return c, nil
+}
+
+// clientHandshake runs the client's side of the handshake on nc; on error
+// nc is closed.
+func clientHandshake(ctx context.Context, nc net.Conn, addr string, key []byte, rank int) error {
 	deadline := time.Now().Add(handshakeTimeout)
 	if d, ok := ctx.Deadline(); ok && d.Before(deadline) {
 		deadline = d
 	}
 	nc.SetDeadline(deadline)
 	stop := context.AfterFunc(ctx, func() { nc.SetDeadline(time.Unix(1, 0)) })
-	fail := func(err error) (*Client, error) {
+	fail := func(err error) error {
 		stop()
 		nc.Close()
-		return nil, err
+		return err
 	}
 	refused := func(m *message) error {
 		switch m.code {
@@ -200,19 +218,10 @@ func handshake(ctx context.Context, nc net.Conn, addr string, key []byte, rank i
 	}
 	if !stop() {
 		nc.Close()
-		return nil, fmt.Errorf("bootstrap: hello to %s: %w", addr, context.Cause(ctx))
+		return fmt.Errorf("bootstrap: hello to %s: %w", addr, context.Cause(ctx))
 	}
 	nc.SetDeadline(time.Time{})
-	c := &Client{
-		nc:         nc,
-		addr:       addr,
-		rank:       rank,
-		pending:    make(map[uint64]chan result),
-		nextID:     1,
-		readerDone: make(chan struct{}),
-	}
-	go c.readLoop()
-	return c, nil
+	return nil
 }
 
 // Rank returns the rank the client presented.

@@ -285,8 +285,6 @@ func (s *Server) handshake(nc net.Conn, remote string) (int32, error) {
 		return 0, refuse(codeVersion, fmt.Sprintf("protocol version %d, server speaks %d", m.version, protoVersion))
 	case len(m.value) != jobauth.NonceSize:
 		return 0, refuse(codeProtocol, fmt.Sprintf("hello nonce of %d bytes, want %d", len(m.value), jobauth.NonceSize))
-	case m.rank < 0 || (s.world > 0 && int(m.rank) >= s.world && m.rank != ObserverRank):
-		return 0, refuse(codeRank, fmt.Sprintf("rank %d is not a rank of this job (%d ranks)", m.rank, s.world))
 	}
 	nc1 := append([]byte(nil), m.value...)
 	ns := jobauth.Nonce()
@@ -303,6 +301,11 @@ func (s *Server) handshake(nc net.Conn, remote string) (int32, error) {
 	}
 	if a.op != opAuth || !jobauth.Equal(a.value, jobauth.Proof(s.key, "store-client", nc1, ns, rb[:])) {
 		return 0, refuse(codeToken, "job token mismatch")
+	}
+	// Only now, to a client that holds the token, is the job's size
+	// anything to go by.
+	if m.rank < 0 || (s.world > 0 && int(m.rank) >= s.world && m.rank != ObserverRank) {
+		return 0, refuse(codeRank, fmt.Sprintf("rank %d is not a rank of this job (%d ranks)", m.rank, s.world))
 	}
 	return m.rank, nil
 }
@@ -340,7 +343,7 @@ func (s *Server) serveConn(nc net.Conn, release func()) {
 	}
 	if why != "" {
 		s.mu.Unlock()
-		s.log.Warn("bootstrap: refused connection", "remote", remote, "rank", rank, "reason", why)
+		s.logRefused("bootstrap: refused connection", "remote", remote, "rank", rank, "reason", why)
 		nc.Write(appendFrame(nil, &message{op: opErr, code: code, text: why}))
 		nc.Close()
 		return
