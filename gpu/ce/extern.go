@@ -223,14 +223,16 @@ func (p *Proc) peerBuf(q, id, off, n int) (cuda.DevicePtr, error) {
 	return im.base.Add(off), nil
 }
 
-// Abort releases what this rank's streams may wait on forever once a peer
-// is gone, from any goroutine and without waiting for the device or the
-// peers: the flags of the all-reduce paths (and of the fused kernel) are
-// set far ahead of any value an operation waits for, so those waits end
-// (the results of the operations in flight are garbage). Calls that wait
-// for a peer on the host end when the context they were given ends; cancel
-// it first. The Proc must not run operations afterwards; CloseLocal with a
-// short deadline, or the process's end, reclaims it.
+// Abort ends this rank's part at once, from any goroutine, without
+// waiting for the device or the peers. What this rank's streams may wait
+// on forever once a peer is gone is released first, from a thread of its
+// own (the proxy may be inside a request): the flags of the all-reduce
+// paths and of the fused kernel are set far ahead of any value an
+// operation waits for, so those waits end and the streams drain (the
+// results of the operations in flight are garbage). Then the proxy stops.
+// Calls that wait for a peer on the host end when the context they were
+// given ends: cancel it first. Nothing else is released: the memory, the
+// events and the mailbox are left to the process's end.
 func (p *Proc) Abort() {
 	p.releaseMu.Lock()
 	if p.released {
@@ -239,40 +241,39 @@ func (p *Proc) Abort() {
 	}
 	p.released = true
 	p.releaseMu.Unlock()
-	done := make(chan struct{})
-	go func() {
-		defer close(done)
-		p.g.do(func() error {
-			if p.flags == nil {
-				return nil
-			}
-			if err := p.g.use(p.r); err != nil {
-				return err
-			}
-			s, err := cuda.NewStream(cuda.StreamNonBlocking)
-			if err != nil {
-				return err
-			}
-			defer s.Destroy()
-			if err := cuda.MemsetD32Async(p.flags.Ptr(), p.fseq+1<<30, p.flags.n/4, s); err != nil {
-				return err
-			}
-			deadline := time.Now().Add(time.Second)
-			for time.Now().Before(deadline) {
-				if ok, err := s.Query(); ok || err != nil {
+	if f := p.flags; f != nil {
+		// fseq is the proxy's; a stale read is covered by the margin.
+		v := p.fseq + 1<<30
+		done := make(chan struct{})
+		go func() {
+			defer close(done)
+			cuda.WithContext(p.r.ctx, func() error {
+				s, err := cuda.NewStream(cuda.StreamNonBlocking)
+				if err != nil {
 					return err
 				}
-				time.Sleep(100 * time.Microsecond)
-			}
-			return nil
-		})
-	}()
-	t := time.NewTimer(2 * time.Second)
-	defer t.Stop()
-	select {
-	case <-done:
-	case <-t.C:
+				defer s.Destroy()
+				if err := cuda.MemsetD32Async(f.Ptr(), v, f.n/4, s); err != nil {
+					return err
+				}
+				deadline := time.Now().Add(time.Second)
+				for time.Now().Before(deadline) {
+					if ok, err := s.Query(); ok || err != nil {
+						return err
+					}
+					time.Sleep(100 * time.Microsecond)
+				}
+				return nil
+			})
+		}()
+		t := time.NewTimer(2 * time.Second)
+		select {
+		case <-done:
+		case <-t.C:
+		}
+		t.Stop()
 	}
+	p.g.abandon(time.Second)
 }
 
 // CloseLocal releases this rank's part without the peers (Close is
@@ -281,14 +282,19 @@ func (p *Proc) Abort() {
 // rank's own shared memory and destroys its interprocess events only once
 // every peer has unmapped them (each says so in the mailbox; it waits for
 // that at most a second), and otherwise leaves them to the process's end;
-// and releases the GPU. The host communicator is closed if NewProc made it.
+// and releases the GPU. If the work does not drain before ctx ends, it
+// aborts instead (Abort) and unmaps nothing. The host communicator is
+// closed if NewProc made it.
 func (p *Proc) CloseLocal(ctx context.Context) error {
 	if p.attached {
 		p.comm.SetDeviceEngine(nil)
 	}
 	syncErr := p.g.Synchronize(ctx)
 	if syncErr != nil {
+		// The streams may still use the peers' memory: unmap nothing.
 		p.Abort()
+		p.closeComm()
+		return syncErr
 	}
 	p.g.do(func() error {
 		if p.g.use(p.r) != nil {
@@ -301,7 +307,7 @@ func (p *Proc) CloseLocal(ctx context.Context) error {
 		p.destroyPeerEvents()
 		return nil
 	})
-	clean := syncErr == nil
+	clean := true
 	if p.box != nil {
 		atomicStore(p.box.state(p.me), stateClosed)
 		deadline := time.Now().Add(time.Second)
@@ -357,7 +363,28 @@ func (p *Proc) CloseLocal(ctx context.Context) error {
 	} else {
 		p.g.abandon(time.Second)
 	}
-	err = errors.Join(syncErr, err, p.box.close())
+	err = errors.Join(err, p.box.close())
 	p.closeComm()
 	return err
+}
+
+// MaxTransfers is how many transfers one call may make with one peer in
+// one direction (SendRecv; a rank's group of sends and receives).
+const MaxTransfers = mailSlots
+
+// CopyLocal queues a copy of src into dst (the same size, memory of this
+// rank's GPU) on this rank's stream: a rank's send to itself.
+func (p *Proc) CopyLocal(dst, src *DeviceMem) error {
+	if dst.n != src.n {
+		return fmt.Errorf("ce: copy of %d bytes into %d", src.n, dst.n)
+	}
+	if dst.n == 0 || dst.Ptr() == src.Ptr() {
+		return nil
+	}
+	return p.g.do(func() error {
+		if err := p.g.use(p.r); err != nil {
+			return err
+		}
+		return cuda.MemcpyDtoDAsync(dst.Ptr(), src.Ptr(), dst.n, p.r.user)
+	})
 }
