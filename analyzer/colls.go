@@ -29,6 +29,11 @@ type commState struct {
 	bpNow   bool  // a link was backpressured in it
 
 	rankChans [][]*rankChan // by rank: its sides of the channels
+	slowN     int           // link-collectives found slow, all links
+	judgedN   int           // link-collectives compared, all links
+	judgedLks int           // links compared at least once
+	lives     []*rankLife   // by rank: when it ran (rank.go)
+	downAny   bool          // some rank did not run at some point
 	lastEnd   []int64       // by rank: its latest coll_end
 	writer    []bool        // by rank: it wrote a coll_begin
 	nWriters  int32
@@ -167,7 +172,10 @@ const (
 // incomplete by the fold (its other parts' records never came).
 func (a *Analyzer) collEnd(call *flowtel.Call) {
 	rank := call.Rank
-	if rank < 0 || rank >= maxRanks || call.Ended == 0 {
+	if rank < 0 || rank >= maxRanks {
+		return
+	}
+	if call.Ended == 0 {
 		return
 	}
 	c := a.comm(call.Comm)

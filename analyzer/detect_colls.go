@@ -2,6 +2,7 @@ package analyzer
 
 import (
 	"fmt"
+	"math"
 	"slices"
 )
 
@@ -130,9 +131,12 @@ func (a *Analyzer) judgeLinks(c *commState, cs *collState) {
 	o := &a.o.SlowLink
 	var ls []*linkColl
 	for _, lc := range cs.links {
-		if lc.bytes >= o.MinBytes && lc.ns > 0 {
-			ls = append(ls, lc)
+		// A transfer too short to time says nothing of the link; nor does
+		// one whose sender or receiver did not run meanwhile.
+		if lc.bytes < o.MinBytes || lc.ns < int64(o.MinXfer) || lc.l.downDuring(cs.minBegin, cs.maxEnd) {
+			continue
 		}
+		ls = append(ls, lc)
 	}
 	if len(ls) < 2 {
 		return
@@ -143,16 +147,71 @@ func (a *Analyzer) judgeLinks(c *commState, cs *collState) {
 	}
 	others := make([]float64, 0, len(ls)-1)
 	for k, lc := range ls {
+		// Like for like: the links that moved about as much (an algorithm
+		// whose links carry different shares times them differently).
 		others = others[:0]
 		for j, b := range bws {
-			if j != k {
+			if j != k && 2*ls[j].bytes >= lc.bytes && ls[j].bytes <= 2*lc.bytes {
 				others = append(others, b)
 			}
 		}
+		if len(others) == 0 {
+			continue
+		}
 		peer := median(others)
 		ratio := safeDiv(bws[k], peer)
-		a.slowStep(lc.l, cs, ratio < o.Ratio, bws[k], peer, ratio, lc)
+		slow := ratio < o.Ratio
+		d := &lc.l.det
+		if d.judgedN == 0 {
+			c.judgedLks++
+		}
+		d.judgedN++
+		c.judgedN++
+		if slow {
+			d.slowN++
+			c.slowN++
+		}
+		a.slowStep(lc.l, cs, slow, bws[k], peer, ratio, lc)
 	}
+}
+
+// significantSlow reports whether a slow-link finding stands out against
+// how often the job's other links were slow: the chance that a link slow as
+// often as the others by luck is slow in as many of its collectives,
+// bounded by SlowLink.Significance over the links compared (a host that
+// slows every link in turn, descheduling or sharing a NIC, names none).
+// It adds the figures to the finding's evidence.
+func (a *Analyzer) significantSlow(f *Finding) bool {
+	c := a.comms[f.Comm]
+	l := a.links[linkKey{comm: f.Comm, src: f.Rank, dst: f.Peer, ch: uint16(f.Channel)}]
+	if c == nil || l == nil {
+		return true
+	}
+	n, k := int(f.Evidence["collectives"]), int(f.Evidence["slow_collectives"])
+	p0 := (float64(c.slowN-l.det.slowN) + 0.5) / (float64(c.judgedN-l.det.judgedN) + 1)
+	pv := binomTail(n, k, min(p0, 1))
+	f.Evidence["job_slow_rate"] = p0
+	f.Evidence["p_value"] = pv
+	return pv <= a.o.SlowLink.Significance/float64(max(c.judgedLks, 1))
+}
+
+// binomTail is P(X >= k) for X ~ Binomial(n, p).
+func binomTail(n, k int, p float64) float64 {
+	if k <= 0 {
+		return 1
+	}
+	if k > n || p <= 0 {
+		return 0
+	}
+	if p >= 1 {
+		return 1
+	}
+	lg := func(x int) float64 { v, _ := math.Lgamma(float64(x) + 1); return v }
+	var sum float64
+	for i := k; i <= n; i++ {
+		sum += math.Exp(lg(n) - lg(i) - lg(n-i) + float64(i)*math.Log(p) + float64(n-i)*math.Log1p(-p))
+	}
+	return min(sum, 1)
 }
 
 func median(v []float64) float64 {

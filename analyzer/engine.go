@@ -114,7 +114,8 @@ func New(opts Options) (*Analyzer, error) {
 		hol:   map[qpKey]*holAgg{},
 	}
 	a.seriesW = 1
-	a.fold = flowtel.NewFold((*events)(a), flowtel.FoldConfig{MaxOpenCalls: maxFoldCalls, MaxPending: maxPendingSends, GapNs: -1, Ahead: true})
+	a.fold = flowtel.NewFold((*events)(a), flowtel.FoldConfig{MaxOpenCalls: maxFoldCalls, MaxPending: maxPendingSends,
+		GapNs: int64(o.Rank.NotRunning), Ahead: true})
 	return a, nil
 }
 
@@ -152,6 +153,7 @@ func (a *Analyzer) Advance(ts int64) {
 		a.judgeUpTo(math.MaxInt64)
 		return
 	}
+	a.fold.Advance(ts) // ranks silent since long before ts, before their slices are judged
 	a.judgeUpTo((ts - a.slack) / a.w)
 	a.expireCollectives(ts - a.slack)
 }
@@ -173,6 +175,9 @@ func (a *Analyzer) add(r *flowtel.Record) {
 	// Without Advance calls, keep memory bounded all the same.
 	if idx := ts / a.w; idx-a.final > maxAhead/2 {
 		a.judgeUpTo(idx - maxAhead/4)
+	}
+	if r.Kind == flowtel.KindHeartbeat {
+		a.beat(r)
 	}
 	a.fold.AddRecord(r)
 }
@@ -210,7 +215,7 @@ func (e *events) CallEnded(c *flowtel.Call) { (*Analyzer)(e).collEnd(c) }
 
 func (e *events) PathChanged(p *flowtel.PathChange) { (*Analyzer)(e).linkEvent(p) }
 
-func (e *events) Gap(*flowtel.Gap) {}
+func (e *events) Gap(g *flowtel.Gap) { (*Analyzer)(e).gap(g) }
 
 func (e *events) Lost(x *flowtel.Lost) { e.lost += x.Records }
 
@@ -431,6 +436,9 @@ func (a *Analyzer) sendWC(t *flowtel.Transfer) {
 	}
 	if failed {
 		l.failed++
+		if rl := l.comm.life(l.key.dst); rl.failedAt == 0 {
+			rl.failedAt = t.DoneNs
+		}
 	}
 	if lat, ok := t.LatencyNs(); ok {
 		l.lat.Add(lat)
@@ -450,6 +458,12 @@ func (a *Analyzer) recvWC(t *flowtel.Transfer) {
 		return
 	}
 	l := q.in
+	if t.Failed() {
+		// A receive from the peer failed: its connection is gone.
+		if rl := l.comm.life(l.key.src); rl.failedAt == 0 {
+			rl.failedAt = t.DoneNs
+		}
+	}
 	l.landedBytes += t.Bytes
 	l.landMode = true
 	a.integrate(l, t.DoneNs)

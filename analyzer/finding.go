@@ -17,12 +17,13 @@ const (
 	KindHOLBlocking                  // WRs waiting behind an earlier WR on one ordered queue pair
 	KindStraggler                    // a rank that arrives late at collectives
 	KindSlowLink                     // a link slower than its peers in the same collectives
-	KindStall                        // a link idle in the middle of a collective with nothing backed up
+	KindStall                        // a link idle in the middle of a collective with nothing backed up, or a rank that did not run
 	KindFailover                     // traffic moved to the backup path and back
+	KindDeadRank                     // a rank whose records stop in the middle of a call while its peers go on
 	kindEnd
 )
 
-var kindNames = [...]string{"", "backpressure", "hol_blocking", "straggler", "slow_link", "stall", "failover"}
+var kindNames = [...]string{"", "backpressure", "hol_blocking", "straggler", "slow_link", "stall", "failover", "dead_rank"}
 
 func (k Kind) String() string {
 	if k == 0 || k >= kindEnd {

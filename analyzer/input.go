@@ -347,6 +347,7 @@ func merge(ctx context.Context, a *Analyzer, streams []*stream) error {
 		if wm == math.MaxInt64 {
 			break
 		}
+		a.fold.Advance(wm)
 		a.judgeUpTo((wm - a.slack) / a.w)
 		if wm-sinceExpire > 1e9 {
 			a.expireCollectives(wm - a.slack)

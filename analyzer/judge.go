@@ -12,6 +12,7 @@ type linkDetect struct {
 	fl      bool // backpressured in the slice being judged
 	crd     bool // and credit-starved
 	dropped bool // its rate fell under the baseline's share (backlog or not)
+	excused bool // its sender or receiver did not run lately: not judged
 
 	// Stall: the latest slice the link was active in, and the comm's
 	// cumulative excused and backpressured time at its end.
@@ -22,6 +23,8 @@ type linkDetect struct {
 	cumDone       uint64
 	cumBusy       int64
 	slow          slowEpisode
+	slowN         int // collectives in which it was slow
+	judgedN       int // collectives in which its bandwidth was compared
 	evNext        int // next link event to account
 	fo            *foEpisode
 	foDone        []foEpisode
@@ -162,7 +165,8 @@ func (a *Analyzer) judgeSlice(i int64) {
 	from := i * w
 	for _, c := range a.comms {
 		c.advanceExcuse(a, i)
-		c.excNow = c.excused(a, from, from+w)
+		// A rank that did not run explains the stalls it caused.
+		c.excNow = min(w, c.excused(a, from, from+w)+c.markDown(i, from, from+w))
 		c.bpNow = false
 	}
 	if cap(a.accs) < len(a.list) {
@@ -179,6 +183,9 @@ func (a *Analyzer) judgeSlice(i int64) {
 		d := &l.det
 		d.fl, d.crd, d.dropped = false, false, false
 		d.win.add(i, win, &acc)
+		if d.excused = l.downNear(i, win); d.excused {
+			continue
+		}
 		if d.win.busy < int64(bp.MinBusy*float64(win*w)) || d.bl.sumBusy < int64(bp.MinBaseline) || acc.busy == 0 {
 			continue
 		}
@@ -217,7 +224,7 @@ func (a *Analyzer) judgeSlice(i int64) {
 			if d.bp.busySlices == 0 {
 				d.bp.busySlices = 1
 			}
-		} else if acc.busy > 0 && !d.dropped {
+		} else if acc.busy > 0 && !d.dropped && !d.excused {
 			// Only healthy slices make the baseline: a link slowing down
 			// does not lower its own yardstick.
 			d.bl.push(acc.landed, acc.busy, acc.backlog/float64(w), int(max(int64(bp.Baseline)/w, 1)))
@@ -354,7 +361,11 @@ func (a *Analyzer) stallSlice(l *link, i int64, acc *sliceAcc) {
 		gap := to - from
 		if idle := (i - d.lastActive - 1) * w; gap >= int64(st.MinDuration) && idle > 0 {
 			explained := (c.cumExcused - d.gapExcused0) + (c.cumBP - d.gapBP0)
-			if float64(explained) < st.MaxExplained*float64(idle) {
+			// A sender that wrote heartbeats meanwhile waited in the
+			// library for its peers: it had nothing to send because
+			// nothing came, a victim of the stall, not its cause.
+			waited := c.life(l.key.src).waitedIn(from, to)
+			if !waited && float64(explained) < st.MaxExplained*float64(idle) {
 				f := a.linkFinding(KindStall, l, from, to)
 				f.ImpactNs = gap
 				f.Collectives, f.NumCollectives = []uint64{acc.minSeq}, 1
@@ -384,7 +395,8 @@ func (c *commState) advanceExcuse(a *Analyzer, i int64) {
 		c.cumSet, c.cumAt = true, i
 	}
 	if i > c.cumAt {
-		c.cumExcused += c.excused(a, c.cumAt*a.w, i*a.w)
+		from, to := c.cumAt*a.w, i*a.w
+		c.cumExcused += min(to-from, c.excused(a, from, to)+c.downMost(from, to))
 		c.cumAt = i
 	}
 	// Forget windows that closed before this slice.

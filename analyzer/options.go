@@ -27,6 +27,13 @@ type Options struct {
 	SlowLink     SlowLinkOptions     `opt:"slow_link"`
 	HOL          HOLOptions          `opt:"hol"`
 	Failover     FailoverOptions     `opt:"failover"`
+	Rank         RankOptions         `opt:"rank"`
+
+	// ListBelowFloor lists the findings under the noise floor too: those
+	// of severity info (less than SeverityWarningShare of the trace lost),
+	// which a healthy job has by chance. Without it they are only counted
+	// (Report.BelowFloor). Default false.
+	ListBelowFloor bool `opt:"list_below_floor"`
 
 	// MaxListed bounds the collectives and WRs a finding lists. Default 16.
 	MaxListed int `opt:"max_listed"`
@@ -49,6 +56,7 @@ type BackpressureOptions struct {
 	MinBacklog    uint64        `opt:"min_backlog"`    // bytes outstanding a slice needs to be judged; default 64KiB
 	MinBusy       float64       `opt:"min_busy"`       // share of a slice with sends pending, to judge it; default 0.5
 	MinDuration   time.Duration `opt:"min_duration"`   // flagged time an episode needs; default 100ms
+	Outlier       float64       `opt:"outlier"`        // and this many times another link's longest at other times; default 3
 	MinShare      float64       `opt:"min_share"`      // flagged share of the episode's busy slices; default 0.5
 	MaxGap        time.Duration `opt:"max_gap"`        // unflagged time that ends an episode; default 20ms
 }
@@ -66,16 +74,40 @@ type StragglerOptions struct {
 	MinCount    int           `opt:"min_count"`    // late collectives needed; default 3
 	MinShare    float64       `opt:"min_share"`    // share of all late arrivals that are this rank's; default 0.5
 	MinFraction float64       `opt:"min_fraction"` // share of the comm's collectives it is late to; default 0.05
+	// A single arrival this late is a straggler on its own, when it is
+	// also Outlier times the job's other late arrivals; default 100ms.
+	MinSingleLate time.Duration `opt:"min_single_late"`
+	Outlier       float64       `opt:"outlier"` // default 5
+}
+
+// RankOptions: see "A rank that does not run" in the package documentation.
+type RankOptions struct {
+	// NotRunning is the silence, with calls in flight, of a rank that
+	// writes heartbeats after which it is taken not to run: more than a
+	// heartbeat (10ms) and a scheduler's wake-up; default 15ms.
+	NotRunning time.Duration `opt:"not_running"`
+	// MinDown is the time a rank must not run to be a finding; default
+	// 100ms.
+	MinDown time.Duration `opt:"min_down"`
+	// Outlier: its longest silence must be this many times the longest of
+	// any other rank's (a host that deschedules every rank in turn names
+	// none); default 3.
+	Outlier float64 `opt:"outlier"`
+	// DeadGrace: a rank whose records stop with a call in flight while
+	// its peers' go on for at least this long died; default 50ms.
+	DeadGrace time.Duration `opt:"dead_grace"`
 }
 
 // SlowLinkOptions: see "Slow link" in the package documentation.
 type SlowLinkOptions struct {
-	Ratio          float64 `opt:"ratio"`           // bandwidth under this share of the other links' median; default 0.5
-	MinBytes       uint64  `opt:"min_bytes"`       // a link's bytes in a collective to judge it; default 64KiB
-	MinWRBytes     uint64  `opt:"min_wr_bytes"`    // WRs smaller than this are not timed; default 4KiB
-	MinCollectives int     `opt:"min_collectives"` // slow collectives an episode needs; default 5
-	MinFraction    float64 `opt:"min_fraction"`    // share of the episode's collectives that are slow; default 0.6
-	MaxGap         int     `opt:"max_gap"`         // consecutive normal collectives that end an episode; default 5
+	Ratio          float64       `opt:"ratio"`           // bandwidth under this share of the other links' median; default 0.5
+	MinBytes       uint64        `opt:"min_bytes"`       // a link's bytes in a collective to judge it; default 64KiB
+	MinXfer        time.Duration `opt:"min_xfer"`        // and its timed transfer time; default 20µs
+	Significance   float64       `opt:"significance"`    // chance a link of this job is as often slow by luck; default 1e-4
+	MinWRBytes     uint64        `opt:"min_wr_bytes"`    // WRs smaller than this are not timed; default 4KiB
+	MinCollectives int           `opt:"min_collectives"` // slow collectives an episode needs; default 5
+	MinFraction    float64       `opt:"min_fraction"`    // share of the episode's collectives that are slow; default 0.6
+	MaxGap         int           `opt:"max_gap"`         // consecutive normal collectives that end an episode; default 5
 }
 
 // HOLOptions: see "Head-of-line blocking" in the package documentation.
@@ -100,15 +132,18 @@ func DefaultOptions() Options {
 		Backpressure: BackpressureOptions{
 			Window: 5 * time.Millisecond, Baseline: 50 * time.Millisecond, MinBaseline: 5 * time.Millisecond,
 			RateFactor: 0.5, BacklogFactor: 2, CreditShare: 0.5, MinBacklog: 64 << 10, MinBusy: 0.5, MinShare: 0.5,
-			MinDuration: 100 * time.Millisecond, MaxGap: 20 * time.Millisecond,
+			MinDuration: 100 * time.Millisecond, MaxGap: 20 * time.Millisecond, Outlier: 3,
 		},
 		Stall: StallOptions{MinDuration: 50 * time.Millisecond, MaxBusy: 0.1, MaxExplained: 0.5},
 		Straggler: StragglerOptions{
 			MinLate: 2 * time.Millisecond, MinCount: 3, MinShare: 0.5, MinFraction: 0.05,
+			MinSingleLate: 100 * time.Millisecond, Outlier: 5,
 		},
 		SlowLink: SlowLinkOptions{
-			Ratio: 0.5, MinBytes: 64 << 10, MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
+			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond, Significance: 1e-4,
+			MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
 		},
+		Rank: RankOptions{NotRunning: 15 * time.Millisecond, MinDown: 100 * time.Millisecond, Outlier: 3, DeadGrace: 50 * time.Millisecond},
 		HOL: HOLOptions{
 			MinWait: time.Millisecond, Dominance: 0.8, SizeRatio: 8, MinBlocked: 2, MaxGap: time.Second,
 		},
@@ -161,6 +196,11 @@ func (o Options) Validate() error {
 	} {
 		check(s.v > 0 && s.v <= 1, "%s %v: want a share in (0, 1]", s.name, s.v)
 	}
+	check(o.SlowLink.Significance > 0 && o.SlowLink.Significance < 1, "slow_link.significance %v: want a probability in (0, 1)", o.SlowLink.Significance)
+	check(o.Straggler.Outlier >= 1, "straggler.outlier %v: want at least 1", o.Straggler.Outlier)
+	check(o.Backpressure.Outlier >= 1, "backpressure.outlier %v: want at least 1", o.Backpressure.Outlier)
+	check(o.Rank.Outlier >= 1, "rank.outlier %v: want at least 1", o.Rank.Outlier)
+	check(o.Rank.NotRunning >= time.Millisecond, "rank.not_running %v: want at least 1ms", o.Rank.NotRunning)
 	check(o.Backpressure.BacklogFactor >= 1, "backpressure.backlog_factor %v: want at least 1", o.Backpressure.BacklogFactor)
 	check(o.HOL.SizeRatio >= 1, "hol.size_ratio %v: want at least 1", o.HOL.SizeRatio)
 	check(o.MaxListed >= 1 && o.MaxListed <= 1<<16, "max_listed %d: want 1 to 65536", o.MaxListed)
@@ -240,6 +280,12 @@ func (o *Options) Set(name, value string) error {
 			return bad(err)
 		}
 		target.SetUint(n)
+	case bool:
+		b, err := strconv.ParseBool(value)
+		if err != nil {
+			return bad(err)
+		}
+		target.SetBool(b)
 	}
 	return nil
 }

@@ -12,8 +12,11 @@ import (
 // Report is what an analysis found: the findings worst first, a summary of
 // the collectives, and the series the HTML report charts.
 type Report struct {
-	Job         Job                 `json:"job"`
-	Findings    []Finding           `json:"findings"`
+	Job      Job       `json:"job"`
+	Findings []Finding `json:"findings"`
+	// BelowFloor counts the findings under the noise floor (severity info),
+	// not listed unless Options.ListBelowFloor.
+	BelowFloor  int                 `json:"below_floor"`
 	Collectives []CollectiveSummary `json:"collectives"`
 	Warnings    []string            `json:"warnings"`
 
@@ -136,6 +139,8 @@ func (a *Analyzer) Finish() *Report {
 		return &Report{}
 	}
 	a.finished = true
+	a.fold.Advance(a.lastTs) // ranks silent at the end, in a call
+	a.deadRanks()
 	a.fold.Finish() // calls whose end never came, ended incomplete
 	a.judgeUpTo(math.MaxInt64)
 	for _, c := range sortedComms(a.comms) {
@@ -172,9 +177,23 @@ func (a *Analyzer) Finish() *Report {
 	for i := range r.Findings {
 		f := &r.Findings[i]
 		f.Severity = severityOf(f.ImpactNs, span)
+		if f.Kind == KindDeadRank {
+			f.Severity = SeverityCritical // the job cannot go on without it
+		}
 		if f.Collectives == nil {
 			f.Collectives = []uint64{}
 		}
+	}
+	if !a.o.ListBelowFloor {
+		kept := r.Findings[:0]
+		for _, f := range r.Findings {
+			if f.Severity == SeverityInfo {
+				r.BelowFloor++
+				continue
+			}
+			kept = append(kept, f)
+		}
+		r.Findings = kept
 	}
 	sortFindings(r.Findings)
 	r.Job = Job{Records: a.records, LostRecords: a.lost, LateRecords: a.late, BadRecords: a.badTs + a.farAhead,
@@ -247,12 +266,17 @@ func (a *Analyzer) finalFindings() []Finding {
 			bps = append(bps, c)
 		case KindStall:
 			stalls = append(stalls, c)
+		case KindSlowLink:
+			if a.significantSlow(&c.f) {
+				out = append(out, c.f)
+			}
 		default:
 			out = append(out, c.f)
 		}
 	}
 	for _, c := range a.comms {
 		out = append(out, a.stragglerFindings(c)...)
+		out = append(out, a.rankFindings(c)...)
 	}
 	out = append(out, a.failoverFindings()...)
 
@@ -289,7 +313,7 @@ func (a *Analyzer) finalFindings() []Finding {
 	}
 	root := make([]bool, len(bps))
 	for x, c := range bps {
-		root[x] = !pushed[x] && !c.short
+		root[x] = !pushed[x] && !c.short && a.outlierBP(bps, x)
 	}
 	for x, c := range bps {
 		if !pushed[x] {
@@ -384,6 +408,25 @@ func (a *Analyzer) finalFindings() []Finding {
 		out = append(out, f)
 	}
 	return out
+}
+
+// outlierBP reports whether backpressure episode x stands out against the
+// job's own: its flagged time is at least Backpressure.Outlier times the
+// longest episode of any other link of its communicator at other times (a
+// host whose every link slows now and then names none). Episodes it
+// overlaps are left out: a backed-up ring flags its upstream links too.
+func (a *Analyzer) outlierBP(bps []candidate, x int) bool {
+	c := &bps[x].f
+	var others float64
+	for y := range bps {
+		d := &bps[y].f
+		if y == x || d.Comm != c.Comm || d.Link() == c.Link() || overlaps(span{c.StartNs, c.EndNs}, span{d.StartNs, d.EndNs}) {
+			continue
+		}
+		others = max(others, d.Evidence["flagged_ms"])
+	}
+	c.Evidence["others_longest_ms"] = others
+	return c.Evidence["flagged_ms"] >= a.o.Backpressure.Outlier*others
 }
 
 // foldSlowLinks folds a slow link into a worse one it overlaps in time and

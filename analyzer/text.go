@@ -16,6 +16,9 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	rel := func(ns int64) string { return fmt.Sprintf("+%.3fs", float64(ns-start)/1e9) }
 	if len(r.Findings) == 0 {
 		sb.WriteString("No findings: no link, rank or queue pair stood out.\n")
+		if r.BelowFloor > 0 {
+			fmt.Fprintf(&sb, "(%d smaller events under the noise floor, each under 1%% of the trace: -set list_below_floor=true lists them)\n", r.BelowFloor)
+		}
 	} else {
 		fmt.Fprintf(&sb, "%d finding(s), worst first:\n", len(r.Findings))
 		tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', 0)

@@ -769,6 +769,15 @@ func (f *Fold) Finish() {
 	}
 }
 
+// LastSeen returns the time of the latest record of rank of communicator
+// comm (0: none seen, or gaps are off: FoldConfig.GapNs < 0).
+func (f *Fold) LastSeen(comm uint32, rank int32) int64 {
+	if rk := f.ranks[foldRankKey{comm, rank}]; rk != nil {
+		return rk.lastTs
+	}
+	return 0
+}
+
 // QPs returns how many QPs the fold tracks: every event's QPIndex is below
 // it.
 func (f *Fold) QPs() int { return len(f.qps) }

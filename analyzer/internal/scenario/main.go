@@ -14,7 +14,12 @@
 //	           -straggler sleeps -straggle before every -straggle-every'th
 //	           call, and rank -inject-rank runs -inject-cmd before call
 //	           -inject-iter and -heal-cmd before call -heal-iter (gen.sh uses
-//	           them to add and remove a tc tbf rate limit mid-run).
+//	           them to add and remove a tc tbf rate limit mid-run);
+//	           rank -freeze-rank stops its own process (SIGSTOP, a child
+//	           sends SIGCONT) for -freeze-for, -freeze-offset into call
+//	           -freeze-iter and every -freeze-every'th call after it; rank
+//	           -kill-rank kills itself (SIGKILL) -freeze-offset into call
+//	           -kill-iter.
 //	hol        ranks 0 and 1 of a pipeline: for each of N rounds, rank 0
 //	           starts one large send (-bytes) and then -small-count small
 //	           sends (-small bytes) to rank 1 as separate asynchronous calls,
@@ -33,7 +38,9 @@ import (
 	"fmt"
 	"os"
 	"os/exec"
+	"os/signal"
 	"path/filepath"
+	"syscall"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -61,6 +68,14 @@ type config struct {
 	injectCmd  string
 	healIter   int
 	healCmd    string
+
+	freezeRank   int
+	freezeIter   int
+	freezeFor    time.Duration
+	freezeEvery  int
+	freezeOffset time.Duration
+	killRank     int
+	killIter     int
 }
 
 func main() {
@@ -81,6 +96,13 @@ func main() {
 	flag.StringVar(&c.injectCmd, "inject-cmd", "", "shell command that injects the fault")
 	flag.IntVar(&c.healIter, "heal-iter", -1, "call before which -heal-cmd runs")
 	flag.StringVar(&c.healCmd, "heal-cmd", "", "shell command that removes the fault")
+	flag.IntVar(&c.freezeRank, "freeze-rank", -1, "rank whose process is stopped (SIGSTOP) for -freeze-for")
+	flag.IntVar(&c.freezeIter, "freeze-iter", -1, "call during which the freeze starts")
+	flag.DurationVar(&c.freezeFor, "freeze-for", 2*time.Second, "how long the process stays stopped")
+	flag.IntVar(&c.freezeEvery, "freeze-every", 0, "freeze again every k calls after -freeze-iter (0: once)")
+	flag.DurationVar(&c.freezeOffset, "freeze-offset", time.Millisecond, "how far into the call the process stops")
+	flag.IntVar(&c.killRank, "kill-rank", -1, "rank that is killed (SIGKILL) during call -kill-iter")
+	flag.IntVar(&c.killIter, "kill-iter", -1, "call during which -kill-rank is killed")
 	flag.Parse()
 	if err := run(c); err != nil {
 		fmt.Fprintln(os.Stderr, "vccl-scenario:", err)
@@ -95,7 +117,12 @@ func run(c config) (err error) {
 	if c.iters < 1 || c.bytes < 4 {
 		return fmt.Errorf("-iters %d -bytes %d: want at least one call of 4 bytes", c.iters, c.bytes)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), c.timeout)
+	// Stopped by the launcher (another rank died): the calls fail, and the
+	// traces are finished on the way out, as the peers of a dead rank's
+	// need them.
+	sctx, stop := signal.NotifyContext(context.Background(), syscall.SIGTERM, syscall.SIGINT)
+	defer stop()
+	ctx, cancel := context.WithTimeout(sctx, c.timeout)
 	defer cancel()
 	// The exporters are the telemetry package's, as any program's; the
 	// trace directory comes from -dir, and a corpus directory holds traces
@@ -106,7 +133,8 @@ func run(c config) (err error) {
 		return err
 	}
 	tcfg.Dir = c.dir
-	tcfg.ArrowOptions = []arrow.Option{arrow.WithCompression(arrow.CompressionZstd)}
+	// Batches every 100 ms: a rank killed outright loses at most that.
+	tcfg.ArrowOptions = []arrow.Option{arrow.WithCompression(arrow.CompressionZstd), arrow.WithFlushInterval(100 * time.Millisecond)}
 	tcfg.Live = tcfg.Live && os.Getenv(telemetry.EnvAddr) != ""
 	col := flowtel.NewCollector()
 	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col), collective.WithTelemetryAttachers(false))
@@ -120,14 +148,17 @@ func run(c config) (err error) {
 	}
 	col.Start() // after Attach: the trace holds every record
 	defer func() {
-		// The collector's Shutdown finishes the traces.
-		if xerr := ex.Close(ctx); err == nil {
+		// The collector's Shutdown finishes the traces, even after ctx
+		// ended (the job was stopped).
+		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+		defer cancel()
+		if xerr := ex.Close(sctx); err == nil {
 			err = xerr
 		}
 		if cerr := comm.Close(); err == nil {
 			err = cerr
 		}
-		if serr := col.Shutdown(ctx); err == nil {
+		if serr := col.Shutdown(sctx); err == nil {
 			err = serr
 		}
 	}()
@@ -147,11 +178,34 @@ func run(c config) (err error) {
 
 // injection is what DIR/inject.json holds.
 type injection struct {
-	Rank     int    `json:"rank"`
-	Inject   string `json:"inject_cmd,omitempty"`
-	InjectNs int64  `json:"inject_ns,omitempty"`
-	Heal     string `json:"heal_cmd,omitempty"`
-	HealNs   int64  `json:"heal_ns,omitempty"`
+	Rank     int     `json:"rank"`
+	Inject   string  `json:"inject_cmd,omitempty"`
+	InjectNs int64   `json:"inject_ns,omitempty"`
+	Heal     string  `json:"heal_cmd,omitempty"`
+	HealNs   int64   `json:"heal_ns,omitempty"`
+	Freezes  []int64 `json:"freezes_ns,omitempty"` // when the process stopped itself
+	FreezeNs int64   `json:"freeze_for_ns,omitempty"`
+}
+
+// freeze stops this process for d, offset into the call about to start:
+// a child process sends it SIGCONT after d (a stopped process cannot),
+// then a goroutine sends it SIGSTOP. It returns when the stop was sent (the
+// caller runs on once the process resumes), and the time of the stop on
+// the job's time base.
+func freeze(ctx context.Context, clk *flowtel.Clock, offset, d time.Duration) (<-chan int64, error) {
+	pid := os.Getpid()
+	cont := exec.CommandContext(ctx, "sh", "-c", fmt.Sprintf("sleep %.3f; kill -CONT %d", (offset+d).Seconds(), pid))
+	if err := cont.Start(); err != nil {
+		return nil, err
+	}
+	go cont.Wait()
+	at := make(chan int64, 1)
+	go func() {
+		time.Sleep(offset)
+		at <- clk.Now()
+		syscall.Kill(pid, syscall.SIGSTOP)
+	}()
+	return at, nil
 }
 
 func shell(ctx context.Context, cmd string) error {
@@ -169,8 +223,27 @@ func allReduces(ctx context.Context, comm *collective.Comm, c config) error {
 	}
 	var inj injection
 	inj.Rank = comm.Rank()
-	injects := comm.Rank() == c.injectRank
+	injects := comm.Rank() == c.injectRank || comm.Rank() == c.freezeRank
+	var frozen []<-chan int64
 	for i := range c.iters {
+		if comm.Rank() == c.freezeRank && (i == c.freezeIter || c.freezeEvery > 0 && i > c.freezeIter && (i-c.freezeIter)%c.freezeEvery == 0) {
+			at, err := freeze(ctx, comm.Clock(), c.freezeOffset, c.freezeFor)
+			if err != nil {
+				return err
+			}
+			frozen = append(frozen, at)
+			inj.FreezeNs = int64(c.freezeFor)
+		}
+		if comm.Rank() == c.killRank && i == c.killIter {
+			go func() {
+				time.Sleep(c.freezeOffset)
+				// The injection's time: the trace of a killed rank
+				// ends before it (what was not yet written is lost).
+				b, _ := json.Marshal(map[string]any{"rank": comm.Rank(), "killed_ns": comm.Clock().Now()})
+				os.WriteFile(filepath.Join(c.dir, "inject.json"), append(b, '\n'), 0o644)
+				syscall.Kill(os.Getpid(), syscall.SIGKILL)
+			}()
+		}
 		if injects && i == c.injectIter && c.injectCmd != "" {
 			if err := shell(ctx, c.injectCmd); err != nil {
 				return err
@@ -192,6 +265,9 @@ func allReduces(ctx context.Context, comm *collective.Comm, c config) error {
 		if c.gap > 0 {
 			time.Sleep(c.gap)
 		}
+	}
+	for _, at := range frozen {
+		inj.Freezes = append(inj.Freezes, <-at)
 	}
 	if injects {
 		b, _ := json.MarshalIndent(inj, "", "  ")
