@@ -84,23 +84,33 @@ func (a *Analyzer) stragglerFindings(c *commState) []Finding {
 	o := &a.o.Straggler
 	var out []Finding
 	for r, st := range c.strag {
-		if st.count < o.MinCount || float64(st.count) < o.MinShare*float64(c.lateAll) ||
-			float64(st.count) < o.MinFraction*float64(c.judged) {
+		var others int64
+		for q, x := range c.strag {
+			if q != r {
+				others = max(others, x.maxLate)
+			}
+		}
+		// One arrival late by far more than anyone else ever was (a hang
+		// between calls) is a straggler on its own.
+		single := st.maxLate >= int64(o.MinSingleLate) && float64(st.maxLate) >= o.Outlier*float64(others)
+		if !single && (st.count < o.MinCount || float64(st.count) < o.MinShare*float64(c.lateAll) ||
+			float64(st.count) < o.MinFraction*float64(c.judged)) {
 			continue
 		}
 		f := Finding{Kind: KindStraggler, Comm: c.id, Rank: int32(r), Peer: -1, Channel: -1, Path: -1,
 			StartNs: st.first, EndNs: st.last, ImpactNs: st.sumLate}
 		f.Collectives, f.NumCollectives = slices.Clone(st.colls.seqs), st.colls.n
 		f.Evidence = map[string]float64{
-			"late_collectives":  float64(st.count),
-			"collectives":       float64(c.judged),
-			"late_share":        float64(st.count) / float64(max(c.lateAll, 1)),
-			"mean_late_ms":      float64(st.sumLate) / float64(st.count) / 1e6,
-			"max_late_ms":       float64(st.maxLate) / 1e6,
-			"others_waited_ms":  float64(st.waitImposed) / 1e6,
-			"late_all_ranks":    float64(c.lateAll),
-			"min_late_ms":       float64(o.MinLate) / 1e6,
-			"late_per_100_coll": 100 * float64(st.count) / float64(max(c.judged, 1)),
+			"late_collectives":   float64(st.count),
+			"collectives":        float64(c.judged),
+			"late_share":         float64(st.count) / float64(max(c.lateAll, 1)),
+			"mean_late_ms":       float64(st.sumLate) / float64(st.count) / 1e6,
+			"max_late_ms":        float64(st.maxLate) / 1e6,
+			"others_waited_ms":   float64(st.waitImposed) / 1e6,
+			"late_all_ranks":     float64(c.lateAll),
+			"min_late_ms":        float64(o.MinLate) / 1e6,
+			"late_per_100_coll":  100 * float64(st.count) / float64(max(c.judged, 1)),
+			"others_max_late_ms": float64(others) / 1e6,
 		}
 		f.Summary = fmt.Sprintf("rank %d began %d of %d collectives last, %s after every other rank on average (at most %s); the others waited %s in all",
 			r, st.count, c.judged, fmtDur(st.sumLate/int64(st.count)), fmtDur(st.maxLate), fmtDur(st.waitImposed))

@@ -183,7 +183,10 @@ func (a *Analyzer) judgeSlice(i int64) {
 		d := &l.det
 		d.fl, d.crd, d.dropped = false, false, false
 		d.win.add(i, win, &acc)
-		if d.excused = l.downNear(i, win); d.excused {
+		// Not judged while its sender or receiver did not run, or while
+		// its oldest send belongs to a collective some rank has not
+		// begun: it waits for that rank then, not for the link.
+		if d.excused = l.downNear(i, win) || l.waitsArrival(); d.excused {
 			continue
 		}
 		if d.win.busy < int64(bp.MinBusy*float64(win*w)) || d.bl.sumBusy < int64(bp.MinBaseline) || acc.busy == 0 {

@@ -166,6 +166,20 @@ func (l *link) downDuring(from, to int64) bool {
 	return c.downAny && (c.life(l.key.src).downIn(from, to) > 0 || c.life(l.key.dst).downIn(from, to) > 0)
 }
 
+// waitsArrival reports whether the link's oldest send in flight belongs to
+// a collective not every rank has begun.
+func (l *link) waitsArrival() bool {
+	if l.flight.n == 0 {
+		return false
+	}
+	seq := l.flight.front().coll
+	if seq == 0 || seq&p2pBit != 0 {
+		return false
+	}
+	cs := l.comm.colls[seq]
+	return cs != nil && !cs.allBegun(l.comm.live())
+}
+
 // rankFindings names the ranks that did not run, and the ranks that died.
 func (a *Analyzer) rankFindings(c *commState) []Finding {
 	var out []Finding
