@@ -186,6 +186,12 @@ func byRank(job []traceFile) (ranks [][]traceFile, warnings []string) {
 			ranks = append(ranks, nil)
 		}
 		ranks[len(ranks)-1] = append(ranks[len(ranks)-1], f)
+		if f.meta.WorldSize < 0 || f.meta.WorldSize > maxRanks {
+			// Metadata is input: a world size no job has must not size
+			// what is allocated or looped over below.
+			warnings = append(warnings, fmt.Sprintf("%s: world size %d out of range [0, %d]: ignored", f.path, f.meta.WorldSize, maxRanks))
+			continue
+		}
 		if f.meta.WorldSize != world && world != 0 {
 			warnings = append(warnings, fmt.Sprintf("%s: world size %d, other files say %d", f.path, f.meta.WorldSize, world))
 		}

@@ -25,6 +25,7 @@ import (
 
 	"github.com/vccl-go/vccl/exporter/live"
 	"github.com/vccl-go/vccl/gpu/nvml"
+	"github.com/vccl-go/vccl/internal/jobauth"
 	"github.com/vccl-go/vccl/ui"
 	"github.com/vccl-go/vccl/ui/source"
 )
@@ -143,7 +144,8 @@ func open(c *config) (ui.Source, error) {
 	var src ui.Source
 	var err error
 	liveSrc := func(target string, disc func(context.Context) (source.Discovery, error)) (ui.Source, error) {
-		return source.NewLive(source.LiveConfig{Target: target, Discover: disc, StaleAfter: c.stale, NoMetrics: c.noMetrics})
+		return source.NewLive(source.LiveConfig{Target: target, Discover: disc, StaleAfter: c.stale, NoMetrics: c.noMetrics,
+			Bearer: jobauth.Bearer(c.token)})
 	}
 	switch {
 	case c.replay != "":

@@ -12,6 +12,7 @@ import (
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/jobauth"
 )
 
 // Announce makes the endpoint findable. It sets it in the store under
@@ -104,6 +105,24 @@ func Start(ctx context.Context, c Comm, cfg Config) (*Server, error) {
 		ClockOffsetNs: clk.Offset(), ClockErrorNs: clk.ErrorNs()}
 	cfg.Clock = clk
 	cfg.Collector = c.Collector()
+	if cfg.Bearer == "" {
+		// Off loopback, a job with a token shows its telemetry only to
+		// clients that hold the bearer derived from it.
+		addr := cfg.Addr
+		if addr == "" {
+			a, on, err := AddrFromEnv(os.Getenv, cfg.Info.Rank)
+			if err != nil {
+				return nil, err
+			}
+			if !on {
+				return nil, fmt.Errorf("live: the endpoint is off (%s=off)", EnvAddr)
+			}
+			addr, cfg.Addr = a, a
+		}
+		if b, ok := c.(interface{ EndpointBearer() string }); ok && !jobauth.IsLoopback(ctx, addr) {
+			cfg.Bearer = b.EndpointBearer()
+		}
+	}
 	own := cfg.Window == nil
 	s, err := New(cfg)
 	if err != nil {

@@ -2,6 +2,7 @@ package live
 
 import (
 	"context"
+	"crypto/subtle"
 	"encoding/json"
 	"errors"
 	"fmt"
@@ -43,6 +44,21 @@ const (
 	streamQueue = 256
 	// writeTimeout bounds one write to a stream client.
 	writeTimeout = 5 * time.Second
+)
+
+// Limits of a server: what a client, or many, can take of a rank's time.
+const (
+	// MaxStreams bounds the /v1/stream clients served at once; more are
+	// answered 503 (Service Unavailable) with Retry-After.
+	MaxStreams = 16
+	// MaxConns bounds the connections open at once; more wait in the
+	// kernel's backlog until one closes.
+	MaxConns = 64
+	// IdleTimeout closes a kept-alive connection that sends no request
+	// for this long, and ReadTimeout one whose request headers take longer
+	// to arrive.
+	IdleTimeout = 30 * time.Second
+	ReadTimeout = 10 * time.Second
 )
 
 // AddrFromEnv returns the address VCCL_TELEMETRY_ADDR asks rank to serve
@@ -106,6 +122,14 @@ type Config struct {
 	Dir string
 	// Logger logs what goes wrong in the background (default slog.Default).
 	Logger *slog.Logger
+	// Bearer, when set, is the credential every request must present
+	// (Authorization: Bearer …); others get 401. Start sets it, from the
+	// job token (jobauth.Bearer), when the endpoint listens on an address
+	// other hosts reach and the job has a token.
+	Bearer string
+	// IdleTimeout closes a kept-alive connection idle this long (default
+	// IdleTimeout).
+	IdleTimeout time.Duration
 }
 
 // Server is one rank's live telemetry endpoint.
@@ -123,6 +147,11 @@ type Server struct {
 	closeErr error
 	once     sync.Once
 	served   chan struct{} // closed when Serve returns
+
+	snapMu   sync.Mutex // streams share a snapshot taken within MinStreamInterval
+	snapAt   time.Time
+	snapSeq  uint64
+	snapData []byte
 
 	mu      sync.Mutex
 	subs    map[*subscriber]struct{}
@@ -152,6 +181,9 @@ func New(cfg Config) (*Server, error) {
 	cfg.StreamInterval = max(cfg.StreamInterval, MinStreamInterval)
 	if cfg.Logger == nil {
 		cfg.Logger = slog.Default()
+	}
+	if cfg.IdleTimeout <= 0 {
+		cfg.IdleTimeout = IdleTimeout
 	}
 	if cfg.Dir == "" {
 		cfg.Dir = os.Getenv(EnvDir)
@@ -202,12 +234,15 @@ func New(cfg Config) (*Server, error) {
 	if s.info.Host == "" {
 		s.info.Host, _ = os.Hostname()
 	}
+	s.info.Auth = cfg.Bearer != ""
 	wc := win.Config()
 	s.info.Window = WindowInfo{N: wc.N, TNs: int64(wc.T)}
-	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: 10 * time.Second}
+	// No ReadTimeout: it would end /v1/stream's responses too.
+	s.srv = &http.Server{Handler: s.Handler(), ReadHeaderTimeout: ReadTimeout,
+		IdleTimeout: cfg.IdleTimeout, MaxHeaderBytes: 16 << 10}
 	go func() {
 		defer close(s.served)
-		if err := s.srv.Serve(ln); err != nil && !errors.Is(err, http.ErrServerClosed) {
+		if err := s.srv.Serve(limitListener(ln, MaxConns)); err != nil && !errors.Is(err, http.ErrServerClosed) {
 			cfg.Logger.Error("live: serving telemetry stopped", "rank", cfg.Info.Rank, "err", err)
 		}
 	}()
@@ -323,8 +358,25 @@ func (s *Server) Snapshot() Snapshot {
 }
 
 // Handler returns the server's HTTP handler: /metrics, /v1/info,
-// /v1/windows, /v1/stream and /v1/records.
+// /v1/windows, /v1/stream and /v1/records (behind the bearer check when
+// Config.Bearer is set).
 func (s *Server) Handler() http.Handler {
+	mux := s.mux()
+	if s.cfg.Bearer == "" {
+		return mux
+	}
+	want := []byte("Bearer " + s.cfg.Bearer)
+	return http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) {
+		if got := r.Header.Get("Authorization"); subtle.ConstantTimeCompare([]byte(got), want) != 1 {
+			w.Header().Set("WWW-Authenticate", `Bearer realm="vccl"`)
+			http.Error(w, "this endpoint wants the job's bearer (vccl-top derives it from VCCL_JOB_TOKEN)", http.StatusUnauthorized)
+			return
+		}
+		mux.ServeHTTP(w, r)
+	})
+}
+
+func (s *Server) mux() *http.ServeMux {
 	mux := http.NewServeMux()
 	mux.HandleFunc("GET /metrics", s.serveMetrics)
 	mux.HandleFunc("GET /v1/info", func(w http.ResponseWriter, r *http.Request) { writeJSON(w, s.Info()) })
@@ -399,21 +451,27 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		interval = d
 	}
 	rc := http.NewResponseController(w)
-	w.Header().Set("Content-Type", "text/event-stream")
-	w.Header().Set("Cache-Control", "no-store")
-	w.Header().Set("X-Accel-Buffering", "no")
-	w.WriteHeader(http.StatusOK)
-
 	sub := &subscriber{ch: make(chan event, streamQueue)}
 	s.mu.Lock()
 	select {
 	case <-s.done:
 		s.mu.Unlock()
+		http.Error(w, "the endpoint is closing", http.StatusServiceUnavailable)
 		return
 	default:
 	}
+	if len(s.subs) >= MaxStreams {
+		s.mu.Unlock()
+		w.Header().Set("Retry-After", "2")
+		http.Error(w, fmt.Sprintf("%d streams are open already", MaxStreams), http.StatusServiceUnavailable)
+		return
+	}
 	s.subs[sub] = struct{}{}
 	s.mu.Unlock()
+	w.Header().Set("Content-Type", "text/event-stream")
+	w.Header().Set("Cache-Control", "no-store")
+	w.Header().Set("X-Accel-Buffering", "no")
+	w.WriteHeader(http.StatusOK)
 	defer func() {
 		s.mu.Lock()
 		delete(s.subs, sub)
@@ -434,9 +492,8 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 		return err == nil
 	}
 	windows := func() bool {
-		snap := s.Snapshot()
-		data, _ := json.Marshal(snap)
-		return send("windows", snap.Seq, data)
+		seq, data := s.streamSnapshot()
+		return send("windows", seq, data)
 	}
 	// Tell the client to reconnect after a second, and send the first
 	// snapshot at once.
@@ -470,6 +527,21 @@ func (s *Server) serveStream(w http.ResponseWriter, r *http.Request) {
 			return
 		}
 	}
+}
+
+// streamSnapshot returns the encoded snapshot the streams send: one taken
+// within the last MinStreamInterval if there is one, so that however many
+// streams are open the window is read at most once per MinStreamInterval.
+func (s *Server) streamSnapshot() (uint64, []byte) {
+	s.snapMu.Lock()
+	defer s.snapMu.Unlock()
+	if s.snapData != nil && time.Since(s.snapAt) < MinStreamInterval {
+		return s.snapSeq, s.snapData
+	}
+	snap := s.Snapshot()
+	s.snapData, _ = json.Marshal(snap)
+	s.snapSeq, s.snapAt = snap.Seq, time.Now()
+	return s.snapSeq, s.snapData
 }
 
 // Go runs fn in the background until the server closes: fn's context ends

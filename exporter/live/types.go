@@ -18,6 +18,7 @@ type Info struct {
 	ClockOffsetNs int64  `json:"clock_offset_ns"` // offset of this rank's clock to rank 0's
 	ClockErrorNs  int64  `json:"clock_error_ns"`  // its uncertainty
 	StartedUnixNs int64  `json:"started_unix_ns"`
+	Auth          bool   `json:"auth,omitempty"` // requests must present the job's bearer
 
 	Window    WindowInfo     `json:"window"`
 	Telemetry *Telemetry     `json:"telemetry,omitempty"` // nil without a collector

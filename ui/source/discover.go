@@ -43,8 +43,14 @@ func Dir(dir string) func(context.Context) (Discovery, error) {
 		if err != nil {
 			return Discovery{}, err
 		}
+		if eps.Size < 0 || eps.Size > MaxRanks || len(eps.Endpoints) > MaxRanks {
+			return Discovery{}, fmt.Errorf("%s/%s: %d ranks, %d endpoints: more than vccl-top follows (%d)", dir, live.EndpointsFile, eps.Size, len(eps.Endpoints), MaxRanks)
+		}
 		d := Discovery{UID: eps.UID, Size: eps.Size}
 		for _, e := range eps.Endpoints {
+			if checkEndpointURL(e.URL) != nil || e.Rank < 0 || e.Rank >= MaxRanks {
+				continue
+			}
 			d.Endpoints = append(d.Endpoints, Endpoint{Rank: e.Rank, URL: e.URL})
 		}
 		return d, nil
@@ -63,7 +69,7 @@ const ObserverRank = bootstrap.ObserverRank
 // 0: once the endpoints are known it is no longer needed.
 func Job(addr, token string, client *http.Client) func(context.Context) (Discovery, error) {
 	if client == nil {
-		client = http.DefaultClient
+		client = &http.Client{CheckRedirect: noRedirects}
 	}
 	return func(ctx context.Context) (Discovery, error) {
 		st, err := bootstrap.Dial(ctx, addr, token, ObserverRank)
@@ -89,19 +95,25 @@ func Job(addr, token string, client *http.Client) func(context.Context) (Discove
 		if err := json.Unmarshal(ep0, &e); err != nil {
 			return d, fmt.Errorf("rank 0's endpoint: %w", err)
 		}
+		if err := checkEndpointURL(e.URL); err != nil {
+			return d, fmt.Errorf("rank 0's endpoint in the store: %w", err)
+		}
 		d.Endpoints = append(d.Endpoints, Endpoint{Rank: 0, URL: e.URL})
 		var info live.Info
 		if err := getInfo(ctx, client, e.URL, &info); err != nil {
 			return d, fmt.Errorf("rank 0's endpoint %s: %w", e.URL, err)
 		}
+		if err := checkInfo(&info); err != nil {
+			return d, fmt.Errorf("rank 0's endpoint %s: %w", e.URL, err)
+		}
 		d.Size = info.Size
-		for r := 1; r < d.Size; r++ {
+		for r := 1; r < d.Size && ctx.Err() == nil; r++ {
 			b, err := get(live.StoreKey(d.UID, r), 200*time.Millisecond)
 			if err != nil {
 				continue // not published yet: the next call
 			}
 			var e live.Endpoint
-			if json.Unmarshal(b, &e) == nil {
+			if json.Unmarshal(b, &e) == nil && checkEndpointURL(e.URL) == nil {
 				d.Endpoints = append(d.Endpoints, Endpoint{Rank: r, URL: e.URL})
 			}
 		}
@@ -124,5 +136,5 @@ func getInfo(ctx context.Context, client *http.Client, url string, info *live.In
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s", resp.Status)
 	}
-	return json.NewDecoder(resp.Body).Decode(info)
+	return decodeBounded(resp.Body, maxInfoBytes, info)
 }

@@ -69,6 +69,9 @@ type LiveConfig struct {
 	// AnalyzeEvery is how often the records are read and judged (default
 	// 500ms).
 	AnalyzeEvery time.Duration
+	// Bearer is presented to endpoints that ask for one (Authorization:
+	// Bearer …): jobauth.Bearer of the job token.
+	Bearer string
 }
 
 // Live reads the live endpoints of a job's ranks.
@@ -122,10 +125,11 @@ func NewLive(cfg LiveConfig) (*Live, error) {
 	}
 	if cfg.Client == nil {
 		cfg.Client = &http.Client{Transport: &http.Transport{
-			Proxy:               nil,
-			MaxIdleConnsPerHost: 4,
-			IdleConnTimeout:     30 * time.Second,
-		}}
+			Proxy:                  nil,
+			MaxIdleConnsPerHost:    4,
+			IdleConnTimeout:        30 * time.Second,
+			MaxResponseHeaderBytes: 64 << 10,
+		}, CheckRedirect: noRedirects}
 	}
 	if cfg.Now == nil {
 		cfg.Now = time.Now
@@ -217,7 +221,7 @@ const maxRecordReads = 8
 func (l *Live) followRecords(rc *rankConn, base string, dst []flowtel.Record) ([]flowtel.Record, error) {
 	for range maxRecordReads {
 		ctx, cancel := context.WithTimeout(l.ctx, 2*time.Second)
-		req, err := http.NewRequestWithContext(ctx, http.MethodGet, base+"/v1/records?after="+strconv.FormatUint(rc.cursor, 10), nil)
+		req, err := l.newRequest(ctx, base+"/v1/records?after="+strconv.FormatUint(rc.cursor, 10))
 		if err != nil {
 			cancel()
 			return dst, err
@@ -268,6 +272,9 @@ func (l *Live) discoverLoop() {
 		ctx, cancel := context.WithTimeout(l.ctx, max(l.cfg.RediscoverEvery*2, 5*time.Second))
 		d, err := l.cfg.Discover(ctx)
 		cancel()
+		if err == nil && (d.Size < 0 || d.Size > MaxRanks) {
+			err = fmt.Errorf("the job says it has %d ranks: more than vccl-top follows (%d)", d.Size, MaxRanks)
+		}
 		l.mu.Lock()
 		if err != nil {
 			l.discErr = err.Error()
@@ -279,6 +286,9 @@ func (l *Live) discoverLoop() {
 			l.disc.Size = max(l.disc.Size, d.Size)
 		}
 		for _, ep := range d.Endpoints {
+			if ep.Rank < 0 || ep.Rank >= MaxRanks {
+				continue
+			}
 			if rc, ok := l.ranks[ep.Rank]; ok && rc.ep.URL == ep.URL {
 				continue
 			} else if ok {
@@ -354,6 +364,9 @@ func (l *Live) stream(rc *rankConn) (got bool, err error) {
 	if err != nil {
 		return false, err
 	}
+	if err := checkInfo(&info); err != nil {
+		return false, fmt.Errorf("%s/v1/info: %w", base, err)
+	}
 	l.mu.Lock()
 	rc.info = &info
 	if info.UID != "" && l.disc.UID == "" {
@@ -371,7 +384,7 @@ func (l *Live) stream(rc *rankConn) (got bool, err error) {
 	if l.cfg.StreamInterval > 0 {
 		u += "?interval=" + l.cfg.StreamInterval.String()
 	}
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, u, nil)
+	req, err := l.newRequest(ctx, u)
 	if err != nil {
 		return false, err
 	}
@@ -383,31 +396,47 @@ func (l *Live) stream(rc *rankConn) (got bool, err error) {
 	if resp.StatusCode != http.StatusOK {
 		return false, fmt.Errorf("%s: %s", u, resp.Status)
 	}
-	br := bufio.NewReaderSize(resp.Body, 64<<10)
+	err = readEvents(resp.Body, func(name, data string) {
+		watchdog.Reset(l.cfg.StaleAfter)
+		if l.event(rc, name, data) {
+			got = true
+		}
+	})
+	if err == io.EOF {
+		return got, errors.New("the endpoint closed its stream")
+	}
+	if errors.Is(err, errLongLine) {
+		return got, fmt.Errorf("%s: %w", u, err)
+	}
+	return got, causeOf(ctx, err)
+}
+
+// readEvents reads server-sent events from r until it fails (io.EOF at its
+// end), calling fn with each event's name and data; no line, and no event,
+// may pass maxEventBytes.
+func readEvents(r io.Reader, fn func(name, data string)) error {
+	br := bufio.NewReaderSize(r, 64<<10)
 	var event string
 	var data strings.Builder
 	for {
-		line, err := br.ReadString('\n')
+		line, err := readLine(br, maxEventBytes)
 		if err != nil {
-			if err == io.EOF {
-				return got, errors.New("the endpoint closed its stream")
-			}
-			return got, causeOf(ctx, err)
+			return err
 		}
 		line = strings.TrimRight(line, "\r\n")
 		switch {
 		case line == "":
 			if data.Len() > 0 || event != "" {
-				watchdog.Reset(l.cfg.StaleAfter)
-				if l.event(rc, event, data.String()) {
-					got = true
-				}
+				fn(event, data.String())
 			}
 			event = ""
 			data.Reset()
 		case strings.HasPrefix(line, "event:"):
 			event = strings.TrimSpace(line[len("event:"):])
 		case strings.HasPrefix(line, "data:"):
+			if data.Len()+len(line) > maxEventBytes {
+				return fmt.Errorf("%w: an event of more than %d bytes", errLongLine, maxEventBytes)
+			}
 			if data.Len() > 0 {
 				data.WriteByte('\n')
 			}
@@ -533,7 +562,7 @@ func shortErr(err error) string {
 }
 
 func (l *Live) getJSON(ctx context.Context, url string, v any) error {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := l.newRequest(ctx, url)
 	if err != nil {
 		return err
 	}
@@ -545,7 +574,16 @@ func (l *Live) getJSON(ctx context.Context, url string, v any) error {
 	if resp.StatusCode != http.StatusOK {
 		return fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return json.NewDecoder(io.LimitReader(resp.Body, 64<<20)).Decode(v)
+	return decodeBounded(resp.Body, maxInfoBytes, v)
+}
+
+// newRequest makes a GET of url, with the bearer when there is one.
+func (l *Live) newRequest(ctx context.Context, url string) (*http.Request, error) {
+	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	if err == nil && l.cfg.Bearer != "" {
+		req.Header.Set("Authorization", "Bearer "+l.cfg.Bearer)
+	}
+	return req, err
 }
 
 // metricsLoop reads the rank's /metrics for the collective counters.
@@ -580,7 +618,7 @@ func (l *Live) metricsLoop(rc *rankConn) {
 }
 
 func (l *Live) scrape(ctx context.Context, url string) (*scrape, error) {
-	req, err := http.NewRequestWithContext(ctx, http.MethodGet, url, nil)
+	req, err := l.newRequest(ctx, url)
 	if err != nil {
 		return nil, err
 	}
@@ -592,7 +630,7 @@ func (l *Live) scrape(ctx context.Context, url string) (*scrape, error) {
 	if resp.StatusCode != http.StatusOK {
 		return nil, fmt.Errorf("%s: %s", url, resp.Status)
 	}
-	return parseScrape(io.LimitReader(resp.Body, 64<<20), l.cfg.Now())
+	return parseScrape(io.LimitReader(resp.Body, maxMetricsBytes), l.cfg.Now())
 }
 
 // Frame returns the job's state now.

@@ -119,6 +119,9 @@ func (p *Prometheus) loop() {
 	}
 }
 
+// maxPromBytes bounds one answer of the Prometheus server.
+const maxPromBytes = 16 << 20
+
 // sample is one series of an instant vector.
 type sample struct {
 	labels map[string]string
@@ -135,7 +138,7 @@ func (p *Prometheus) query(ctx context.Context, q string) ([]sample, error) {
 		return nil, err
 	}
 	defer resp.Body.Close()
-	body, err := io.ReadAll(io.LimitReader(resp.Body, 64<<20))
+	body, err := io.ReadAll(io.LimitReader(resp.Body, maxPromBytes))
 	if err != nil {
 		return nil, err
 	}
@@ -236,7 +239,7 @@ func (p *Prometheus) poll(ctx context.Context) error {
 	// Ranks: those with series now are up; those seen before, down.
 	up := map[int]bool{}
 	for _, s := range res["ranks"] {
-		if r, err := strconv.Atoi(s.labels["rank"]); err == nil {
+		if r, err := strconv.Atoi(s.labels["rank"]); err == nil && r >= 0 && r < MaxRanks {
 			up[r] = true
 		}
 	}
@@ -271,7 +274,8 @@ func (p *Prometheus) poll(ctx context.Context) error {
 		if dir == "" {
 			dir = s.labels["direction"]
 		}
-		return lk{r, pe, ch, pa, dir}, e1 == nil && e2 == nil && dir != ""
+		inRange := r >= 0 && r < MaxRanks && pe >= 0 && pe < MaxRanks
+		return lk{r, pe, ch, pa, dir}, e1 == nil && e2 == nil && dir != "" && inRange
 	}
 	link := func(k lk) *ui.Link {
 		l := links[k]

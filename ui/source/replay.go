@@ -7,6 +7,7 @@ import (
 	"fmt"
 	"io"
 	"slices"
+	"strings"
 	"sync"
 	"time"
 
@@ -68,6 +69,7 @@ type Replay struct {
 	wallUnix int64 // wall time (Unix ns) at trace time wallTs
 	wallTs   int64
 	err      error
+	skipped  []string // files, or metadata, the replay left out
 
 	// The analyzer's findings over the whole trace (it has no incremental
 	// API); each shows once the cursor passes its end, as a live analyzer
@@ -129,6 +131,7 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 		meta arrow.Meta
 	}
 	byUID := map[string][]fileMeta{}
+	var skipped []string
 	for _, p := range paths {
 		rd, err := arrow.OpenFiles(p)
 		if err != nil {
@@ -136,7 +139,20 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 		}
 		m := rd.File().Meta
 		rd.Close()
+		// A trace's metadata is input like any other: a rank or a world
+		// size no job has would have the replay allocate or loop by it.
+		if m.Rank < 0 || m.Rank >= MaxRanks {
+			skipped = append(skipped, fmt.Sprintf("%s: skipped: rank %d out of range [0, %d)", p, m.Rank, MaxRanks))
+			continue
+		}
+		if m.WorldSize < 0 || m.WorldSize > MaxRanks {
+			skipped = append(skipped, fmt.Sprintf("%s: world size %d out of range [0, %d]: taken from the ranks present", p, m.WorldSize, MaxRanks))
+			m.WorldSize = 0
+		}
 		byUID[m.CommUID] = append(byUID[m.CommUID], fileMeta{p, m})
+	}
+	if len(byUID) == 0 {
+		return nil, fmt.Errorf("source: no usable trace in %s: %s", cfg.Dir, strings.Join(skipped, "; "))
 	}
 	var uid string
 	for u, fs := range byUID {
@@ -150,7 +166,7 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 		return cmp.Or(cmp.Compare(a.meta.Rank, b.meta.Rank), cmp.Compare(a.meta.Segment, b.meta.Segment))
 	})
 	r := &Replay{cfg: cfg, uid: uid, speed: min(max(cfg.Speed, MinSpeed), MaxSpeed),
-		stop: make(chan struct{}), done: make(chan struct{})}
+		stop: make(chan struct{}), done: make(chan struct{}), skipped: skipped}
 	for _, f := range files {
 		if n := len(r.ranks); n == 0 || r.ranks[n-1].rank != f.meta.Rank {
 			r.ranks = append(r.ranks, &rankStream{rank: f.meta.Rank, meta: f.meta})
@@ -435,6 +451,9 @@ func (r *Replay) Frame() ui.Frame {
 	}
 	if r.err != nil {
 		f.Notes = append(f.Notes, "trace: "+r.err.Error())
+	}
+	for _, s := range r.skipped {
+		f.Notes = append(f.Notes, "trace: "+s)
 	}
 	f.Normalize()
 	return f

@@ -31,6 +31,10 @@ type opCounters struct {
 // collective ones are ignored, so the live endpoint's stand-in summary
 // (no exporter/prom attached) gives no collectives, and no error.
 func parseScrape(r io.Reader, at time.Time) (*scrape, error) {
+	r, err := filterMetrics(r)
+	if err != nil {
+		return nil, err
+	}
 	p := expfmt.NewTextParser(model.UTF8Validation)
 	fams, err := p.TextToMetricFamilies(r)
 	if err != nil {
