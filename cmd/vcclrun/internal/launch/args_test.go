@@ -60,8 +60,13 @@ func TestHelp(t *testing.T) {
 }
 
 func TestJobEnv(t *testing.T) {
-	base, token := jobEnv([]string{"HOME=/h", "RANK=3", "VCCL_RANK=1", "VCCL_MASTER_ADDR=x", "VCCL_JOB_TOKEN=a", "VCCL_JOB_TOKEN=b", "VCCL_OTHER=1", "MASTER_PORT=2"})
-	if want := []string{"HOME=/h", "VCCL_OTHER=1"}; !reflect.DeepEqual(base, want) || token != "b" {
-		t.Fatalf("jobEnv = %q, %q", base, token)
+	base, token, file := jobEnv([]string{"HOME=/h", "RANK=3", "VCCL_RANK=1", "VCCL_MASTER_ADDR=x", "VCCL_JOB_TOKEN=a", "VCCL_JOB_TOKEN=b", "VCCL_OTHER=1", "MASTER_PORT=2", "VCCL_JOB_TOKEN_FILE=/t"})
+	if want := []string{"HOME=/h", "VCCL_OTHER=1"}; !reflect.DeepEqual(base, want) || token != "b" || file {
+		t.Fatalf("jobEnv = %q, %q, %v", base, token, file)
+	}
+	// A token file alone is passed on, and vcclrun makes no token.
+	base, token, file = jobEnv([]string{"HOME=/h", "VCCL_JOB_TOKEN_FILE=/run/secrets/vccl"})
+	if want := []string{"HOME=/h", "VCCL_JOB_TOKEN_FILE=/run/secrets/vccl"}; !reflect.DeepEqual(base, want) || token != "" || !file {
+		t.Fatalf("jobEnv with a token file = %q, %q, %v", base, token, file)
 	}
 }

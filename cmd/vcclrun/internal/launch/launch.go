@@ -14,6 +14,7 @@ import (
 	"net"
 	"os"
 	"os/exec"
+	"slices"
 	"strconv"
 	"strings"
 	"sync"
@@ -48,6 +49,10 @@ type Config struct {
 	Signals <-chan os.Signal // signals to forward to every rank; nil = none
 }
 
+// MaxRanks bounds -n: a local launcher's job, one process per rank, on one
+// host.
+const MaxRanks = 1024
+
 // Binding policies for Config.Bind, named as Open MPI's --bind-to.
 const (
 	BindCore = "core"
@@ -61,7 +66,10 @@ var rankVars = []string{"RANK", "WORLD_SIZE", "LOCAL_RANK", "LOCAL_WORLD_SIZE", 
 
 var shadowingVars = []string{"VCCL_RANK", "VCCL_WORLD_SIZE", "VCCL_LOCAL_RANK", "VCCL_LOCAL_WORLD_SIZE", "VCCL_MASTER_ADDR", "VCCL_MASTER_PORT"}
 
-const tokenVar = "VCCL_JOB_TOKEN"
+const (
+	tokenVar     = "VCCL_JOB_TOKEN"
+	tokenFileVar = "VCCL_JOB_TOKEN_FILE"
+)
 
 // RankError: a rank failed, and the job was stopped because of it.
 type RankError struct {
@@ -158,6 +166,9 @@ func Run(ctx context.Context, cfg Config) error {
 	if cfg.N < 1 {
 		return fmt.Errorf("need at least one rank, got -n %d", cfg.N)
 	}
+	if cfg.N > MaxRanks {
+		return fmt.Errorf("-n %d: at most %d ranks on one host", cfg.N, MaxRanks)
+	}
 	if cfg.Prog == "" {
 		return errors.New("no program to run")
 	}
@@ -199,8 +210,8 @@ func Run(ctx context.Context, cfg Config) error {
 	default:
 		return fmt.Errorf("bind %q: want %s or %s", cfg.Bind, BindCore, BindNone)
 	}
-	base, token := jobEnv(env)
-	if token == "" {
+	base, token, tokenFile := jobEnv(env)
+	if token == "" && !tokenFile {
 		if token, err = newToken(); err != nil {
 			return err
 		}
@@ -228,7 +239,8 @@ func Run(ctx context.Context, cfg Config) error {
 		}
 	}
 
-	for i := range cfg.N {
+	// startRank starts rank i.
+	startRank := func(i int) error {
 		cmd := exec.Command(path, cfg.Args...)
 		cmd.Env = append(append([]string(nil), base...),
 			"RANK="+strconv.Itoa(i),
@@ -237,8 +249,10 @@ func Run(ctx context.Context, cfg Config) error {
 			"LOCAL_WORLD_SIZE="+strconv.Itoa(cfg.N),
 			"MASTER_ADDR=127.0.0.1",
 			"MASTER_PORT="+strconv.Itoa(port),
-			tokenVar+"="+token,
 		)
+		if token != "" {
+			cmd.Env = append(cmd.Env, tokenVar+"="+token)
+		}
 		cmd.SysProcAttr = sysProcAttr()
 		// A rank's children may keep its pipes open after it exits:
 		// stop waiting for them after this long.
@@ -264,10 +278,6 @@ func Run(ctx context.Context, cfg Config) error {
 			start = func() error { return startBound(cmd, binding[i]) }
 		}
 		if err := start(); err != nil {
-			signalAll(syscall.SIGKILL)
-			for range running {
-				<-events
-			}
 			return fmt.Errorf("start rank %d: %w", i, err)
 		}
 		ranks = append(ranks, r)
@@ -276,6 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 			err := cmd.Wait()
 			events <- exitEvent{rank: i, state: cmd.ProcessState, err: err}
 		}()
+			return nil
 	}
 
 	var (
@@ -315,18 +326,59 @@ func Run(ctx context.Context, cfg Config) error {
 		armKill()
 	}
 
-	for running > 0 {
+	// Ranks are started one by one, and between two starts whatever has
+	// happened is handled first: a signal, the timeout or a failed rank
+	// stops the starting at once (vcclrun -n 1000 answers SIGTERM at
+	// once, not once every rank has started).
+	exited := func(ev exitEvent) {
+		r := ranks[ev.rank]
+		r.exited = true
+		running--
+		for _, w := range r.flush {
+			w.Flush()
+		}
+		if rerr := rankFailure(ev); rerr != nil && !stopping {
+			stop(rerr)
+		}
+	}
+	interrupted := func(sig os.Signal) {
+		if s, ok := sig.(syscall.Signal); ok {
+			signalAll(s)
+		}
+		if cause == nil {
+			cause = &InterruptedError{Signal: sig}
+		}
+		armKill()
+	}
+	next := 0
+	for running > 0 || (next < cfg.N && cause == nil && !stopping) {
+		if next < cfg.N && cause == nil && !stopping {
+			select {
+			case ev := <-events:
+				exited(ev)
+			case <-timeoutC:
+				timeoutC = nil
+				stop(&TimeoutError{After: cfg.Timeout})
+			case <-ctxDone:
+				ctxDone = nil
+				stop(context.Cause(ctx))
+			case sig := <-sigC:
+				interrupted(sig)
+			default:
+				if err := startRank(next); err != nil {
+					signalAll(syscall.SIGKILL)
+					for range running {
+						<-events
+					}
+					return err
+				}
+				next++
+			}
+			continue
+		}
 		select {
 		case ev := <-events:
-			r := ranks[ev.rank]
-			r.exited = true
-			running--
-			for _, w := range r.flush {
-				w.Flush()
-			}
-			if rerr := rankFailure(ev); rerr != nil && !stopping {
-				stop(rerr)
-			}
+			exited(ev)
 		case <-timeoutC:
 			timeoutC = nil
 			stop(&TimeoutError{After: cfg.Timeout})
@@ -334,13 +386,7 @@ func Run(ctx context.Context, cfg Config) error {
 			ctxDone = nil
 			stop(context.Cause(ctx))
 		case sig := <-sigC:
-			if s, ok := sig.(syscall.Signal); ok {
-				signalAll(s)
-			}
-			if cause == nil {
-				cause = &InterruptedError{Signal: sig}
-			}
-			armKill()
+			interrupted(sig)
 		case <-killC:
 			killC = nil
 			signalAll(syscall.SIGKILL)
@@ -365,8 +411,9 @@ func rankFailure(ev exitEvent) error {
 }
 
 // jobEnv returns env without the variables vcclrun sets (or that would
-// shadow them), and the inherited job token, if any.
-func jobEnv(env []string) (base []string, token string) {
+// shadow them), the inherited job token, if any, and whether a token file
+// (VCCL_JOB_TOKEN_FILE, kept) names the token instead.
+func jobEnv(env []string) (base []string, token string, tokenFile bool) {
 	drop := make(map[string]bool, len(rankVars)+len(shadowingVars)+1)
 	for _, v := range rankVars {
 		drop[v] = true
@@ -381,11 +428,20 @@ func jobEnv(env []string) (base []string, token string) {
 		if k == tokenVar {
 			token = v // the last one wins, as in exec
 		}
+		if k == tokenFileVar && v != "" {
+			tokenFile = true
+		}
 		if !drop[k] {
 			base = append(base, kv)
 		}
 	}
-	return base, token
+	if token != "" && tokenFile {
+		// VCCL_JOB_TOKEN is set: vcclrun passes it on, alone (the
+		// ranks refuse both).
+		tokenFile = false
+		base = slices.DeleteFunc(base, func(kv string) bool { return strings.HasPrefix(kv, tokenFileVar+"=") })
+	}
+	return base, token, tokenFile
 }
 
 // freePort asks the kernel for a free TCP port on the loopback interface.

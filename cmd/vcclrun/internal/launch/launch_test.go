@@ -515,3 +515,43 @@ func TestMainExitStatus(t *testing.T) {
 		t.Errorf("bad -n: status %d, stderr %q", code, stderr.String())
 	}
 }
+
+// A signal or the timeout while ranks still start stops the job at once:
+// vcclrun -n 1024 answers SIGTERM in moments, not once every rank has
+// started, and starts no more.
+func TestStopWhileStarting(t *testing.T) {
+	for _, how := range []string{"signal", "timeout"} {
+		t.Run(how, func(t *testing.T) {
+			ctx := testCtx(t)
+			cfg, stdout, _ := job(t, MaxRanks, "block")
+			cfg.Bind = BindNone
+			sigs := make(chan os.Signal, 1)
+			cfg.Signals = sigs
+			if how == "signal" {
+				sigs <- syscall.SIGTERM
+			} else {
+				cfg.Timeout = 100 * time.Millisecond
+			}
+			err, took := runJob(t, ctx, cfg)
+			var ie *InterruptedError
+			var te *TimeoutError
+			if how == "signal" && !errors.As(err, &ie) || how == "timeout" && !errors.As(err, &te) {
+				t.Fatalf("err = %v", err)
+			}
+			started := strings.Count(stdout.String(), "ready")
+			if took > 5*time.Second || started >= MaxRanks {
+				t.Fatalf("the job ended %v after the start, %d of %d ranks having started", took, started, MaxRanks)
+			}
+			t.Logf("%s: the job ended after %v; %d of %d ranks had started (and said ready)", how, took, started, MaxRanks)
+		})
+	}
+}
+
+func TestTooManyRanks(t *testing.T) {
+	if _, err := ParseArgs([]string{"-n", "3000", "/bin/true"}); err == nil || !strings.Contains(err.Error(), "at most 1024") {
+		t.Fatalf("-n 3000: %v", err)
+	}
+	if err := Run(context.Background(), Config{N: MaxRanks + 1, Prog: "/bin/true"}); err == nil || !strings.Contains(err.Error(), "at most") {
+		t.Fatalf("Run with %d ranks: %v", MaxRanks+1, err)
+	}
+}

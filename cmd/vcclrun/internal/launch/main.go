@@ -16,7 +16,9 @@ const usage = `usage: vcclrun -n N [flags] [--] PROG [ARGS...]
 
 Starts N local ranks of PROG with the torchrun-style environment (RANK,
 WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE, MASTER_ADDR=127.0.0.1, MASTER_PORT
-set to a free port, VCCL_JOB_TOKEN set to a fresh token unless already set).
+set to a free port, VCCL_JOB_TOKEN set to a fresh token unless it, or
+VCCL_JOB_TOKEN_FILE, is set already). At most 1024 ranks. Signals (SIGINT,
+SIGTERM) and --timeout act from the first moment, while ranks still start.
 Each rank is bound to cores of its own when the ranks fit in the CPUs
 vcclrun may use, as Open MPI binds (--bind-to none lets the kernel place
 them).
@@ -46,6 +48,8 @@ func ParseArgs(args []string) (Config, error) {
 		return Config{}, errors.New("-n is required")
 	case cfg.N < 1:
 		return Config{}, fmt.Errorf("-n %d: need at least one rank", cfg.N)
+	case cfg.N > MaxRanks:
+		return Config{}, fmt.Errorf("-n %d: at most %d ranks on one host", cfg.N, MaxRanks)
 	case cfg.Grace < 0:
 		return Config{}, fmt.Errorf("--grace %v: must not be negative", cfg.Grace)
 	case cfg.Timeout < 0:
