@@ -286,7 +286,7 @@ func Run(ctx context.Context, cfg Config) error {
 			err := cmd.Wait()
 			events <- exitEvent{rank: i, state: cmd.ProcessState, err: err}
 		}()
-			return nil
+		return nil
 	}
 
 	var (
