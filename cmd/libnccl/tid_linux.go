@@ -1,0 +1,5 @@
+package main
+
+import "syscall"
+
+func gettid() int { return syscall.Gettid() }
