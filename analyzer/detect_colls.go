@@ -93,8 +93,13 @@ func (a *Analyzer) stragglerFindings(c *commState) []Finding {
 		// One arrival late by far more than anyone else ever was (a hang
 		// between calls) is a straggler on its own.
 		single := st.maxLate >= int64(o.MinSingleLate) && float64(st.maxLate) >= o.Outlier*float64(others)
+		// A rank is last by chance one time in (ranks): it must be last
+		// more often than chance allows (a host that deschedules every
+		// rank in turn names none).
+		ranks := max(int(c.live()), 2)
+		pv := binomTail(c.lateAll, st.count, 1/float64(ranks))
 		if !single && (st.count < o.MinCount || float64(st.count) < o.MinShare*float64(c.lateAll) ||
-			float64(st.count) < o.MinFraction*float64(c.judged)) {
+			float64(st.count) < o.MinFraction*float64(c.judged) || pv > a.o.Significance/float64(ranks)) {
 			continue
 		}
 		f := Finding{Kind: KindStraggler, Comm: c.id, Rank: int32(r), Peer: -1, Channel: -1, Path: -1,
@@ -111,6 +116,7 @@ func (a *Analyzer) stragglerFindings(c *commState) []Finding {
 			"min_late_ms":        float64(o.MinLate) / 1e6,
 			"late_per_100_coll":  100 * float64(st.count) / float64(max(c.judged, 1)),
 			"others_max_late_ms": float64(others) / 1e6,
+			"p_value":            pv,
 		}
 		f.Summary = fmt.Sprintf("rank %d began %d of %d collectives last, %s after every other rank on average (at most %s); the others waited %s in all",
 			r, st.count, c.judged, fmtDur(st.sumLate/int64(st.count)), fmtDur(st.maxLate), fmtDur(st.waitImposed))
@@ -188,7 +194,7 @@ func (a *Analyzer) judgeLinks(c *commState, cs *collState) {
 // significantSlow reports whether a slow-link finding stands out against
 // how often the job's other links were slow: the chance that a link slow as
 // often as the others by luck is slow in as many of its collectives,
-// bounded by SlowLink.Significance over the links compared (a host that
+// bounded by Options.Significance over the links compared (a host that
 // slows every link in turn, descheduling or sharing a NIC, names none).
 // It adds the figures to the finding's evidence.
 func (a *Analyzer) significantSlow(f *Finding) bool {
@@ -202,7 +208,7 @@ func (a *Analyzer) significantSlow(f *Finding) bool {
 	pv := binomTail(n, k, min(p0, 1))
 	f.Evidence["job_slow_rate"] = p0
 	f.Evidence["p_value"] = pv
-	return pv <= a.o.SlowLink.Significance/float64(max(c.judgedLks, 1))
+	return pv <= a.o.Significance/float64(max(c.judgedLks, 1))
 }
 
 // binomTail is P(X >= k) for X ~ Binomial(n, p).

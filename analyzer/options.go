@@ -29,6 +29,12 @@ type Options struct {
 	Failover     FailoverOptions     `opt:"failover"`
 	Rank         RankOptions         `opt:"rank"`
 
+	// Significance bounds the chance that a link or rank of a healthy job
+	// is, by luck, slow or late as often as a finding says (a slow link, a
+	// straggler): the job's own rate of such events is the yardstick.
+	// Default 1e-4, shared among the links or ranks compared.
+	Significance float64 `opt:"significance"`
+
 	// ListBelowFloor lists the findings under the noise floor too: those
 	// of severity info (less than SeverityWarningShare of the trace lost),
 	// which a healthy job has by chance. Without it they are only counted
@@ -74,8 +80,9 @@ type StragglerOptions struct {
 	MinCount    int           `opt:"min_count"`    // late collectives needed; default 3
 	MinShare    float64       `opt:"min_share"`    // share of all late arrivals that are this rank's; default 0.5
 	MinFraction float64       `opt:"min_fraction"` // share of the comm's collectives it is late to; default 0.05
-	// A single arrival this late is a straggler on its own, when it is
-	// also Outlier times the job's other late arrivals; default 100ms.
+	// A single arrival this late (a hang between calls) is a straggler on
+	// its own, when it is also Outlier times any other rank's latest
+	// arrival; default 500ms.
 	MinSingleLate time.Duration `opt:"min_single_late"`
 	Outlier       float64       `opt:"outlier"` // default 5
 }
@@ -83,8 +90,9 @@ type StragglerOptions struct {
 // RankOptions: see "A rank that does not run" in the package documentation.
 type RankOptions struct {
 	// NotRunning is the silence, with calls in flight, of a rank that
-	// writes heartbeats after which it is taken not to run: more than a
-	// heartbeat (10ms) and a scheduler's wake-up; default 15ms.
+	// writes heartbeats after which it is taken not to run: five missed
+	// heartbeats (a rank that yields its core among more ranks than cores
+	// may wait two or three for it); default 50ms.
 	NotRunning time.Duration `opt:"not_running"`
 	// MinDown is the time a rank must not run to be a finding; default
 	// 100ms.
@@ -137,17 +145,18 @@ func DefaultOptions() Options {
 		Stall: StallOptions{MinDuration: 50 * time.Millisecond, MaxBusy: 0.1, MaxExplained: 0.5},
 		Straggler: StragglerOptions{
 			MinLate: 2 * time.Millisecond, MinCount: 3, MinShare: 0.5, MinFraction: 0.05,
-			MinSingleLate: 100 * time.Millisecond, Outlier: 5,
+			MinSingleLate: 500 * time.Millisecond, Outlier: 5,
 		},
 		SlowLink: SlowLinkOptions{
-			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond, Significance: 1e-4,
+			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond,
 			MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
 		},
-		Rank: RankOptions{NotRunning: 15 * time.Millisecond, MinDown: 100 * time.Millisecond, Outlier: 3, DeadGrace: 50 * time.Millisecond},
+		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 100 * time.Millisecond, Outlier: 3, DeadGrace: 50 * time.Millisecond},
 		HOL: HOLOptions{
 			MinWait: time.Millisecond, Dominance: 0.8, SizeRatio: 8, MinBlocked: 2, MaxGap: time.Second,
 		},
 		Failover:            FailoverOptions{Window: time.Second},
+		Significance:        1e-4,
 		MaxListed:           16,
 		SeriesPoints:        480,
 		TimelineCollectives: 400,
@@ -196,7 +205,7 @@ func (o Options) Validate() error {
 	} {
 		check(s.v > 0 && s.v <= 1, "%s %v: want a share in (0, 1]", s.name, s.v)
 	}
-	check(o.SlowLink.Significance > 0 && o.SlowLink.Significance < 1, "slow_link.significance %v: want a probability in (0, 1)", o.SlowLink.Significance)
+	check(o.Significance > 0 && o.Significance < 1, "significance %v: want a probability in (0, 1)", o.Significance)
 	check(o.Straggler.Outlier >= 1, "straggler.outlier %v: want at least 1", o.Straggler.Outlier)
 	check(o.Backpressure.Outlier >= 1, "backpressure.outlier %v: want at least 1", o.Backpressure.Outlier)
 	check(o.Rank.Outlier >= 1, "rank.outlier %v: want at least 1", o.Rank.Outlier)
