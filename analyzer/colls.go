@@ -15,6 +15,7 @@ type commState struct {
 	sizeKnown bool
 
 	colls  map[uint64]*collState // collectives not yet judged
+	open   fifo[*collState]      // the same, oldest first (judged ones are skipped when they come first)
 	arrive []*collState          // collectives whose arrival window may still cover slices to judge, by creation
 
 	// Excused time (some rank has not arrived at a collective others
@@ -132,6 +133,7 @@ func (a *Analyzer) collBegin(call *flowtel.Call) {
 		cs = &collState{seq: call.Seq, op: call.Op, algo: call.Algo, dtype: call.Dtype, minBegin: ts, maxBegin: ts}
 		c.colls[call.Seq] = cs
 		c.arrive = append(c.arrive, cs)
+		c.open.push(cs)
 	}
 	cs.lastTs = max(cs.lastTs, ts)
 	for int(rank) >= len(cs.ranks) {
@@ -251,15 +253,44 @@ func (a *Analyzer) expireCollectives(ts int64) {
 	}
 }
 
-func (a *Analyzer) expireOldest(c *commState) {
-	var oldest *collState
-	for _, cs := range c.colls {
-		if oldest == nil || cs.seq < oldest.seq {
-			oldest = cs
-		}
+// pruneOpen drops the judged collectives from the front of the open queue
+// and, when judged ones behind an old open one make up most of it,
+// everywhere: its memory follows the collectives open.
+func (c *commState) pruneOpen() {
+	for c.open.n > 0 && (*c.open.front()).judged {
+		c.open.popFront()
 	}
-	if oldest != nil {
-		a.judgeColl(c, oldest)
+	// The arrival windows of judged collectives are dropped as slices
+	// are judged (advanceExcuse); a trace with no link traffic judges
+	// none, so they are bounded here too.
+	if len(c.arrive) > 2*maxOpenColls {
+		k := 0
+		for k < len(c.arrive)-maxOpenColls && c.arrive[k].judged {
+			k++
+		}
+		clear(c.arrive[:k])
+		c.arrive = c.arrive[k:]
+	}
+	if c.open.n > 2*len(c.colls)+1024 {
+		var keep fifo[*collState]
+		for i := range c.open.n {
+			if cs := *c.open.at(i); !cs.judged {
+				keep.push(cs)
+			}
+		}
+		c.open = keep
+	}
+}
+
+// expireOldest judges the oldest collective still open, to make room: in
+// constant time, whatever the number open.
+func (a *Analyzer) expireOldest(c *commState) {
+	for c.open.n > 0 {
+		cs := c.open.popFront()
+		if !cs.judged {
+			a.judgeColl(c, cs)
+			return
+		}
 	}
 }
 
@@ -269,6 +300,7 @@ func (a *Analyzer) judgeColl(c *commState, cs *collState) {
 	delete(c.colls, cs.seq)
 	a.collRanks -= len(cs.ranks)
 	cs.judged = true
+	c.pruneOpen()
 	size := c.live()
 	complete := cs.begun >= size && cs.ended >= size && !cs.failed && len(cs.ranks) > 0
 	var bytes uint64

@@ -78,8 +78,9 @@ const holRecent = 32
 const maxPendingSends = 1 << 16
 
 // maxFoldCalls bounds the calls (one rank's part in one collective) the
-// fold keeps open: as many as the collectives' per-rank entries.
-const maxFoldCalls = maxCollRanks
+// fold keeps open: 64 calls in flight for each of 1024 ranks; a call pushed
+// out is ended incomplete, as one whose rank died.
+const maxFoldCalls = 1 << 16
 
 // rcKey names a rank's side of one channel of a communicator.
 type rcKey struct {

@@ -6,8 +6,10 @@ import (
 	"encoding/binary"
 	"os"
 	"path/filepath"
+	"runtime"
 	"strings"
 	"testing"
+	"time"
 	"unsafe"
 
 	"github.com/vccl-go/vccl/exporter/arrow"
@@ -243,4 +245,50 @@ func FuzzAnalyzeFile(f *testing.F) {
 		}
 		_ = r
 	})
+}
+
+// A million calls that one rank begins and its peer never joins: the
+// analyzer keeps a bounded number open and expires the oldest in constant
+// time, so the whole trace takes time linear in its length (it took the
+// square before: every new call scanned every open one) and memory that
+// does not grow with it.
+func TestMillionUnfinishedCalls(t *testing.T) {
+	if testing.Short() {
+		t.Skip("a million records")
+	}
+	const n = 1_000_000
+	a, err := New(Options{})
+	if err != nil {
+		t.Fatal(err)
+	}
+	a.SetWorldSize(1, 2)
+	batch := make([]flowtel.Record, 0, 4096)
+	start := time.Now()
+	var ms runtime.MemStats
+	var peak uint64
+	for i := range n {
+		batch = append(batch, flowtel.Record{TsNs: int64(i+1) * 1000, Kind: flowtel.KindCollBegin, Comm: 1, Rank: 0, Peer: -1,
+			CollSeq: uint64(i + 1), Op: flowtel.OpAllReduce, Step: 1, Bytes: 1 << 20})
+		if len(batch) == cap(batch) {
+			a.Add(batch)
+			a.Advance(batch[len(batch)-1].TsNs)
+			batch = batch[:0]
+			if i%(n/8) < cap(batch) {
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapInuse)
+			}
+		}
+	}
+	a.Add(batch)
+	r := a.Finish()
+	took := time.Since(start)
+	t.Logf("%d unfinished calls in %v, heap at most %d MiB; %d findings", n, took, peak>>20, len(r.Findings))
+	// Linear is about a second here; the square was minutes.
+	if took > 60*time.Second {
+		t.Errorf("a million unfinished calls took %v", took)
+	}
+	if peak > 200<<20 {
+		t.Errorf("heap reached %d MiB", peak>>20)
+	}
 }
