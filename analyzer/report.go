@@ -344,7 +344,10 @@ func (a *Analyzer) finalFindings() []Finding {
 		}
 		f := c.f
 		for y, d := range bps {
-			if !root[y] && d.f.Comm == f.Comm && overlaps(span{d.f.StartNs, d.f.EndNs}, span{f.StartNs, f.EndNs}) {
+			// The links backed up behind it: upstream ones, not the same
+			// pair's other channels (the same fault).
+			if !root[y] && d.f.Comm == f.Comm && (d.f.Rank != f.Rank || d.f.Peer != f.Peer) &&
+				overlaps(span{d.f.StartNs, d.f.EndNs}, span{f.StartNs, f.EndNs}) {
 				f.Related = append(f.Related, d.f.Link())
 			}
 		}
@@ -354,6 +357,7 @@ func (a *Analyzer) finalFindings() []Finding {
 		out = append(out, f)
 	}
 
+	out = mergeEpisodes(out, a.o.MaxListed)
 	out = foldSlowLinks(out)
 	for k := range out {
 		if f := &out[k]; len(f.Related) > 1 {
@@ -427,6 +431,53 @@ func (a *Analyzer) outlierBP(bps []candidate, x int) bool {
 	}
 	c.Evidence["others_longest_ms"] = others
 	return c.Evidence["flagged_ms"] >= a.o.Backpressure.Outlier*others
+}
+
+// mergeGap is how far apart two episodes of one link (or a pair's channels)
+// may be and still be one fault: a long fault comes and goes by the
+// detectors' slices.
+const mergeGap = int64(time.Second)
+
+// mergeEpisodes makes one finding of a link's backpressure or slow-link
+// episodes that follow each other within mergeGap, and of the same pair's
+// channels at the same time: from the first start to the last end, the
+// impact summed, the evidence of the worst.
+func mergeEpisodes(fs []Finding, maxListed int) []Finding {
+	slices.SortStableFunc(fs, func(x, y Finding) int { return cmp.Compare(x.StartNs, y.StartNs) })
+	var out []Finding
+	for _, f := range fs {
+		merged := false
+		if f.Kind == KindBackpressure || f.Kind == KindSlowLink {
+			for k := range out {
+				g := &out[k]
+				if g.Kind != f.Kind || g.Comm != f.Comm || g.Rank != f.Rank || g.Peer != f.Peer || f.StartNs > g.EndNs+mergeGap {
+					continue
+				}
+				worst := g.ImpactNs < f.ImpactNs
+				start, end := min(g.StartNs, f.StartNs), max(g.EndNs, f.EndNs)
+				impact := g.ImpactNs + f.ImpactNs
+				cl := collList{seqs: g.Collectives, n: g.NumCollectives}
+				cl.merge(&collList{seqs: f.Collectives, n: f.NumCollectives}, maxListed)
+				related := append(slices.Clone(g.Related), f.Related...)
+				channel := g.Channel
+				if f.Channel != g.Channel {
+					channel = -1 // several channels of the pair
+				}
+				if worst {
+					*g = f
+				}
+				g.StartNs, g.EndNs, g.ImpactNs, g.Channel = start, end, impact, channel
+				g.Collectives, g.NumCollectives, g.Related = cl.seqs, cl.n, related
+				g.Evidence["episodes"] = max(g.Evidence["episodes"], 1) + 1
+				merged = true
+				break
+			}
+		}
+		if !merged {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // foldSlowLinks folds a slow link into a worse one it overlaps in time and
