@@ -37,6 +37,24 @@
 // bandwidth for that WR is its bytes over that time. WRs under
 // SlowLink.MinWRBytes (4KiB; the 32-byte signature check) are not timed.
 //
+// # A rank that does not run
+//
+// A rank waiting with a call in flight writes a heartbeat record every 10 ms
+// (flowtel.KindHeartbeat); a busy one writes its WRs. So a rank that writes
+// heartbeats and wrote nothing at all for Rank.NotRunning (50ms) with a call
+// in flight did not run: stopped, frozen, descheduled. Meanwhile its links
+// are not judged (their rates say nothing of the network) and the stalls it
+// causes are explained. When its longest silence is at least Rank.MinDown
+// (100ms) and Rank.Outlier (3) times the longest of any other rank's, and
+// most other ranks ran meanwhile (not a pause of the whole job), it is a
+// stall finding of that rank (Peer -1), all its silences listed together.
+//
+// A rank whose records stop at least Rank.DeadGrace (50ms) before its
+// peers' with a sign of trouble (a call in flight at its end, calls its
+// peers began without it, or its peers' transfers with it failing) is a
+// dead_rank finding, always critical: when its records stop, and the
+// calls it never began.
+//
 // # Backpressure
 //
 // A link is backpressured in a slice when, over the Backpressure.Window
@@ -51,7 +69,12 @@
 // down does not lower its own yardstick); it must cover MinBaseline (5ms)
 // of busy time first. Backpressured slices separated by at most MaxGap
 // (20ms) form an episode; one flagged for at least MinDuration (100ms), and
-// in at least MinShare (0.5) of its busy slices, is reported. (VCCL's rule
+// in at least MinShare (0.5) of its busy slices, and at least Outlier (3)
+// times the longest episode of any other link at other times (the job's
+// own noise), is reported. A link is not judged while its sender or
+// receiver does not run, or while its oldest send waits for a rank that has
+// not begun its collective. A link's episodes within a second of each
+// other, and its other channels', are one finding. (VCCL's rule
 // for comparison: bandwidth under half the 50ms mean while the bytes in
 // flight exceed twice their 50ms maximum.)
 //
@@ -91,19 +114,28 @@
 // is a straggler when it was late in at least Straggler.MinCount (3)
 // collectives, at least Straggler.MinShare (0.5) of all late arrivals in
 // the communicator, and at least Straggler.MinFraction (0.05) of its
-// collectives. Impact: the sum of its lateness. Ranks whose traces are
-// missing are left out of "every rank".
+// collectives, and more often than chance: with L late arrivals in all, the
+// chance that a rank is last k of them by luck (one in the number of ranks
+// each) must be under Significance (1e-4) over the ranks. A single arrival
+// late by Straggler.MinSingleLate (500ms) and Straggler.Outlier (5) times
+// any other rank's latest (a hang between calls) is a straggler on its
+// own. Impact: the sum of its lateness. Ranks whose traces are missing are
+// left out of "every rank".
 //
 // # Slow link
 //
 // For each collective, each link that moved at least SlowLink.MinBytes
-// (64KiB) of timed transfers gets a bandwidth (bytes over transfer time)
-// and is compared with the median of the other links of the same
-// collective: under SlowLink.Ratio (0.5) of it, the link was slow in that
-// collective. A run of collectives in which the link was slow, ended by
+// (64KiB) of timed transfers in at least SlowLink.MinXfer (20µs), and whose
+// sender and receiver ran throughout, gets a bandwidth (bytes over transfer
+// time) and is compared with the median of the other links of the same
+// collective that moved about as much (within 2x): under SlowLink.Ratio
+// (0.5) of it, the link was slow in that collective. A run of collectives in which the link was slow, ended by
 // more than SlowLink.MaxGap (5) normal ones in a row, is reported when at
 // least SlowLink.MinCollectives (5) of its collectives, and at least
-// SlowLink.MinFraction (0.6) of them, were slow. Impact: the transfer time
+// SlowLink.MinFraction (0.6) of them, were slow, and when that many is
+// beyond chance: against the rate at which the job's other links were slow,
+// the binomial chance of it must be under Significance (1e-4) over the
+// links compared. Impact: the transfer time
 // beyond what the other links' bandwidth would have taken. A slow link that
 // overlaps a worse one in time and shares a rank with it is folded into the
 // worse one (listed in Related): both go through that rank, whose interface
@@ -116,11 +148,12 @@
 // with the same collective's WRs, nothing was posted, in flight (beyond
 // Stall.MaxBusy, 0.1, of a slice) or waiting for at least Stall.MinDuration
 // (50ms): the sender had nothing to send, an upstream or compute stall, not
-// the network. It is reported unless at least Stall.MaxExplained (0.5) of
-// the gap is explained: by some rank not having arrived at a collective
-// others began, or by backpressure in the communicator, during the gap; or
-// by a backpressure, slow link, straggler or failover finding overlapping
-// it. Of overlapping stalls on one channel, the first to start is the root
+// the network. It is reported unless the sender wrote heartbeats during
+// the gap (it waited in the library for its peers: a victim) or at least
+// Stall.MaxExplained (0.5) of the gap is explained: by some rank not having
+// arrived at a collective others began, by a rank not running, or by
+// backpressure in the communicator, during the gap; or by a backpressure,
+// slow link, straggler or failover finding overlapping it. Of overlapping stalls on one channel, the first to start is the root
 // and the others, which ran dry after it, are Related. Impact: the idle
 // time.
 //
@@ -145,12 +178,14 @@
 // vccl-top feeds it every rank's records, read from the ranks' live
 // endpoints (/v1/records), twice a second.
 //
-// # Severity and order
+// # Severity, order and the noise floor
 //
 // Impact over the analysed span of the trace sets Severity: at least
 // SeverityCriticalShare (10%) is critical, at least SeverityWarningShare
-// (1%) a warning, else info. Report.Findings are worst first: severity,
-// impact, start.
+// (1%) a warning, else info; a dead rank is critical. Findings of severity
+// info are the noise floor: a healthy job has them by chance, so they are
+// counted (Report.BelowFloor), not listed, unless ListBelowFloor.
+// Report.Findings are worst first: severity, impact, start.
 //
 // # Input
 //
