@@ -118,3 +118,49 @@ func TestLiveClean(t *testing.T) {
 		}
 	}
 }
+
+// A rank still computing between calls while its peers wait in the next one
+// (heartbeating) is late, not dead: the live analysis, which sees the job
+// up to now, must not call it dead.
+func TestLiveLateRankIsNotDead(t *testing.T) {
+	var recs []flowtel.Record
+	call := func(seq uint64, ranks []int32, at int64) {
+		for _, r := range ranks {
+			recs = append(recs, flowtel.Record{TsNs: at, Kind: flowtel.KindCollBegin, Comm: 1, Rank: r, Peer: -1, CollSeq: seq, Op: flowtel.OpAllReduce, Step: 1, Bytes: 8})
+		}
+	}
+	end := func(seq uint64, ranks []int32, at int64) {
+		for _, r := range ranks {
+			recs = append(recs, flowtel.Record{TsNs: at, Kind: flowtel.KindCollEnd, Comm: 1, Rank: r, Peer: -1, CollSeq: seq, Op: flowtel.OpAllReduce, Step: 1, Bytes: 8})
+		}
+	}
+	all := []int32{0, 1, 2, 3}
+	base := int64(1e9)
+	for seq := uint64(1); seq <= 4; seq++ {
+		at := base + int64(seq)*10e6
+		call(seq, all, at)
+		end(seq, all, at+1e6)
+	}
+	// Call 5: ranks 0-2 wait in it for 300 ms, writing heartbeats; rank 3
+	// computes.
+	t5 := base + 50e6
+	call(5, all[:3], t5)
+	for ts := t5 + 10e6; ts <= t5+300e6; ts += 10e6 {
+		for _, r := range all[:3] {
+			recs = append(recs, flowtel.Record{TsNs: ts, Kind: flowtel.KindHeartbeat, Comm: 1, Rank: r, Peer: -1, Depth: 1})
+		}
+	}
+	lv, err := NewLive(Options{}, 0)
+	if err != nil {
+		t.Fatal(err)
+	}
+	lv.SetWorldSize(1, 4)
+	for _, r := range recs {
+		lv.AddFrom(int(r.Rank), []flowtel.Record{r})
+	}
+	for _, f := range lv.Update(t5 + 300e6) {
+		if f.Kind == KindDeadRank {
+			t.Errorf("a late rank called dead: %s", f.Summary)
+		}
+	}
+}

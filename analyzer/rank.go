@@ -259,8 +259,11 @@ func (a *Analyzer) deadRanks() {
 			inCall := rl.openFrom > 0 && rl.openCalls > 0
 			failed := rl.failedAt >= last
 			var missed collList
+			// Calls its peers began and ended without it: a rank merely
+			// late to a call its peers still wait in is a straggler in
+			// the making, not dead.
 			for _, cs := range c.colls {
-				if cs.minBegin > last && (int(rl.rank) >= len(cs.ranks) || !cs.ranks[rl.rank].begun) {
+				if cs.minBegin > last && cs.ended > 0 && (int(rl.rank) >= len(cs.ranks) || !cs.ranks[rl.rank].begun) {
 					missed.add(cs.seq, a.o.MaxListed)
 				}
 			}
@@ -282,7 +285,7 @@ func (a *Analyzer) deadRanks() {
 				why = append(why, "a call in flight")
 			}
 			if missed.n > 0 {
-				why = append(why, fmt.Sprintf("%s its peers began without it", plural(missed.n, "call")))
+				why = append(why, fmt.Sprintf("%s its peers began and ended without it", plural(missed.n, "call")))
 			}
 			if failed {
 				why = append(why, fmt.Sprintf("its peers' transfers with it failing %s after its last record", fmtDur(rl.failedAt-last)))
