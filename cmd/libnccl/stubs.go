@@ -11,10 +11,12 @@ import "C"
 
 import "unsafe"
 
-// Calls of newer NCCL versions that VCCL does not implement. They are
-// exported so that a program built against a newer nccl.h (PyTorch's)
-// never reaches another libnccl through them with a VCCL communicator:
-// each returns ncclInvalidUsage and says so in ncclGetLastError.
+// Calls of newer NCCL versions that VCCL does not implement. A program
+// built against a newer nccl.h (PyTorch 2.11 against NCCL 2.28) imports
+// them, and since this library's soname is libnccl.so.2, a preloaded VCCL
+// is the only libnccl of the process: every symbol it imports must be
+// here, or it fails to load. Each returns ncclInvalidUsage and says so in
+// ncclGetLastError.
 
 //export ncclGroupSimulateEnd
 func ncclGroupSimulateEnd(simInfo unsafe.Pointer) C.ncclResult_t {
@@ -69,4 +71,14 @@ func ncclCommMemStats(comm C.ncclComm_t, stat C.int, value *C.ulonglong) C.ncclR
 //export ncclCommQueryProperties
 func ncclCommQueryProperties(comm C.ncclComm_t, props unsafe.Pointer) C.ncclResult_t {
 	return result("ncclCommQueryProperties", -1, unsupported("ncclCommQueryProperties"))
+}
+
+//export ncclDevCommCreate
+func ncclDevCommCreate(comm C.ncclComm_t, reqs unsafe.Pointer, outDevComm unsafe.Pointer) C.ncclResult_t {
+	return result("ncclDevCommCreate", -1, unsupported("ncclDevCommCreate (the device API)"))
+}
+
+//export ncclDevCommDestroy
+func ncclDevCommDestroy(comm C.ncclComm_t, devComm unsafe.Pointer) C.ncclResult_t {
+	return result("ncclDevCommDestroy", -1, unsupported("ncclDevCommDestroy (the device API)"))
 }

@@ -196,25 +196,11 @@ func (p *Proc) peerBuf(q, id, off, n int) (cuda.DevicePtr, error) {
 		if !found {
 			return 0, fmt.Errorf("its buffer %d is not in its export table (more than %d allocations exported since?)", id, exportSlots)
 		}
-		im = imported{size: int(size)}
-		if pid == uint64(os.Getpid()) {
-			im.base = cuda.DevicePtr(base)
-			if err := p.reach(im.base); err != nil {
-				return 0, err
-			}
-		} else {
-			o := p.opened[h]
-			if o == nil {
-				b, err := cuda.OpenIpcMemHandle(h)
-				if err != nil {
-					return 0, fmt.Errorf("mapping its buffer: %w", err)
-				}
-				o = &openMem{base: b}
-				p.opened[h] = o
-			}
-			o.refs++
-			im.base = o.base
+		b, err := p.mapPeer(h, int(pid), cuda.DevicePtr(base), int(size))
+		if err != nil {
+			return 0, fmt.Errorf("mapping its buffer: %w", err)
 		}
+		im = imported{base: b, size: int(size)}
 		p.imports[q][id] = im
 	}
 	if off+n > im.size {

@@ -1,6 +1,7 @@
 package ce
 
 import (
+	"os"
 	"sync"
 
 	"github.com/vccl-go/vccl/gpu/cuda"
@@ -15,21 +16,49 @@ import (
 // when it lies on another GPU; events as they are (a stream may wait on
 // an event of another device's context).
 
-var (
-	localMem sync.Map // cuda.IpcMemHandle → cuda.DevicePtr (the allocation's base)
-	localEv  sync.Map // cuda.IpcEventHandle → cuda.Event
-)
+// localEv maps the interprocess events this process made by handle.
+var localEv sync.Map // cuda.IpcEventHandle → cuda.Event
 
-// localMem returns the base address of memory of this process that h
-// names (ok false: another process's), with this rank's context able to
-// reach it.
-func (p *Proc) localMem(h cuda.IpcMemHandle) (cuda.DevicePtr, bool, error) {
-	v, ok := localMem.Load(h)
-	if !ok {
-		return 0, false, nil
+// mapPeer returns where an allocation of another rank lies in this
+// process: the allocation at ebase (size bytes) in process pid, shared
+// through handle h. In this process it is ebase itself (reached through
+// peer access when it is on another GPU). Elsewhere the handle is opened
+// once and counted. The driver packs small allocations into one chunk and
+// maps a chunk once per process, so opening the handle of a second
+// allocation of a chunk already mapped here fails (already mapped): that
+// allocation then lies at the same distance from an earlier one of the
+// same process as it does there, which the address range of the mapping
+// confirms. On the proxy thread.
+func (p *Proc) mapPeer(h cuda.IpcMemHandle, pid int, ebase cuda.DevicePtr, size int) (cuda.DevicePtr, error) {
+	if pid == os.Getpid() {
+		return ebase, p.reach(ebase)
 	}
-	base := v.(cuda.DevicePtr)
-	return base, true, p.reach(base)
+	if o := p.opened[h]; o != nil {
+		o.refs++
+		return o.base, nil
+	}
+	b, err := cuda.OpenIpcMemHandle(h)
+	if err == nil {
+		p.opened[h] = &openMem{base: b, refs: 1, pid: pid, ebase: ebase}
+		return b, nil
+	}
+	if !cuda.IsResult(err, cuda.ErrorAlreadyMapped) {
+		return 0, err
+	}
+	for _, o := range p.opened {
+		if o.pid != pid {
+			continue
+		}
+		cand := o.base + (ebase - o.ebase)
+		mb, msize, rerr := cuda.MemAddressRange(o.base)
+		if rerr != nil {
+			continue
+		}
+		if cand >= mb && int(cand-mb)+size <= msize {
+			return cand, nil
+		}
+	}
+	return 0, err
 }
 
 // openEvent opens a peer's interprocess event, or borrows it when the peer

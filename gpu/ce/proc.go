@@ -128,8 +128,10 @@ type Proc struct {
 }
 
 type openMem struct {
-	base cuda.DevicePtr
-	refs int
+	base  cuda.DevicePtr
+	refs  int
+	pid   int            // the exporting process
+	ebase cuda.DevicePtr // the allocation's base there
 }
 
 // Mem is a device buffer registered with every rank of a Proc job: each
@@ -532,7 +534,10 @@ func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, e
 	if p.staged {
 		return nil, errStagedIPC
 	}
-	const blob = 8 + 64 + 16
+	// status, handle, offset, size, then the process and the allocation's
+	// base there (a rank of the same process uses it as it is; see also
+	// mapPeer).
+	const blob = 8 + 64 + 16 + 16
 	mine := make([]byte, blob)
 	var h cuda.IpcMemHandle
 	regErr := p.g.do(func() error {
@@ -547,10 +552,9 @@ func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, e
 			return fmt.Errorf("ce: Register of %d bytes at %#x overruns its allocation (%d bytes at %#x)", n, ptr, size, base)
 		}
 		h, err = cuda.IpcGetMemHandle(base)
-		if err == nil {
-			localMem.Store(h, base)
-		}
 		binary.LittleEndian.PutUint64(mine[72:], uint64(ptr-base))
+		binary.LittleEndian.PutUint64(mine[88:], uint64(os.Getpid()))
+		binary.LittleEndian.PutUint64(mine[96:], uint64(base))
 		return err
 	})
 	if regErr != nil {
@@ -584,25 +588,12 @@ func (p *Proc) Register(ctx context.Context, ptr cuda.DevicePtr, n int) (*Mem, e
 			var k cuda.IpcMemHandle
 			copy(k[:], b[8:72])
 			m.keys[q] = k
-			if base, ok, err := p.localMem(k); ok || err != nil {
-				if err != nil {
-					return fmt.Errorf("ce: reaching rank %d's buffer in this process: %w", q, err)
-				}
-				m.peer[q] = base.Add(int(binary.LittleEndian.Uint64(b[72:])))
-				continue
+			pid, ebase := int(binary.LittleEndian.Uint64(b[88:])), cuda.DevicePtr(binary.LittleEndian.Uint64(b[96:]))
+			base, err := p.mapPeer(k, pid, ebase, int(binary.LittleEndian.Uint64(b[72:]))+m.size[q])
+			if err != nil {
+				return fmt.Errorf("ce: mapping rank %d's buffer: %w", q, err)
 			}
-			o := p.opened[k]
-			if o == nil {
-				base, err := cuda.OpenIpcMemHandle(k)
-				if err != nil {
-					return fmt.Errorf("ce: mapping rank %d's buffer: %w", q, err)
-				}
-				o = &openMem{base: base}
-				p.opened[k] = o
-			}
-			o.refs++
-			m.keys[q] = k
-			m.peer[q] = o.base.Add(int(binary.LittleEndian.Uint64(b[72:])))
+			m.peer[q] = base.Add(int(binary.LittleEndian.Uint64(b[72:])))
 		}
 		return nil
 	})

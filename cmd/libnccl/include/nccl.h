@@ -15,12 +15,16 @@
 #include <limits.h>
 #include <stddef.h>
 
-/* cudaStream_t: from the CUDA runtime's header when it is there, else the
- * same opaque handle declared here (a program that uses streams includes
- * the runtime's header itself). */
+/* cudaStream_t (and half, bfloat16): from the CUDA runtime's headers when
+ * they are there, as NCCL's header includes them; else the same opaque
+ * stream handle declared here. */
 #if defined(__has_include) && !defined(VCCL_NO_CUDA_HEADERS)
 #if __has_include(<cuda_runtime.h>)
 #include <cuda_runtime.h>
+#include <cuda_fp16.h> /* half, as NCCL's header gives it */
+#if defined(CUDART_VERSION) && CUDART_VERSION >= 11000
+#include <cuda_bf16.h>
+#endif
 #define VCCL_HAVE_CUDA_RUNTIME 1
 #endif
 #endif
