@@ -5,7 +5,7 @@ RANKS   ?= 2
 PKGS    := ./...
 CORE    := ./flowtel/... ./transport/... ./collective/...
 
-.PHONY: all build test test-full race bench check-deps run lint fmt clean fault-full
+.PHONY: all build test test-full race bench check-deps run lint fmt clean fault-full fuzz
 
 all: build
 
@@ -30,6 +30,20 @@ race:
 # with fewer all-reduces and trials.
 fault-full:
 	VCCL_FAULT_FULL=1 $(GO) test -count=1 -v -timeout 30m ./test/fault/ ./transport/ft/
+
+# Every fuzz target of the packages that read what others send (the store,
+# the handshakes, ft frames, traces, vccl-top's parsers) for FUZZTIME each.
+# New inputs are minimized for at most 10 runs: with go test's default (60 s
+# each) FuzzReader spent its time minimizing and ran ~20 inputs in 45 s.
+FUZZTIME ?= 30s
+FUZZ_PKGS := ./collective/bootstrap ./transport ./transport/tcp ./transport/ft ./flowtel ./exporter/arrow ./ui/source
+fuzz:
+	@set -e; for pkg in $(FUZZ_PKGS); do \
+		for f in $$($(GO) test -list '^Fuzz' $$pkg | grep '^Fuzz'); do \
+			echo "== $$pkg $$f"; \
+			$(GO) test -run '^$$' -fuzz "^$$f\$$" -fuzztime $(FUZZTIME) -fuzzminimizetime 10x $$pkg; \
+		done; \
+	done
 
 bench:
 	$(GO) test -run '^$$' -bench . -benchmem $(CORE)

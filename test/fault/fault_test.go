@@ -257,11 +257,13 @@ func TestFailoverLatency(t *testing.T) {
 		trials, median(detect), slices.Max(detect), median(onBackup), slices.Max(onBackup), median(failback), slices.Max(failback))
 	t.Logf("on backup (ms): %.1f", onBackup)
 	t.Logf("fail-back (ms): %.1f", failback)
-	if m := median(onBackup); m > 100 {
-		t.Errorf("median time to traffic on the backup %.1f ms, want at most 100 ms", m)
+	// The worst trial, not only the median: every failover within 100 ms
+	// and every fail-back within 1 s (docs/fault-tolerance.md).
+	if m := slices.Max(onBackup); m > 100 {
+		t.Errorf("worst time to traffic on the backup %.1f ms (median %.1f ms), want at most 100 ms", m, median(onBackup))
 	}
-	if m := median(failback); m > 1000 {
-		t.Errorf("median fail-back %.1f ms, want at most 1 s", m)
+	if m := slices.Max(failback); m > 1000 {
+		t.Errorf("worst fail-back %.1f ms (median %.1f ms), want at most 1 s", m, median(failback))
 	}
 }
 
