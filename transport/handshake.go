@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"sync"
+	"sync/atomic"
 	"time"
 
 	"github.com/vccl-go/vccl/internal/jobauth"
@@ -45,8 +46,9 @@ const (
 
 // Limits of an Acceptor.
 const (
-	// MaxHandshakes bounds the connections in the handshake at once, and
-	// MaxHandshakesPerHost those from one remote host.
+	// MaxHandshakes bounds the connections in the handshake at once (more
+	// wait in the kernel's backlog), and MaxHandshakesPerHost those from
+	// one remote host other than this one (more are closed at once).
 	MaxHandshakes        = 64
 	MaxHandshakesPerHost = 16
 	// MaxUnaccepted bounds the connections that finished their handshake
@@ -173,6 +175,8 @@ type Acceptor struct {
 	gate    jobauth.Gate
 	refused jobauth.LogLimiter
 
+	inHandshake atomic.Int32 // connections in the handshake (tests)
+
 	mu         sync.Mutex
 	arrived    map[string][]net.Conn
 	unaccepted int
@@ -212,8 +216,12 @@ func (a *Acceptor) Addr() net.Addr { return a.ln.Addr() }
 func (a *Acceptor) loop() {
 	defer a.wg.Done()
 	for {
+		// A slot first: past MaxHandshakes, connections wait in the
+		// kernel's backlog (Close ends every handshake, freeing theirs).
+		a.gate.Slot(nil)
 		conn, err := a.ln.Accept()
 		if err != nil {
+			a.gate.Free()
 			a.mu.Lock()
 			a.err = fmt.Errorf("%w: listener %s stopped: %v", ErrClosed, a.ln.Addr(), err)
 			for _, w := range a.waiters {
@@ -223,12 +231,14 @@ func (a *Acceptor) loop() {
 			a.mu.Unlock()
 			return
 		}
-		release, ok := a.gate.Enter(conn.RemoteAddr().String())
+		host, ok := a.gate.Host(conn.RemoteAddr().String())
 		if !ok {
-			a.logRefused(conn, "", "too many connections in the handshake")
+			a.gate.Free()
+			a.logRefused(conn, "", "too many connections in the handshake from its host")
 			conn.Close()
 			continue
 		}
+		release := func() { host(); a.gate.Free() }
 		a.wg.Add(1)
 		go func() {
 			defer a.wg.Done()
@@ -239,6 +249,8 @@ func (a *Acceptor) loop() {
 }
 
 func (a *Acceptor) handshake(conn net.Conn) {
+	a.inHandshake.Add(1)
+	defer a.inHandshake.Add(-1)
 	ctx, cancel := context.WithTimeout(a.ctx, acceptorHelloTimeout)
 	defer cancel()
 	stop := deadlineFrom(ctx, conn)

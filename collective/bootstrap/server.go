@@ -30,8 +30,8 @@ const writeTimeout = 30 * time.Second
 // the store's and its connection's limits.
 const (
 	// MaxHandshakes is how many connections may be in the handshake at
-	// once, and MaxHandshakesPerHost from one remote host; more are closed
-	// at once.
+	// once (more wait in the kernel's backlog), and MaxHandshakesPerHost
+	// from one remote host other than this one (more are closed at once).
 	MaxHandshakes        = 128
 	MaxHandshakesPerHost = 32
 	// MaxObservers bounds the observers (ObserverRank) connected at once.
@@ -213,8 +213,13 @@ func (s *Server) acceptLoop() {
 	defer s.wg.Done()
 	var backoff time.Duration
 	for {
+		// A slot first: past MaxHandshakes, connections wait in the
+		// kernel's backlog (Close frees every slot: it closes the
+		// connections in the handshake).
+		s.gate.Slot(nil)
 		nc, err := s.ln.Accept()
 		if err != nil {
+			s.gate.Free()
 			if errors.Is(err, net.ErrClosed) {
 				return
 			}
@@ -228,14 +233,16 @@ func (s *Server) acceptLoop() {
 		}
 		backoff = 0
 		remote := nc.RemoteAddr().String()
-		release, ok := s.gate.Enter(remote)
+		host, ok := s.gate.Host(remote)
 		if !ok {
-			// Too many strangers mid-handshake: drop this one at once
-			// rather than hold a descriptor for it.
+			// Too many from one host mid-handshake: drop this one at
+			// once rather than hold a descriptor for it.
+			s.gate.Free()
 			nc.Close()
-			s.logRefused("bootstrap: refused connection", "remote", remote, "reason", "too many connections in the handshake")
+			s.logRefused("bootstrap: refused connection", "remote", remote, "reason", "too many connections in the handshake from its host")
 			continue
 		}
+		release := func() { host(); s.gate.Free() }
 		s.mu.Lock()
 		if s.closed {
 			s.mu.Unlock()

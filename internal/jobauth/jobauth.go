@@ -179,49 +179,64 @@ func (l *LogLimiter) Allow() (ok bool, suppressed int) {
 	return true, n
 }
 
-// Gate caps connections that have not authenticated yet: at most Max at
-// once, and at most PerHost from one remote host (0: no per-host cap), so
-// that strangers can hold neither every descriptor nor every slot.
+// Gate caps connections that have not authenticated yet. Slot bounds them
+// all: an accept loop takes a slot before it accepts, so past Max the
+// connections wait in the kernel's backlog, holding none of our
+// descriptors, and a flood delays the job's own connections (by at most
+// the handshake timeout) rather than fails them. Host bounds those of one
+// remote host that is not this one: strangers elsewhere cannot take every
+// slot.
 type Gate struct {
 	Max, PerHost int
 
+	once   sync.Once
+	slots  chan struct{}
 	mu     sync.Mutex
-	n      int
 	byHost map[string]int
 }
 
-// Enter takes a slot for a connection from remote (an address, host:port
-// or empty) and returns its release, or false when the caps are reached.
-func (g *Gate) Enter(remote string) (release func(), ok bool) {
+// Slot waits for a free slot, or until done is closed (false). Release it
+// with Free.
+func (g *Gate) Slot(done <-chan struct{}) bool {
+	g.once.Do(func() { g.slots = make(chan struct{}, max(g.Max, 1)) })
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	case <-done:
+		return false
+	}
+}
+
+// Free releases a slot Slot took.
+func (g *Gate) Free() { <-g.slots }
+
+// Host takes a slot of remote's host (an address, host:port) and returns
+// its release, or false when that host holds PerHost already. Loopback and
+// Unix peers are this host's and not counted.
+func (g *Gate) Host(remote string) (release func(), ok bool) {
 	host := remote
 	if h, _, err := net.SplitHostPort(remote); err == nil {
 		host = h
 	}
+	if ip, err := netip.ParseAddr(host); g.PerHost <= 0 || err != nil || ip.Unmap().IsLoopback() {
+		return func() {}, true
+	}
 	g.mu.Lock()
 	defer g.mu.Unlock()
-	if g.Max > 0 && g.n >= g.Max {
+	if g.byHost[host] >= g.PerHost {
 		return nil, false
 	}
-	if g.PerHost > 0 && host != "" && g.byHost[host] >= g.PerHost {
-		return nil, false
+	if g.byHost == nil {
+		g.byHost = map[string]int{}
 	}
-	g.n++
-	if host != "" {
-		if g.byHost == nil {
-			g.byHost = map[string]int{}
-		}
-		g.byHost[host]++
-	}
+	g.byHost[host]++
 	var once sync.Once
 	return func() {
 		once.Do(func() {
 			g.mu.Lock()
 			defer g.mu.Unlock()
-			g.n--
-			if host != "" {
-				if g.byHost[host]--; g.byHost[host] <= 0 {
-					delete(g.byHost, host)
-				}
+			if g.byHost[host]--; g.byHost[host] <= 0 {
+				delete(g.byHost, host)
 			}
 		})
 	}, true
