@@ -1,8 +1,10 @@
 // Package shm is the shared-memory transport for processes on one host.
 //
 // Connection set-up runs over a Unix domain socket, by default in the
-// abstract namespace ("@vccl-shm-<pid>-<n>"), with the job-token handshake
-// of the stream backends (transport.Acceptor, transport.DialHandshake). The
+// abstract namespace ("@vccl-shm-<pid>-<n>-<random>"), with the job-token
+// handshake of the stream backends (transport.Acceptor,
+// transport.DialHandshake); with no token, only processes of the
+// listener's user are admitted (SO_PEERCRED). The
 // dialler then creates the shared segment with memfd_create (sealed against
 // resizing), maps it and passes its descriptor over the socket
 // (SCM_RIGHTS); the acceptor maps it. Nothing is ever named in /dev/shm, so
