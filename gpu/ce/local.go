@@ -1,6 +1,7 @@
 package ce
 
 import (
+	"encoding/binary"
 	"os"
 	"sync"
 
@@ -27,8 +28,9 @@ var localEv sync.Map // cuda.IpcEventHandle → cuda.Event
 // maps a chunk once per process, so opening the handle of a second
 // allocation of a chunk already mapped here fails (already mapped): that
 // allocation then lies at the same distance from an earlier one of the
-// same process as it does there, which the address range of the mapping
-// confirms. On the proxy thread.
+// same process and chunk as it does there. A chunk of packed allocations
+// is one 2 MiB page; an address range the driver reports for the
+// candidate confirms it where it can. On the proxy thread.
 func (p *Proc) mapPeer(h cuda.IpcMemHandle, pid int, ebase cuda.DevicePtr, size int) (cuda.DevicePtr, error) {
 	if pid == os.Getpid() {
 		return ebase, p.reach(ebase)
@@ -45,16 +47,16 @@ func (p *Proc) mapPeer(h cuda.IpcMemHandle, pid int, ebase cuda.DevicePtr, size 
 	if !cuda.IsResult(err, cuda.ErrorAlreadyMapped) {
 		return 0, err
 	}
+	const page = 2 << 20
 	for _, o := range p.opened {
 		if o.pid != pid {
 			continue
 		}
 		cand := o.base + (ebase - o.ebase)
-		mb, msize, rerr := cuda.MemAddressRange(o.base)
-		if rerr != nil {
-			continue
+		if mb, msize, rerr := cuda.MemAddressRange(cand); rerr == nil && cand >= mb && int(cand-mb)+size <= msize {
+			return cand, nil
 		}
-		if cand >= mb && int(cand-mb)+size <= msize {
+		if ebase/page == o.ebase/page && (ebase+cuda.DevicePtr(max(size, 1))-1)/page == ebase/page {
 			return cand, nil
 		}
 	}
@@ -135,4 +137,39 @@ func (p *Proc) destroyOwnEvents() {
 	})
 	destroyEvents(p.rdy, p.done)
 	p.rdy, p.done = nil, nil
+}
+
+// sharing adapts the all-reduce paths to ranks that share a GPU, from
+// every rank's blob (so every rank decides alike). Two ranks of one
+// process on one GPU must not wait for each other on the GPU: their
+// streams may share one of the device's hardware queues, in which a
+// rank's wait (a spinning kernel, a stream memory wait) would sit in
+// front of the work that ends it. So such a job runs all-reduce on the
+// mailbox path, whose host handshake queues every signal before its wait.
+// Ranks of different processes on one GPU are time-sliced: a kernel that
+// spins for its peer holds the GPU until the slice ends, so they wait with
+// stream operations instead (VCCL_GPU_FUSED=0's path).
+func (p *Proc) sharing(all [][]byte) {
+	type where struct {
+		bus string
+		pid uint64
+	}
+	ws := make([]where, len(all))
+	for q, b := range all {
+		w := b[len(b)-blobWhere:]
+		ws[q] = where{getString(w[:24]), binary.LittleEndian.Uint64(w[24:])}
+	}
+	for q := range ws {
+		for k := q + 1; k < len(ws); k++ {
+			if ws[q].bus == "" || ws[q].bus != ws[k].bus {
+				continue
+			}
+			if os.Getenv("VCCL_GPU_FUSED") != "1" { // 1 forces it, to measure
+				p.fused = false
+			}
+			if ws[q].pid == ws[k].pid {
+				p.useFlags = false
+			}
+		}
+	}
 }

@@ -266,7 +266,10 @@ const (
 	blobPath = 256
 )
 
-func (p *Proc) blobSize() int { return 8 + blobHost + blobPath + p.n*2*mailSlots*64 }
+func (p *Proc) blobSize() int { return 8 + blobHost + blobPath + p.n*2*mailSlots*64 + blobWhere }
+
+// blobWhere ends the blob: the rank's GPU (PCI bus id) and process.
+const blobWhere = 32
 
 // exchange all-gathers one fixed-size blob per rank over the host
 // communicator.
@@ -317,6 +320,10 @@ func (p *Proc) setup(ctx context.Context) error {
 	if err := putString(blob[8:8+blobHost], host); err != nil {
 		setupErr = err
 	}
+	where := blob[len(blob)-blobWhere:]
+	bus, _ := p.r.dev.PCIBusID()
+	putString(where[:24], bus)
+	binary.LittleEndian.PutUint64(where[24:], uint64(os.Getpid()))
 	if p.me == 0 && setupErr == nil {
 		box, err := createMailbox("", n)
 		if err == nil {
@@ -372,6 +379,7 @@ func (p *Proc) setup(ctx context.Context) error {
 			return fmt.Errorf("rank %d runs on host %q, this one on %q: a Proc job runs on one host (CUDA IPC)", q, h, host)
 		}
 	}
+	p.sharing(all)
 	// Map the mailbox and open the peers' events, then tell rank 0 it may
 	// unlink the file.
 	openErr := func() error {
