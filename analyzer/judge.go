@@ -189,7 +189,11 @@ func (a *Analyzer) judgeSlice(i int64) {
 		if d.excused = l.downNear(i, win) || l.waitsArrival(); d.excused {
 			continue
 		}
-		if d.win.busy < int64(bp.MinBusy*float64(win*w)) || d.bl.sumBusy < int64(bp.MinBaseline) || acc.busy == 0 {
+		// The baseline must have delivered what a loaded link does: a few
+		// small messages time the latency (a baseline of kB/s), not
+		// what the link can move.
+		if d.win.busy < int64(bp.MinBusy*float64(win*w)) || d.bl.sumBusy < int64(bp.MinBaseline) || acc.busy == 0 ||
+			d.bl.sumDone < bp.MinBacklog {
 			continue
 		}
 		busy := float64(d.win.busy)
@@ -362,7 +366,9 @@ func (a *Analyzer) stallSlice(l *link, i int64, acc *sliceAcc) {
 			to = i * w
 		}
 		gap := to - from
-		if idle := (i - d.lastActive - 1) * w; gap >= int64(st.MinDuration) && idle > 0 {
+		// Gaps from a fifth of the minimum are kept too (short): they are
+		// the job's own idling, what a stall must stand out against.
+		if idle := (i - d.lastActive - 1) * w; gap >= int64(st.MinDuration)/5 && idle > 0 {
 			explained := (c.cumExcused - d.gapExcused0) + (c.cumBP - d.gapBP0)
 			// A sender that wrote heartbeats meanwhile waited in the
 			// library for its peers: it had nothing to send because
@@ -377,7 +383,7 @@ func (a *Analyzer) stallSlice(l *link, i int64, acc *sliceAcc) {
 					"explained_share":   float64(explained) / float64(idle),
 					"baseline_rate_bps": d.bl.rate() * 1e9,
 				}
-				a.cands = append(a.cands, candidate{f: f})
+				a.cands = append(a.cands, candidate{f: f, short: gap < int64(st.MinDuration)})
 			}
 		}
 	}

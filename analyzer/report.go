@@ -377,8 +377,11 @@ func (a *Analyzer) finalFindings() []Finding {
 		explainers = append(explainers, c.f)
 	}
 	var live []Finding
-	for _, c := range stalls {
+	for x, c := range stalls {
 		f := c.f
+		if c.short || !outlierStall(stalls, x, a.o.Backpressure.Outlier) {
+			continue
+		}
 		covered := int64(0)
 		for _, e := range explainers {
 			if e.Comm == f.Comm {
@@ -478,6 +481,23 @@ func mergeEpisodes(fs []Finding, maxListed int) []Finding {
 		}
 	}
 	return out
+}
+
+// outlierStall reports whether link stall x is at least factor times as
+// long as any other link's idling at other times: a host that deschedules
+// its ranks now and then idles every link a little.
+func outlierStall(stalls []candidate, x int, factor float64) bool {
+	c := &stalls[x].f
+	var others int64
+	for y := range stalls {
+		d := &stalls[y].f
+		if y == x || d.Comm != c.Comm || d.Link() == c.Link() || overlaps(span{c.StartNs, c.EndNs}, span{d.StartNs, d.EndNs}) {
+			continue
+		}
+		others = max(others, d.ImpactNs)
+	}
+	c.Evidence["others_longest_idle_ms"] = float64(others) / 1e6
+	return float64(c.ImpactNs) >= factor*float64(others)
 }
 
 // foldSlowLinks folds a slow link into a worse one it overlaps in time and

@@ -490,6 +490,11 @@ func (e *engine) drive(ctx context.Context, until *task) {
 	var idleSince int64
 	for iter := 0; ; iter++ {
 		e.admitQueued()
+		if !e.beat.Started() && len(e.active) > 0 {
+			// The first heartbeat with the first call: a rank that
+			// stops before it ever waited is then still seen not to run.
+			e.beat.Beat(e.rec, flowtel.Monotonic(), e.comm, int32(e.rank), uint16(e.channel), len(e.active))
+		}
 		if e.hasFailed.Load() && len(e.active) > 0 {
 			e.failAborted()
 		}

@@ -24,3 +24,8 @@ func (h *Heartbeat) Beat(r *Recorder, mono int64, comm uint32, rank int32, ch ui
 	rec := Record{TsNs: r.At(mono), Kind: KindHeartbeat, Rank: rank, Peer: -1, Comm: comm, Channel: ch, Depth: uint32(max(calls, 0))}
 	r.Record(&rec)
 }
+
+// Started reports whether a heartbeat was written: a producer writes its
+// first as it starts waiting, or sooner, so that every silence of its rank
+// after it means what heartbeats make it mean.
+func (h *Heartbeat) Started() bool { return h.last != 0 }
