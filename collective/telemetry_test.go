@@ -229,7 +229,7 @@ func TestWaitingRankWritesHeartbeats(t *testing.T) {
 	ctx, cancel := context.WithCancel(context.Background())
 	done := make(chan error, 1)
 	go func() {
-		buf := make([]float32, 1<<18) // the engine's path, not the mailbox
+		buf := make([]float32, 1<<18)                   // the engine's path, not the mailbox
 		done <- AllReduce(ctx, comms[0], buf, buf, Sum) // rank 1 never calls
 	}()
 	defer func() {
