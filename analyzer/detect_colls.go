@@ -280,7 +280,7 @@ func (a *Analyzer) closeSlow(l *link) {
 	ep.active = false
 	o := &a.o.SlowLink
 	judged := ep.total - ep.normalRun
-	if ep.slow < o.MinCollectives || float64(ep.slow) < o.MinFraction*float64(judged) {
+	if ep.slow < o.MinCollectives || float64(ep.slow) < o.MinFraction*float64(judged) || ep.end-ep.start < int64(o.MinDuration) {
 		return
 	}
 	f := a.linkFinding(KindSlowLink, l, ep.start, ep.end)

@@ -132,7 +132,9 @@
 // (0.5) of it, the link was slow in that collective. A run of collectives in which the link was slow, ended by
 // more than SlowLink.MaxGap (5) normal ones in a row, is reported when at
 // least SlowLink.MinCollectives (5) of its collectives, and at least
-// SlowLink.MinFraction (0.6) of them, were slow, and when that many is
+// SlowLink.MinFraction (0.6) of them, were slow over at least
+// SlowLink.MinDuration (250ms: a new connection's first moments are slow),
+// and when that many is
 // beyond chance: against the rate at which the job's other links were slow,
 // the binomial chance of it must be under Significance (1e-4) over the
 // links compared. Impact: the transfer time

@@ -114,6 +114,7 @@ type SlowLinkOptions struct {
 	Significance   float64       `opt:"significance"`    // chance a link of this job is as often slow by luck; default 1e-4
 	MinWRBytes     uint64        `opt:"min_wr_bytes"`    // WRs smaller than this are not timed; default 4KiB
 	MinCollectives int           `opt:"min_collectives"` // slow collectives an episode needs; default 5
+	MinDuration    time.Duration `opt:"min_duration"`    // and the time it spans (a connection\'s first moments are slow); default 250ms
 	MinFraction    float64       `opt:"min_fraction"`    // share of the episode's collectives that are slow; default 0.6
 	MaxGap         int           `opt:"max_gap"`         // consecutive normal collectives that end an episode; default 5
 }
@@ -148,7 +149,7 @@ func DefaultOptions() Options {
 			MinSingleLate: 500 * time.Millisecond, Outlier: 5,
 		},
 		SlowLink: SlowLinkOptions{
-			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond,
+			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond, MinDuration: 250 * time.Millisecond,
 			MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
 		},
 		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 100 * time.Millisecond, Outlier: 3, DeadGrace: 50 * time.Millisecond},

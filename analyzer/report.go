@@ -358,6 +358,7 @@ func (a *Analyzer) finalFindings() []Finding {
 	}
 
 	out = mergeEpisodes(out, a.o.MaxListed)
+	out = foldAftermath(out)
 	out = foldSlowLinks(out)
 	for k := range out {
 		if f := &out[k]; len(f.Related) > 1 {
@@ -434,6 +435,41 @@ func (a *Analyzer) outlierBP(bps []candidate, x int) bool {
 	}
 	c.Evidence["others_longest_ms"] = others
 	return c.Evidence["flagged_ms"] >= a.o.Backpressure.Outlier*others
+}
+
+// aftermath is how long after a rank stops not running (or dies) the
+// links of its communicator may still suffer for it: every link idled
+// meanwhile, and connections idle that long restart slowly (TCP's
+// congestion window after idle).
+const aftermath = int64(time.Second)
+
+// foldAftermath lists the link findings that begin while a rank does not
+// run, or within aftermath of its end, and end soon after, under that
+// rank's finding: one cause, one finding. A link finding that began before
+// (another fault, at the same time) stays.
+func foldAftermath(fs []Finding) []Finding {
+	drop := make([]bool, len(fs))
+	for i := range fs {
+		r := &fs[i]
+		if r.Peer >= 0 || (r.Kind != KindStall && r.Kind != KindDeadRank) {
+			continue
+		}
+		for j := range fs {
+			f := &fs[j]
+			if drop[j] || f.Peer < 0 || f.Comm != r.Comm || f.StartNs < r.StartNs || f.StartNs > r.EndNs+aftermath || f.EndNs > r.EndNs+2*aftermath {
+				continue
+			}
+			drop[j] = true
+			r.Related = append(r.Related, f.Link())
+		}
+	}
+	out := fs[:0]
+	for i, f := range fs {
+		if !drop[i] {
+			out = append(out, f)
+		}
+	}
+	return out
 }
 
 // mergeGap is how far apart two episodes of one link (or a pair's channels)

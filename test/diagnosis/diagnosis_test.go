@@ -7,6 +7,8 @@
 // of each scenario; VCCL_CORPUS_FULL=1 runs five of each fault and ten of
 // each clean setup (the figures in docs/analyzer.md), and
 // VCCL_CORPUS_REPORT=FILE writes the score as a markdown table.
+// VCCL_CORPUS_KEEP=DIR keeps the runs there, and VCCL_CORPUS_SCORE=DIR
+// scores runs kept before, with the analyzer as it is now.
 package diagnosis
 
 import (
@@ -58,6 +60,10 @@ func TestFreshRuns(t *testing.T) {
 	if testing.Short() {
 		t.Skip("generates real jobs with injected faults")
 	}
+	if dir := os.Getenv("VCCL_CORPUS_SCORE"); dir != "" {
+		score(t, dir, false) // runs generated before: score them again
+		return
+	}
 	if os.Geteuid() != 0 {
 		t.Skip("needs root: the ranks run in network namespaces of their own")
 	}
@@ -75,8 +81,6 @@ func TestFreshRuns(t *testing.T) {
 	if err != nil {
 		t.Fatal(err)
 	}
-	byScenario := map[string]*tally{}
-	byKind := map[string]*tally{}
 	for _, sc := range scenarios {
 		runs := 1
 		if full {
@@ -91,10 +95,17 @@ func TestFreshRuns(t *testing.T) {
 			t.Fatalf("gen.sh %s: %v\n%s", sc.name, err, b)
 		}
 	}
+	score(t, out, full)
+}
+
+// score analyses every run under out and scores it against its label.
+func score(t *testing.T, out string, full bool) {
 	dirs, err := filepath.Glob(filepath.Join(out, "*", "label.json"))
 	if err != nil || len(dirs) == 0 {
 		t.Fatalf("no runs in %s: %v", out, err)
 	}
+	byScenario := map[string]*tally{}
+	byKind := map[string]*tally{}
 	for _, lp := range dirs {
 		dir := filepath.Dir(lp)
 		name := filepath.Base(dir)
