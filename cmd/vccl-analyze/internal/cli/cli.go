@@ -22,7 +22,7 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	htmlOut := fs.String("html", "", "also write a self-contained HTML report with charts to `FILE`")
 	verbose := fs.Bool("v", false, "print every finding's evidence numbers after the table")
 	quiet := fs.Bool("q", false, "do not print warnings about the input")
-	minSev := fs.String("min-severity", "info", "leave out findings below this severity (info, warning, critical)")
+	minSev := fs.String("min-severity", "warning", "leave out findings below this severity (info, warning, critical); info lists those under the noise floor too")
 	var sets optList
 	fs.Var(&sets, "set", "set a detector threshold, `name=value` (repeatable; see -list-options)")
 	list := fs.Bool("list-options", false, "list the thresholds -set takes, with their defaults, and exit")
@@ -51,7 +51,9 @@ func Main(args []string, stdout, stderr io.Writer) int {
 		fmt.Fprintln(stderr, "vccl-analyze:", err)
 		return 2
 	}
-	opts := analyzer.Options{}
+	// Info findings are the noise floor, which the analyzer counts but
+	// does not list unless asked.
+	opts := analyzer.Options{ListBelowFloor: sev == analyzer.SeverityInfo}
 	for _, s := range sets {
 		name, value, ok := strings.Cut(s, "=")
 		if !ok {
