@@ -414,20 +414,34 @@ func (c *Comm) Destroy() error {
 // Abort ends c at once (ncclCommAbort), from any thread: calls waiting for
 // peers fail, what this rank's streams wait for from peers is released
 // (results in flight are garbage), the host communicator is torn down so
-// that peers see this rank gone, and c's GPU resources are released when
-// the device has drained, or left to the process's end if it does not
-// within a second. It never waits for the peers.
+// that peers see this rank gone (in the background: closing its links may
+// take longer), and c's GPU resources are released when the device has
+// drained, or left to the process's end if it does not within a second.
+// It never waits for the peers, and returns within a few seconds whatever
+// they and the GPU do.
 func (c *Comm) Abort() error {
 	st := c.state.Load()
 	if st == stateDestroyed {
 		return errorf(InvalidUsage, "abort of a destroyed communicator")
 	}
+	t0 := time.Now()
 	c.cancel()
 	if st == stateInit {
 		<-c.ready
 	}
 	c.state.Store(stateAborted)
 	c.stopWatch()
+	host, addr := c.host, c.addr
+	c.host, c.addr = nil, ""
+	go func() {
+		if host != nil {
+			host.Abort()
+		}
+		if addr != "" {
+			releaseServer(addr)
+		}
+		logf(levelInfo, c.dev, "comm %p rank %d: abort: host communicator torn down %v after the call", c, c.rank, time.Since(t0).Round(time.Millisecond))
+	}()
 	done := make(chan struct{})
 	go func() {
 		defer close(done)
@@ -440,24 +454,16 @@ func (c *Comm) Abort() error {
 			cancel()
 			c.proc = nil
 		}
-		if c.host != nil {
-			c.host.Abort()
-			c.host = nil
-		}
-		if c.addr != "" {
-			releaseServer(c.addr)
-			c.addr = ""
-		}
 	}()
-	t := time.NewTimer(10 * time.Second)
+	t := time.NewTimer(5 * time.Second)
 	defer t.Stop()
 	select {
 	case <-done:
 	case <-t.C:
-		logf(levelWarn, c.dev, "comm %p rank %d: abort left its release running after 10 s", c, c.rank)
+		logf(levelWarn, c.dev, "comm %p rank %d: abort left the GPU engine's release running after 5 s", c, c.rank)
 	}
 	c.state.Store(stateDestroyed)
-	logf(levelInfo, c.dev, "comm %p rank %d: aborted", c, c.rank)
+	logf(levelInfo, c.dev, "comm %p rank %d: aborted in %v", c, c.rank, time.Since(t0).Round(time.Millisecond))
 	return nil
 }
 

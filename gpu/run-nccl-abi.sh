@@ -1,15 +1,9 @@
 #!/bin/bash
 # VCCL-Go as libnccl.so.2 on a GPU machine: the C ABI test, nccl-tests and
 # PyTorch's NCCL backend, unmodified. Build here (no Go on the GPU
-# machine), into the ignored folder gpubin/:
+# machine), into the ignored folder gpubin/, from the committed tree:
 #
-#   F='-ldflags=-s -w -extldflags=-Wl,-soname,libnccl.so.2'
-#   go build "$F" -buildmode=c-shared -o gpubin/nccl/lib/libnccl.so.2 ./cmd/libnccl
-#   cp cmd/libnccl/include/nccl.h gpubin/nccl/include/
-#   gcc -O2 -shared -fPIC -o gpubin/mpi/lib/libmpi.so gpu/nccltests/mpishim/mpi.c
-#   cp gpu/nccltests/mpishim/mpi.h gpubin/mpi/include/
-#   CGO_ENABLED=0 go build -ldflags='-s -w' -o gpubin/ ./cmd/vcclrun ./cmd/vccl-analyze ./cmd/vccl-top
-#   cp -r ../shared/third_party/nccl-tests gpubin/nccl-tests-src
+#   bash gpu/build-nccl-abi.sh
 #
 # then, from the repository root with gpubin/ carried along:
 #   bash gpu/run-nccl-abi.sh [abi|nccltests|torch|all] [quick]
@@ -62,7 +56,7 @@ if [ "$WHAT" = abi ] || [ "$WHAT" = all ]; then
 		echo "--- ops, $N processes"
 		timeout 120 "$G/vcclrun" -n $N -- /tmp/abi_gpu ops /tmp/abi.id 2>&1 | tail -40
 		echo "--- fault: rank 1 exits"
-		timeout 60 "$G/vcclrun" -n $N -- /tmp/abi_gpu fault /tmp/abi2.id 2>&1 | tail -12
+		VCCL_DEBUG=INFO timeout 60 "$G/vcclrun" -n $N -- /tmp/abi_gpu fault /tmp/abi2.id 2>&1 | grep -v "ready (" | tail -14
 		echo "--- two ranks in one process (ncclCommInitAll)"
 		timeout 60 /tmp/abi_gpu local 2>&1 | tail -8
 		echo "abi done at $((SECONDS - T0)) s"

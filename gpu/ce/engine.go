@@ -78,7 +78,7 @@ func (p *Proc) Alloc(ctx context.Context, n int) (*DeviceMem, error) {
 	if n <= 0 {
 		return nil, fmt.Errorf("ce: Alloc of %d bytes", n)
 	}
-	ptr, err := p.g.Alloc(0, n)
+	ptr, err := p.g.Alloc(0, chunkRound(n))
 	a := &allocation{ptr: ptr, bytes: n}
 	if !p.staged {
 		// Register even after a failed allocation: the other ranks are

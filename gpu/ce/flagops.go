@@ -110,7 +110,7 @@ func (p *Proc) ensureFlagMem(ctx context.Context) error {
 // allocZero is Alloc of zeroed memory: zeroed before registration, so a
 // peer never sees it otherwise.
 func (p *Proc) allocZero(ctx context.Context, n int) (*DeviceMem, error) {
-	ptr, err := p.g.Alloc(0, n)
+	ptr, err := p.g.Alloc(0, chunkRound(n))
 	if err == nil {
 		err = p.g.Do(0, func() error { return cuda.MemsetD8(ptr, 0, n) })
 	}

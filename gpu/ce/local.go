@@ -2,6 +2,7 @@ package ce
 
 import (
 	"encoding/binary"
+	"fmt"
 	"os"
 	"sync"
 
@@ -17,6 +18,15 @@ import (
 // when it lies on another GPU; events as they are (a stream may wait on
 // an event of another device's context).
 
+// chunkRound rounds the size of memory the peers map up to whole 2 MiB
+// pages: the driver packs smaller allocations together, a chunk is
+// mapped once per process, and an allocation that shares one cannot be
+// opened on its own (see mapPeer).
+func chunkRound(n int) int { return (n + chunkPage - 1) / chunkPage * chunkPage }
+
+// chunkPage is the driver's page for device memory.
+const chunkPage = 2 << 20
+
 // localEv maps the interprocess events this process made by handle.
 var localEv sync.Map // cuda.IpcEventHandle → cuda.Event
 
@@ -28,9 +38,10 @@ var localEv sync.Map // cuda.IpcEventHandle → cuda.Event
 // maps a chunk once per process, so opening the handle of a second
 // allocation of a chunk already mapped here fails (already mapped): that
 // allocation then lies at the same distance from an earlier one of the
-// same process and chunk as it does there. A chunk of packed allocations
-// is one 2 MiB page; an address range the driver reports for the
-// candidate confirms it where it can. On the proxy thread.
+// same process and chunk as it does there, if the driver reports the
+// candidate address inside the same mapping; otherwise the error stands
+// (this rank's own memory is allocated in whole pages so that it never
+// shares a chunk: chunkRound). On the proxy thread.
 func (p *Proc) mapPeer(h cuda.IpcMemHandle, pid int, ebase cuda.DevicePtr, size int) (cuda.DevicePtr, error) {
 	if pid == os.Getpid() {
 		return ebase, p.reach(ebase)
@@ -47,20 +58,18 @@ func (p *Proc) mapPeer(h cuda.IpcMemHandle, pid int, ebase cuda.DevicePtr, size 
 	if !cuda.IsResult(err, cuda.ErrorAlreadyMapped) {
 		return 0, err
 	}
-	const page = 2 << 20
 	for _, o := range p.opened {
 		if o.pid != pid {
 			continue
 		}
 		cand := o.base + (ebase - o.ebase)
-		if mb, msize, rerr := cuda.MemAddressRange(cand); rerr == nil && cand >= mb && int(cand-mb)+size <= msize {
-			return cand, nil
-		}
-		if ebase/page == o.ebase/page && (ebase+cuda.DevicePtr(max(size, 1))-1)/page == ebase/page {
+		cb, csize, cerr := cuda.MemAddressRange(cand)
+		ob, _, oerr := cuda.MemAddressRange(o.base)
+		if cerr == nil && oerr == nil && cb == ob && cand >= cb && int(cand-cb)+size <= csize {
 			return cand, nil
 		}
 	}
-	return 0, err
+	return 0, fmt.Errorf("%w (an allocation smaller than 2 MiB whose driver chunk this process has mapped for another: allocate buffers of 2 MiB or more)", err)
 }
 
 // openEvent opens a peer's interprocess event, or borrows it when the peer
