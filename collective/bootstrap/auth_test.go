@@ -5,6 +5,7 @@ import (
 	"context"
 	"encoding/binary"
 	"errors"
+	"github.com/vccl-go/vccl/internal/bounded"
 	"io"
 	"net"
 	"os"
@@ -212,159 +213,165 @@ func nonLoopbackIP() string {
 // other than this one, past MaxHandshakesPerHost they are closed at once;
 // and the refusals cost a log line per interval, not one each.
 func TestPreAuthConnectionsCapped(t *testing.T) {
-	ctx := testCtx(t)
-	start := time.Now()
-	s, logs := startServer(t)
-	r0 := dial(t, ctx, s, 0)
-	var conns []net.Conn
-	defer func() {
-		for _, c := range conns {
-			c.Close()
-		}
-	}()
-	for range MaxHandshakes + 50 {
-		c, err := net.Dial("tcp", s.Addr().String())
-		if err != nil {
-			t.Fatal(err)
-		}
-		conns = append(conns, c)
-	}
-	// Let the server take what it will: once it has MaxHandshakes, a
-	// round trip of a rank already connected still works, and it holds
-	// no more.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s.mu.Lock()
-		held := len(s.hello)
-		s.mu.Unlock()
-		if held > MaxHandshakes {
-			t.Fatalf("the server holds %d connections in the handshake, cap %d", held, MaxHandshakes)
-		}
-		if held == MaxHandshakes || time.Now().After(deadline) {
-			t.Logf("%d silent connections: the server holds %d in the handshake", len(conns), held)
-			break
-		}
-		time.Sleep(10 * time.Millisecond)
-	}
-	if err := roundTrip(ctx, r0); err != nil {
-		t.Fatal(err)
-	}
-	for _, c := range conns {
-		c.Close()
-	}
-	conns = nil
-
-	if ip := nonLoopbackIP(); ip != "" {
-		s2, err := Serve(ctx, net.JoinHostPort(ip, "0"), testToken)
-		if err != nil {
-			t.Fatal(err)
-		}
-		defer s2.Close()
-		for range MaxHandshakesPerHost + 20 {
-			c, err := net.Dial("tcp", s2.Addr().String())
+	bounded.Check(t, bounded.Issue31, func(t *testing.T) {
+		ctx := testCtx(t)
+		start := time.Now()
+		s, logs := startServer(t)
+		r0 := dial(t, ctx, s, 0)
+		var conns []net.Conn
+		defer func() {
+			for _, c := range conns {
+				c.Close()
+			}
+		}()
+		for range MaxHandshakes + 50 {
+			c, err := net.Dial("tcp", s.Addr().String())
 			if err != nil {
 				t.Fatal(err)
 			}
 			conns = append(conns, c)
 		}
-		// The ones past the cap (accepted in order) are closed at once.
-		for i, c := range conns[MaxHandshakesPerHost:] {
-			c.SetReadDeadline(time.Now().Add(time.Second))
-			if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
-				t.Fatalf("connection %d from %s, past the per-host cap of %d, is held open", MaxHandshakesPerHost+i, ip, MaxHandshakesPerHost)
+		// Let the server take what it will: once it has MaxHandshakes, a
+		// round trip of a rank already connected still works, and it holds
+		// no more.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s.mu.Lock()
+			held := len(s.hello)
+			s.mu.Unlock()
+			if held > MaxHandshakes {
+				t.Fatalf("the server holds %d connections in the handshake, cap %d", held, MaxHandshakes)
 			}
+			if held == MaxHandshakes || time.Now().After(deadline) {
+				t.Logf("%d silent connections: the server holds %d in the handshake", len(conns), held)
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
 		}
-	} else {
-		t.Log("no address but loopback: the per-host cap is not exercised")
-	}
-	// A hundred wrong tokens: a line or two.
-	for range 100 {
-		Dial(ctx, s.Addr().String(), "wrong", ObserverRank)
-	}
-	lines := strings.Count(logs.String(), "refused connection")
-	if lines > 2 || len(logs.String()) > 4096 {
-		t.Fatalf("%d refusal lines, %d bytes of log:\n%s", lines, len(logs.String()), logs)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Errorf("took %v", d)
-	}
+		if err := roundTrip(ctx, r0); err != nil {
+			t.Fatal(err)
+		}
+		for _, c := range conns {
+			c.Close()
+		}
+		conns = nil
+
+		if ip := nonLoopbackIP(); ip != "" {
+			s2, err := Serve(ctx, net.JoinHostPort(ip, "0"), testToken)
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer s2.Close()
+			for range MaxHandshakesPerHost + 20 {
+				c, err := net.Dial("tcp", s2.Addr().String())
+				if err != nil {
+					t.Fatal(err)
+				}
+				conns = append(conns, c)
+			}
+			// The ones past the cap (accepted in order) are closed at once.
+			for i, c := range conns[MaxHandshakesPerHost:] {
+				c.SetReadDeadline(time.Now().Add(time.Second))
+				if _, err := c.Read(make([]byte, 1)); errors.Is(err, os.ErrDeadlineExceeded) {
+					t.Fatalf("connection %d from %s, past the per-host cap of %d, is held open", MaxHandshakesPerHost+i, ip, MaxHandshakesPerHost)
+				}
+			}
+		} else {
+			t.Log("no address but loopback: the per-host cap is not exercised")
+		}
+		// Forty wrong tokens: a line or two.
+		for range 40 {
+			Dial(ctx, s.Addr().String(), "wrong", ObserverRank)
+		}
+		lines := strings.Count(logs.String(), "refused connection")
+		if lines > 2 || len(logs.String()) > 4096 {
+			t.Fatalf("%d refusal lines, %d bytes of log:\n%s", lines, len(logs.String()), logs)
+		}
+		if d := time.Since(start); d > 5*time.Second {
+			t.Errorf("took %v", d)
+		}
+	})
 }
 
 // A client with the token declaring frames of MaxFrame that it never sends
 // costs the server what it sends, not what it declares.
 func TestDeclaredFrameCostsWhatArrives(t *testing.T) {
-	ctx := testCtx(t)
-	s, _ := startServer(t)
-	const clients = 64
-	before := heapAfterGC()
-	var cs []*Client
-	for r := range clients {
-		c := dial(t, ctx, s, r)
-		cs = append(cs, c)
-		var hdr [4]byte
-		binary.BigEndian.PutUint32(hdr[:], MaxFrame)
-		c.wmu.Lock()
-		c.nc.Write(append(hdr[:], opSet, 0, 0, 0, 0, 0, 0, 0, 1))
-		c.wmu.Unlock()
-	}
-	// Each connection's reader is blocked in the body: a round trip on a
-	// fresh connection orders the writes above before the measurement.
-	probe := dial(t, ctx, s, clients)
-	if err := roundTrip(ctx, probe); err != nil {
-		t.Fatal(err)
-	}
-	grew := int64(heapAfterGC()) - int64(before)
-	if grew > clients*MaxFrame/4 {
-		t.Fatalf("%d stalled frames of %d bytes grew the heap by %d bytes", clients, MaxFrame, grew)
-	}
-	t.Logf("%d stalled %d-byte frames: heap +%d KiB", clients, MaxFrame, grew>>10)
-	for _, c := range cs {
-		c.Close()
-	}
+	bounded.Check(t, bounded.Issue31, func(t *testing.T) {
+		ctx := testCtx(t)
+		s, _ := startServer(t)
+		const clients = 64
+		before := heapAfterGC()
+		var cs []*Client
+		for r := range clients {
+			c := dial(t, ctx, s, r)
+			cs = append(cs, c)
+			var hdr [4]byte
+			binary.BigEndian.PutUint32(hdr[:], MaxFrame)
+			c.wmu.Lock()
+			c.nc.Write(append(hdr[:], opSet, 0, 0, 0, 0, 0, 0, 0, 1))
+			c.wmu.Unlock()
+		}
+		// Each connection's reader is blocked in the body: a round trip on a
+		// fresh connection orders the writes above before the measurement.
+		probe := dial(t, ctx, s, clients)
+		if err := roundTrip(ctx, probe); err != nil {
+			t.Fatal(err)
+		}
+		grew := int64(heapAfterGC()) - int64(before)
+		if grew > clients*MaxFrame/4 {
+			t.Fatalf("%d stalled frames of %d bytes grew the heap by %d bytes", clients, MaxFrame, grew)
+		}
+		t.Logf("%d stalled %d-byte frames: heap +%d KiB", clients, MaxFrame, grew>>10)
+		for _, c := range cs {
+			c.Close()
+		}
+	})
 }
 
 // A client that asks for a large value again and again without reading the
 // replies is disconnected, rather than let the server queue them.
 func TestUnreadRepliesBounded(t *testing.T) {
-	ctx := testCtx(t)
-	s, _ := startServer(t)
-	w := dial(t, ctx, s, 0)
-	big := bytes.Repeat([]byte("x"), MaxFrame-64)
-	if err := w.Set(ctx, "big", big); err != nil {
-		t.Fatal(err)
-	}
-	nc, err := net.Dial("tcp", s.Addr().String())
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer nc.Close()
-	// The client's side of the handshake, and no reader: the replies
-	// pile up.
-	if err := clientHandshake(ctx, nc, s.Addr().String(), jobauth.Key(testToken, jobauth.PurposeStore), 1); err != nil {
-		t.Fatal(err)
-	}
-	var frames []byte
-	for i := range 64 {
-		frames = appendFrame(frames, &message{op: opGet, id: uint64(i + 1), key: "big"})
-	}
-	nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
-	if _, err := nc.Write(frames); err != nil {
-		t.Fatal(err)
-	}
-	// The server drops the client once its queue passes the bound.
-	deadline := time.Now().Add(5 * time.Second)
-	for {
-		s.mu.Lock()
-		n := len(s.conns)
-		s.mu.Unlock()
-		if n == 1 {
-			break
+	bounded.Check(t, bounded.Issue31, func(t *testing.T) {
+		ctx := testCtx(t)
+		s, _ := startServer(t)
+		w := dial(t, ctx, s, 0)
+		big := bytes.Repeat([]byte("x"), MaxFrame-64)
+		if err := w.Set(ctx, "big", big); err != nil {
+			t.Fatal(err)
 		}
-		if time.Now().After(deadline) {
-			t.Fatalf("the server still serves a client with %d MiB of unread replies", 64*MaxFrame>>20)
+		nc, err := net.Dial("tcp", s.Addr().String())
+		if err != nil {
+			t.Fatal(err)
 		}
-		time.Sleep(10 * time.Millisecond)
-	}
+		defer nc.Close()
+		// The client's side of the handshake, and no reader: the replies
+		// pile up.
+		if err := clientHandshake(ctx, nc, s.Addr().String(), jobauth.Key(testToken, jobauth.PurposeStore), 1); err != nil {
+			t.Fatal(err)
+		}
+		var frames []byte
+		for i := range 64 {
+			frames = appendFrame(frames, &message{op: opGet, id: uint64(i + 1), key: "big"})
+		}
+		nc.SetWriteDeadline(time.Now().Add(5 * time.Second))
+		if _, err := nc.Write(frames); err != nil {
+			t.Fatal(err)
+		}
+		// The server drops the client once its queue passes the bound.
+		deadline := time.Now().Add(5 * time.Second)
+		for {
+			s.mu.Lock()
+			n := len(s.conns)
+			s.mu.Unlock()
+			if n == 1 {
+				break
+			}
+			if time.Now().After(deadline) {
+				t.Fatalf("the server still serves a client with %d MiB of unread replies", 64*MaxFrame>>20)
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+	})
 }
 
 func TestTokenFromEnv(t *testing.T) {
