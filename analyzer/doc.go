@@ -49,7 +49,7 @@
 // most other ranks ran meanwhile (not a pause of the whole job), it is a
 // stall finding of that rank (Peer -1), all its silences listed together.
 //
-// A rank whose records stop at least Rank.DeadGrace (50ms) before its
+// A rank whose records stop at least Rank.DeadGrace (10ms) before its
 // peers' with a sign of trouble (a call in flight at its end, calls its
 // peers began without it, or its peers' transfers with it failing) is a
 // dead_rank finding, always critical: when its records stop, and the

@@ -101,8 +101,10 @@ type RankOptions struct {
 	// any other rank's (a host that deschedules every rank in turn names
 	// none); default 3.
 	Outlier float64 `opt:"outlier"`
-	// DeadGrace: a rank whose records stop with a call in flight while
-	// its peers' go on for at least this long died; default 50ms.
+	// DeadGrace: a rank whose records stop, with a sign of trouble, while
+	// its peers' go on for at least this long died; default 10ms (a killed
+	// rank's last unwritten records and its peers' detection of its death
+	// can come that close).
 	DeadGrace time.Duration `opt:"dead_grace"`
 }
 
@@ -152,7 +154,7 @@ func DefaultOptions() Options {
 			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond, MinDuration: 250 * time.Millisecond,
 			MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
 		},
-		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 100 * time.Millisecond, Outlier: 3, DeadGrace: 50 * time.Millisecond},
+		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 100 * time.Millisecond, Outlier: 3, DeadGrace: 10 * time.Millisecond},
 		HOL: HOLOptions{
 			MinWait: time.Millisecond, Dominance: 0.8, SizeRatio: 8, MinBlocked: 2, MaxGap: time.Second,
 		},

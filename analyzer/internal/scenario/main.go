@@ -40,6 +40,7 @@ import (
 	"os/exec"
 	"os/signal"
 	"path/filepath"
+	"sync"
 	"syscall"
 	"time"
 
@@ -224,6 +225,12 @@ func allReduces(ctx context.Context, comm *collective.Comm, c config) error {
 	var inj injection
 	inj.Rank = comm.Rank()
 	injects := comm.Rank() == c.injectRank || comm.Rank() == c.freezeRank
+	var (
+		cmds   sync.WaitGroup
+		cmdMu  sync.Mutex
+		cmdErr error
+	)
+	defer cmds.Wait()
 	var frozen []<-chan int64
 	for i := range c.iters {
 		if comm.Rank() == c.freezeRank && (i == c.freezeIter || c.freezeEvery > 0 && i > c.freezeIter && (i-c.freezeIter)%c.freezeEvery == 0) {
@@ -244,17 +251,30 @@ func allReduces(ctx context.Context, comm *collective.Comm, c config) error {
 				syscall.Kill(os.Getpid(), syscall.SIGKILL)
 			}()
 		}
+		// The fault's commands run beside the calls, not before them: a
+		// rank that forks a shell (which takes long on a loaded host) would
+		// be late, a straggler the analyzer rightly names.
 		if injects && i == c.injectIter && c.injectCmd != "" {
-			if err := shell(ctx, c.injectCmd); err != nil {
-				return err
-			}
-			inj.Inject, inj.InjectNs = c.injectCmd, comm.Clock().Now()
+			cmds.Add(1)
+			go func() {
+				defer cmds.Done()
+				err := shell(ctx, c.injectCmd)
+				cmdMu.Lock()
+				defer cmdMu.Unlock()
+				cmdErr = errors.Join(cmdErr, err)
+				inj.Inject, inj.InjectNs = c.injectCmd, comm.Clock().Now()
+			}()
 		}
 		if injects && i == c.healIter && c.healCmd != "" {
-			if err := shell(ctx, c.healCmd); err != nil {
-				return err
-			}
-			inj.Heal, inj.HealNs = c.healCmd, comm.Clock().Now()
+			cmds.Add(1)
+			go func() {
+				defer cmds.Done()
+				err := shell(ctx, c.healCmd)
+				cmdMu.Lock()
+				defer cmdMu.Unlock()
+				cmdErr = errors.Join(cmdErr, err)
+				inj.Heal, inj.HealNs = c.healCmd, comm.Clock().Now()
+			}()
 		}
 		if comm.Rank() == c.straggler && c.straggleEvery > 0 && i%c.straggleEvery == c.straggleEvery-1 {
 			time.Sleep(c.straggle)
@@ -268,6 +288,10 @@ func allReduces(ctx context.Context, comm *collective.Comm, c config) error {
 	}
 	for _, at := range frozen {
 		inj.Freezes = append(inj.Freezes, <-at)
+	}
+	cmds.Wait()
+	if cmdErr != nil {
+		return cmdErr
 	}
 	if injects {
 		b, _ := json.MarshalIndent(inj, "", "  ")
