@@ -146,7 +146,8 @@ type Finding struct {
 	Evidence map[string]float64 `json:"evidence"`
 
 	// Related links: for backpressure, the links upstream that backed up
-	// behind this one; for a stall or slow link, what it explains.
+	// behind this one; for a stall or slow link, what it explains; for a
+	// dead rank, the ranks that stopped after it (Peer -1: a whole rank).
 	Related []LinkRef `json:"related,omitempty"`
 
 	// Head-of-line blocking: the blocking WR and (at most
@@ -162,7 +163,12 @@ type LinkRef struct {
 	Channel int32 `json:"channel"`
 }
 
-func (l LinkRef) String() string { return fmt.Sprintf("%d->%d ch%d", l.Rank, l.Peer, l.Channel) }
+func (l LinkRef) String() string {
+	if l.Peer < 0 {
+		return fmt.Sprintf("rank %d", l.Rank)
+	}
+	return fmt.Sprintf("%d->%d ch%d", l.Rank, l.Peer, l.Channel)
+}
 
 // WRRef identifies one work request and says how it went.
 type WRRef struct {

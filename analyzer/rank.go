@@ -294,6 +294,37 @@ func (a *Analyzer) deadRanks() {
 				rl.rank, fmtDur(a.lastTs-last), strings.Join(why, ", "))
 			rl.dead = &f
 		}
+		c.foldFollowers()
+	}
+}
+
+// foldFollowers lists, under the rank that died first, the ranks that
+// stopped after it without its peers running calls without them: once a
+// rank is gone its peers fail their transfers with it and exit one by one,
+// and the first to go looks dead to the ones still there. A later rank that
+// missed calls its peers completed died on its own and keeps its finding.
+func (c *commState) foldFollowers() {
+	var first *rankLife
+	for _, rl := range c.lives {
+		if rl.dead != nil && (first == nil || rl.dead.StartNs < first.dead.StartNs) {
+			first = rl
+		}
+	}
+	if first == nil {
+		return
+	}
+	var followers []string
+	for _, rl := range c.lives {
+		if rl == first || rl.dead == nil || rl.dead.StartNs <= first.dead.StartNs || rl.dead.NumCollectives > 0 {
+			continue
+		}
+		followers = append(followers, fmt.Sprintf("rank %d %s later", rl.rank, fmtDur(rl.dead.StartNs-first.dead.StartNs)))
+		first.dead.Related = append(first.dead.Related, LinkRef{Rank: rl.rank, Peer: -1, Channel: -1})
+		rl.dead = nil
+	}
+	if len(followers) > 0 {
+		first.dead.Evidence["ranks_stopped_after"] = float64(len(followers))
+		first.dead.Summary += "; then " + strings.Join(followers, ", ")
 	}
 }
 

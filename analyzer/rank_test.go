@@ -1,6 +1,9 @@
 package analyzer
 
 import (
+	"cmp"
+	"fmt"
+	"slices"
 	"testing"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -55,6 +58,67 @@ func TestRankThatDoesNotRun(t *testing.T) {
 				got = append(got, f.Kind.String()+" "+f.Culprit())
 			}
 			if len(got) != len(tc.want) || len(got) > 0 && got[0] != tc.want[0] {
+				t.Errorf("findings %q, want %q", got, tc.want)
+			}
+		})
+	}
+}
+
+// deathJob is 4 ranks running 10 ms calls. Rank r stops for good in call
+// stop[r] (0: it runs on to call last): it begins that call and writes
+// nothing more. The ranks still there end each call, so the ones stopped
+// earlier miss it; none ends call last, in which rank r heartbeats 10 ms
+// apart for beats[r] (300 ms if it runs on).
+func deathJob(last uint64, stop [4]uint64, beats [4]int64) []flowtel.Record {
+	var recs []flowtel.Record
+	for seq := uint64(1); seq <= last; seq++ {
+		t0 := int64(seq) * 10e6
+		for r := range int32(4) {
+			if stop[r] != 0 && seq > stop[r] {
+				continue
+			}
+			recs = append(recs, flowtel.Record{TsNs: t0 + int64(r), Kind: flowtel.KindCollBegin, Comm: 1, Rank: r, Peer: -1, CollSeq: seq, Op: flowtel.OpAllReduce, Step: 1, Bytes: 8})
+			switch {
+			case seq == last:
+				hb := beats[r]
+				if stop[r] == 0 {
+					hb = 300e6
+				}
+				for ts := t0 + 10e6; ts <= t0+hb; ts += 10e6 {
+					recs = append(recs, flowtel.Record{TsNs: ts, Kind: flowtel.KindHeartbeat, Comm: 1, Rank: r, Peer: -1, Depth: 1})
+				}
+			case seq != stop[r]:
+				recs = append(recs, flowtel.Record{TsNs: t0 + 5e6, Kind: flowtel.KindCollEnd, Comm: 1, Rank: r, Peer: -1, CollSeq: seq, Op: flowtel.OpAllReduce, Step: 1, Bytes: 8})
+			}
+		}
+	}
+	slices.SortStableFunc(recs, func(x, y flowtel.Record) int { return cmp.Compare(x.TsNs, y.TsNs) })
+	return recs
+}
+
+func TestDeadRank(t *testing.T) {
+	tests := []struct {
+		name  string
+		last  uint64
+		stop  [4]uint64
+		beats [4]int64
+		want  []string // culprits and what is listed under them
+	}{
+		{"healthy", 80, [4]uint64{}, [4]int64{}, nil},
+		{"rank 1 killed, the others wait", 50, [4]uint64{0, 50, 0, 0}, [4]int64{}, []string{"dead_rank rank 1 []"}},
+		{"rank 1 killed, rank 2 exits on the error before the rest",
+			50, [4]uint64{0, 50, 50, 0}, [4]int64{2: 100e6}, []string{"dead_rank rank 1 [rank 2]"}},
+		{"rank 1 killed, the others run on without it until rank 2 is killed too",
+			80, [4]uint64{0, 30, 50, 0}, [4]int64{}, []string{"dead_rank rank 1 []", "dead_rank rank 2 []"}},
+	}
+	for _, tc := range tests {
+		t.Run(tc.name, func(t *testing.T) {
+			var got []string
+			for _, f := range analyse(t, deathJob(tc.last, tc.stop, tc.beats)) {
+				got = append(got, fmt.Sprintf("%s %s %v", f.Kind, f.Culprit(), f.Related))
+			}
+			slices.Sort(got)
+			if !slices.Equal(got, tc.want) {
 				t.Errorf("findings %q, want %q", got, tc.want)
 			}
 		})
