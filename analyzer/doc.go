@@ -53,7 +53,9 @@
 // peers' with a sign of trouble (a call in flight at its end, calls its
 // peers began without it, or its peers' transfers with it failing) is a
 // dead_rank finding, always critical: when its records stop, and the
-// calls it never began.
+// calls it never began. The ranks that stop after it without missing a call
+// its peers ran (they exit on the error it caused) are listed in its
+// Related, not dead on their own.
 //
 // # Backpressure
 //
