@@ -449,9 +449,6 @@ func (c *Comm) Abort() error {
 		defer c.mu.Unlock()
 		if c.proc != nil {
 			c.proc.Abort()
-			ctx, cancel := context.WithTimeout(context.Background(), time.Second)
-			c.proc.CloseLocal(ctx)
-			cancel()
 			c.proc = nil
 		}
 	}()

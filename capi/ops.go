@@ -285,10 +285,10 @@ func (c *Comm) collective(k Call) error {
 	dt, _ := k.Type.elements(k.Op.Reduces())
 	var ext []ce.Extent
 	if sb > 0 {
-		ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Send), Bytes: sb})
+		ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Send), Bytes: sb, In: true})
 	}
 	if rb > 0 {
-		ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Recv), Bytes: rb})
+		ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Recv), Bytes: rb, Out: true})
 	}
 	s := cuda.Stream(k.Stream)
 	mems, err := c.proc.Enter(s, ext...)
@@ -359,9 +359,9 @@ func (c *Comm) p2p(batch []Call) error {
 			}
 		}
 		if k.Op == collective.OpSend {
-			ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Send), Bytes: sb})
+			ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Send), Bytes: sb, In: true})
 		} else {
-			ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Recv), Bytes: rb})
+			ext = append(ext, ce.Extent{Ptr: cuda.DevicePtr(k.Recv), Bytes: rb, Out: true})
 		}
 	}
 	if len(self[0]) != len(self[1]) {

@@ -22,10 +22,12 @@ import (
 // it (the export table in the mailbox, exports.go).
 
 // Extent is Bytes bytes at Ptr: device memory of this rank's GPU that the
-// caller allocated (cuMemAlloc, cudaMalloc).
+// caller allocated (cuMemAlloc, cudaMalloc). In and Out say whether the
+// operations between Enter and Leave read it and write it.
 type Extent struct {
-	Ptr   cuda.DevicePtr
-	Bytes int
+	Ptr     cuda.DevicePtr
+	Bytes   int
+	In, Out bool
 }
 
 // imported is a peer's exported allocation as mapped in this process.
@@ -47,7 +49,7 @@ func (p *Proc) Wrap(ptr cuda.DevicePtr, n int) (*DeviceMem, error) {
 			return err
 		}
 		var err error
-		m, err = p.wrapLocked(Extent{ptr, n})
+		m, err = p.wrapLocked(Extent{Ptr: ptr, Bytes: n})
 		return err
 	})
 	return m, err
@@ -77,9 +79,91 @@ func (p *Proc) Enter(s cuda.Stream, bufs ...Extent) ([]*DeviceMem, error) {
 		if err := p.evIn.Record(s); err != nil {
 			return fmt.Errorf("ce: the caller's stream %#x (a stream of another device or context?): %w", uintptr(s), err)
 		}
-		return p.r.user.WaitEvent(p.evIn)
+		if err := p.r.user.WaitEvent(p.evIn); err != nil {
+			return err
+		}
+		if err := p.bounceIn(bufs, out); err != nil {
+			p.bounceOut = p.bounceOut[:0] // the caller will not Leave
+			p.bounceBack()
+			return err
+		}
+		return nil
 	})
 	return out, err
+}
+
+// Small allocations. The driver packs allocations under 2 MiB into shared
+// chunks and CUDA IPC maps a chunk once per process, so a peer cannot map
+// two of them (nor a new one where an old one it mapped lay). Buffers in
+// such allocations never reach the peers: Enter gives the operations a
+// bounce buffer of this Proc instead (whole pages, exported once, one per
+// allocation of the call, at the same offsets, so in place stays in
+// place), copies the extents the operations read into it, and Leave copies
+// back those they write. Both copies are on this rank's stream, so a
+// bounce buffer is free again for the next call once Leave has queued
+// them. Allocators hand out 2 MiB and more (PyTorch's, nccl-tests'), so
+// this costs nothing there.
+
+// bounceIn maps the small allocations of an Enter to bounce buffers and
+// queues the copies in. On the proxy thread.
+func (p *Proc) bounceIn(bufs []Extent, out []*DeviceMem) error {
+	if p.n == 1 || p.staged {
+		return nil
+	}
+	for i, m := range out {
+		if m.alloc.bytes >= chunkPage {
+			continue
+		}
+		b := p.bounceFor[m.alloc]
+		if b == nil {
+			if len(p.bounceFree) > 0 {
+				b = p.bounceFree[len(p.bounceFree)-1]
+				p.bounceFree = p.bounceFree[:len(p.bounceFree)-1]
+			} else {
+				ptr, err := cuda.MemAlloc(chunkPage)
+				if err != nil {
+					return err
+				}
+				p.bounceAll = append(p.bounceAll, ptr)
+				w, err := p.wrapLocked(Extent{Ptr: ptr, Bytes: chunkPage})
+				if err != nil {
+					return err
+				}
+				b = w.alloc
+			}
+			if p.bounceFor == nil {
+				p.bounceFor = map[*allocation]*allocation{}
+			}
+			p.bounceFor[m.alloc] = b
+		}
+		bm := &DeviceMem{p: p, alloc: b, off: m.off, n: m.n}
+		if bufs[i].In && m.n > 0 {
+			if err := cuda.MemcpyDtoDAsync(bm.Ptr(), m.Ptr(), m.n, p.r.user); err != nil {
+				return err
+			}
+		}
+		if bufs[i].Out && m.n > 0 {
+			p.bounceOut = append(p.bounceOut, [2]*DeviceMem{m, bm})
+		}
+		out[i] = bm
+	}
+	return nil
+}
+
+// bounceBack queues the copies out of the bounce buffers and frees them
+// for the next call. On the proxy thread.
+func (p *Proc) bounceBack() error {
+	for _, c := range p.bounceOut {
+		if err := cuda.MemcpyDtoDAsync(c[0].Ptr(), c[1].Ptr(), c[0].n, p.r.user); err != nil {
+			return err
+		}
+	}
+	p.bounceOut = p.bounceOut[:0]
+	for _, b := range p.bounceFor {
+		p.bounceFree = append(p.bounceFree, b)
+	}
+	clear(p.bounceFor)
+	return nil
 }
 
 // Leave orders the work queued on s from now on after this rank's stream,
@@ -90,6 +174,9 @@ func (p *Proc) Leave(s cuda.Stream) error {
 			return err
 		}
 		if err := p.streamEvents(); err != nil {
+			return err
+		}
+		if err := p.bounceBack(); err != nil {
 			return err
 		}
 		if err := p.evOut.Record(p.r.user); err != nil {
@@ -320,6 +407,10 @@ func (p *Proc) CloseLocal(ctx context.Context) error {
 					*m = nil
 				}
 			}
+			for _, b := range p.bounceAll {
+				cuda.MemFree(b)
+			}
+			p.bounceAll = nil
 			for _, d := range []*cuda.DevicePtr{&p.words, &p.stage, &p.premulOut, &p.premulCon} {
 				if *d != 0 {
 					cuda.MemFree(*d)

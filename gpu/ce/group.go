@@ -264,9 +264,14 @@ func (g *Group) proxy(started chan<- error) {
 func (g *Group) do(fn func() error) error {
 	r := &request{fn: fn}
 	select {
+	case <-g.dead:
+		return errGroupClosed
+	default:
+	}
+	select {
 	case g.reqs <- r:
 	case <-g.dead:
-		return errors.New("ce: group closed")
+		return errGroupClosed
 	}
 	for spins := 0; !r.done.Load(); spins++ {
 		if spins > 1000 {
@@ -274,10 +279,22 @@ func (g *Group) do(fn func() error) error {
 		}
 		if spins > 100000 {
 			time.Sleep(20 * time.Microsecond)
+			// A proxy that stopped (abandon) leaves the request unserved.
+			if spins&63 == 0 {
+				select {
+				case <-g.dead:
+					if !r.done.Load() {
+						return errGroupClosed
+					}
+				default:
+				}
+			}
 		}
 	}
 	return r.err
 }
+
+var errGroupClosed = errors.New("ce: group closed")
 
 func (g *Group) use(r *rank) error {
 	if g.cur == r.ctx {

@@ -59,7 +59,7 @@ func (p *Proc) PreMultiply(src *DeviceMem, count int, dt collective.Datatype, de
 				return err
 			}
 		}
-		m, err := p.wrapLocked(Extent{p.premulOut, bytes})
+		m, err := p.wrapLocked(Extent{Ptr: p.premulOut, Bytes: bytes})
 		out = m
 		return err
 	})
@@ -80,7 +80,7 @@ func (p *Proc) premulScratch(n int) error {
 		cuda.MemFree(p.premulCon)
 		p.premulOut, p.premulCon, p.premulLen = 0, 0, 0
 	}
-	size := (max(n, 1<<20) + 4095) &^ 4095
+	size := chunkRound(n) // peers map the products: whole pages (chunkRound)
 	out, err := cuda.MemAlloc(size)
 	if err != nil {
 		return err

@@ -125,6 +125,11 @@ type Proc struct {
 	// Pre-multiplied sums (premul.go): products and the spread scalar.
 	premulOut, premulCon cuda.DevicePtr
 	premulLen            int
+	// Bounce buffers of small allocations (extern.go).
+	bounceFor  map[*allocation]*allocation // this call's: the caller's allocation → its bounce buffer
+	bounceFree []*allocation
+	bounceAll  []cuda.DevicePtr
+	bounceOut  [][2]*DeviceMem // copies back at Leave: to, from
 }
 
 type openMem struct {
