@@ -65,3 +65,10 @@ for i in 1 2 3 4 5; do
 done > "$OUT/telemetry.txt"
 echo "all done at $((SECONDS - T0)) s"
 cat "$OUT/checks.txt" "$OUT/allreduce.txt" "$OUT/sendrecv.txt"
+# VCCL as libnccl.so.2 (nccl-tests, PyTorch): gpu/run-nccl-abi.sh, with the
+# gpubin/ that gpu/build-nccl-abi.sh makes. Its files go to $OUT/abi/.
+# ($OUT takes 8 files: the run's go into one.)
+if [ -f nccl/lib/libnccl.so.2 ]; then
+	OUT=/tmp/vccl-abi bash ../gpu/run-nccl-abi.sh all >/dev/null 2>&1
+	cat /tmp/vccl-abi/*.txt >"$OUT/nccl-abi.txt"
+fi

@@ -100,6 +100,19 @@ if [ "$WHAT" = nccltests ] || [ "$WHAT" = all ]; then
 			env $v timeout 120 "$G/vcclrun" -n $N -- $NT/all_reduce_perf -d float -c 0 -b 8 -e 256M -f 8 -n 20 -w 5 2>&1 | grep -E "^\[0\] +[0-9]|Avg bus"
 			[ "$NGPU" -ge 2 ] && break
 		done
+		# The C boundary against the Go API on the same engine: the same
+		# sweep through vccl-bench (gpubin/vccl-bench, optional), twice,
+		# alternating; with two GPUs, NCCL alongside (--vs-nccl).
+		if [ -x "$G/vccl-bench" ]; then
+			VS=""
+			[ "$NGPU" -ge 2 ] && VS=--vs-nccl && export VCCL_NCCL_LIB=${VCCL_NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | grep -v gpubin | head -1)}
+			for i in 1 2; do
+				echo "--- round $i: all_reduce_perf -d float -c 0 -b 1M -e 256M -f 4 -n 50 -w 10"
+				timeout 120 "$G/vcclrun" -n $N -- $NT/all_reduce_perf -d float -c 0 -b 1M -e 256M -f 4 -n 50 -w 10 2>&1 | grep -E "^\[0\] +[0-9]"
+				echo "--- round $i: vccl-bench allreduce --device gpu $VS -c 0 -b 1M -e 256M -f 4 -n 50 -w 10"
+				timeout 120 "$G/vcclrun" -n $N -- "$G/vccl-bench" allreduce --device gpu $VS -c 0 -b 1M -e 256M -f 4 -n 50 -w 10 2>&1 | grep -E "^\[0\] +[0-9]"
+			done
+		fi
 		if [ "$NGPU" -ge 2 ]; then
 			echo "--- all_reduce_perf -g 2 (one process, two GPUs)"
 			timeout 300 $NT/all_reduce_perf -g 2 -d float -c 1 -b 16M -e 1G -f 4 -n 20 -w 5 2>&1 | grep -E "^ +[0-9]|Avg bus|wrong"
@@ -114,10 +127,14 @@ if [ "$WHAT" = torch ] || [ "$WHAT" = all ]; then
 		S=$ROOT/gpu/torch/nccl_abi_test.py
 		rm -rf /tmp/vccl-trace /tmp/ddp-*
 		echo "=== PyTorch, NCCL backend, LD_PRELOAD of VCCL's libnccl.so.2, telemetry on"
-		LD_PRELOAD=$LIB/libnccl.so.2 VCCL_TELEMETRY=1 VCCL_TELEMETRY_DIR=/tmp/vccl-trace VCCL_TOP=$G/vccl-top \
+		TOP=""
+		[ -x "$G/vccl-top" ] && TOP=$G/vccl-top
+		LD_PRELOAD=$LIB/libnccl.so.2 VCCL_TELEMETRY=1 VCCL_TELEMETRY_DIR=/tmp/vccl-trace VCCL_TOP=$TOP \
 			timeout 300 $TR $S --phase ops 2>&1 | grep -v "^\s*$" | tail -60
-		echo "--- vccl-analyze of the job's traces"
-		timeout 120 "$G/vccl-analyze" /tmp/vccl-trace 2>&1 | head -30
+		if [ -x "$G/vccl-analyze" ]; then
+			echo "--- vccl-analyze of the job's traces"
+			timeout 120 "$G/vccl-analyze" /tmp/vccl-trace 2>&1 | head -30
+		fi
 		echo "=== DistributedDataParallel on VCCL"
 		LD_PRELOAD=$LIB/libnccl.so.2 timeout 200 $TR $S --phase ddp --out /tmp/ddp-vccl 2>&1 | grep "\[" | tail -4
 		REF=gloo
