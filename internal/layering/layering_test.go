@@ -26,6 +26,8 @@ var ours = []string{
 	"github.com/vccl-go/vccl/analyzer",
 	"github.com/vccl-go/vccl/ui",
 	"github.com/vccl-go/vccl/cmd",
+	"github.com/vccl-go/vccl/capi", // libnccl.so.2's logic sits on the comm library, never under it
+	"github.com/vccl-go/vccl/gpu/",
 }
 
 func deps(t *testing.T, pkgs ...string) []string {
