@@ -44,10 +44,11 @@
 // heartbeats and wrote nothing at all for Rank.NotRunning (50ms) with a call
 // in flight did not run: stopped, frozen, descheduled. Meanwhile its links
 // are not judged (their rates say nothing of the network) and the stalls it
-// causes are explained. When its longest silence is at least Rank.MinDown
-// (100ms) and Rank.Outlier (3) times the longest of any other rank's, and
-// most other ranks ran meanwhile (not a pause of the whole job), it is a
-// stall finding of that rank (Peer -1), all its silences listed together.
+// causes are explained. Its silences of at least Rank.MinDown (100ms)
+// while most other ranks ran (not a pause of the whole job) are its own;
+// when they add up to Rank.Outlier (3) times the longest silence of any
+// other rank (the host's own noise), they are a stall finding of that rank
+// (Peer -1), listed together.
 //
 // A rank whose records stop at least Rank.DeadGrace (10ms) before its
 // peers' with a sign of trouble (a call in flight at its end, calls its

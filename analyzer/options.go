@@ -97,9 +97,9 @@ type RankOptions struct {
 	// MinDown is the time a rank must not run to be a finding; default
 	// 100ms.
 	MinDown time.Duration `opt:"min_down"`
-	// Outlier: its longest silence must be this many times the longest of
-	// any other rank's (a host that deschedules every rank in turn names
-	// none); default 3.
+	// Outlier: its own silences must add up to this many times the
+	// longest of any other rank's (a host that deschedules every rank in
+	// turn names none); default 3.
 	Outlier float64 `opt:"outlier"`
 	// DeadGrace: a rank whose records stop, with a sign of trouble, while
 	// its peers' go on for at least this long died; default 10ms (a killed

@@ -189,9 +189,11 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 			out = append(out, *rl.dead)
 			continue
 		}
-		// Did not run: its longest silence stands out against every other
-		// rank's, and the others ran meanwhile (a pause of the whole job,
-		// or a host that deschedules every rank in turn, names no rank).
+		// Did not run: the time it was off on its own (the others ran
+		// meanwhile: a pause of the whole job names no rank) stands out
+		// against the longest any other rank was off, which is the
+		// host's own noise (a host that deschedules every rank in turn
+		// names none).
 		if rl.maxDown < int64(o.MinDown) {
 			continue
 		}
@@ -200,9 +202,6 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 			if x != rl {
 				others = max(others, x.maxDown)
 			}
-		}
-		if float64(rl.maxDown) < o.Outlier*float64(others) {
-			continue
 		}
 		var f Finding
 		n := 0
@@ -218,7 +217,7 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 			f.EndNs = s.to
 			f.ImpactNs += s.to - s.from
 		}
-		if n == 0 {
+		if n == 0 || float64(f.ImpactNs) < o.Outlier*float64(others) {
 			continue
 		}
 		f.Evidence = map[string]float64{
