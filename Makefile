@@ -12,11 +12,16 @@ all: build
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# The default suite: vet, layering, every unit and conformance test, and the
-# comm library under the race detector (the collective matrix sampled).
+# The default suite: vet, layering, every unit and conformance test, the
+# comm library under the race detector (the collective matrix sampled), and
+# the analyzer on fresh jobs with real faults. Those jobs run alone: they
+# bring their own load (busy loops, more ranks than cores), and another
+# package's tests beside them are load the runs are not labelled with.
+DIAG    := ./test/diagnosis
 test: check-deps lint
-	$(GO) test -count=1 $(PKGS)
+	$(GO) test -count=1 $$($(GO) list $(PKGS) | grep -v '/test/diagnosis$$')
 	$(GO) test -race -short -count=1 $(CORE)
+	$(GO) test -count=1 -timeout 20m $(DIAG)
 
 # Every cell of the collective matrix, every world size, large counts.
 test-full: check-deps

@@ -33,7 +33,8 @@ type rankLife struct {
 
 type downSpan struct {
 	from, to int64
-	calls    int // its calls in flight when it fell silent
+	calls    int   // its calls in flight when it fell silent
+	waitFrom int64 // a peer's first heartbeat in it: the peers waited on it from then (0: never)
 }
 
 // maxDownSpans bounds the spans a rank keeps.
@@ -65,7 +66,17 @@ func (a *Analyzer) gap(g *flowtel.Gap) {
 	}
 	rl.openFrom, rl.downFrom = 0, 0
 	if notRunning {
-		rl.down.pushBounded(downSpan{from: g.FromNs, to: g.ToNs, calls: g.OpenCalls}, maxDownSpans)
+		// The peers' heartbeats up to ToNs are in: records come merged in
+		// time order.
+		var waitFrom int64
+		for _, x := range c.lives {
+			if x != rl {
+				if ts := x.firstBeatIn(g.FromNs, g.ToNs); ts > 0 && (waitFrom == 0 || ts < waitFrom) {
+					waitFrom = ts
+				}
+			}
+		}
+		rl.down.pushBounded(downSpan{from: g.FromNs, to: g.ToNs, calls: g.OpenCalls, waitFrom: waitFrom}, maxDownSpans)
 		rl.maxDown = max(rl.maxDown, g.ToNs-g.FromNs)
 		c.downAny = true
 	}
@@ -94,6 +105,22 @@ func (rl *rankLife) waitedIn(from, to int64) bool {
 		}
 	}
 	return false
+}
+
+// firstBeatIn returns the rank's first heartbeat within (from, to), 0 if
+// none (or none kept).
+func (rl *rankLife) firstBeatIn(from, to int64) int64 {
+	var first int64
+	for i := rl.beats.n - 1; i >= 0; i-- {
+		ts := *rl.beats.at(i)
+		if ts <= from {
+			break
+		}
+		if ts < to {
+			first = ts
+		}
+	}
+	return first
 }
 
 // downIn returns how long rank rl did not run within [from, to).
@@ -204,18 +231,24 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 			}
 		}
 		var f Finding
+		var longest int64
 		n := 0
 		for i := range rl.down.n {
 			s := rl.down.at(i)
-			if s.to-s.from < int64(o.MinDown) || c.jobWide(rl, s) {
+			// Its own silence costs the time its peers waited on it (a
+			// rank that began the job's first call before its peers had
+			// started waited on them), while the others ran (not a pause
+			// of the whole job).
+			if s.waitFrom == 0 || s.to-s.waitFrom < int64(o.MinDown) || c.jobWide(rl, s) {
 				continue
 			}
 			if n == 0 {
-				f = Finding{Kind: KindStall, Comm: c.id, Rank: rl.rank, Peer: -1, Channel: -1, Path: -1, StartNs: s.from}
+				f = Finding{Kind: KindStall, Comm: c.id, Rank: rl.rank, Peer: -1, Channel: -1, Path: -1, StartNs: s.waitFrom}
 			}
 			n++
 			f.EndNs = s.to
-			f.ImpactNs += s.to - s.from
+			f.ImpactNs += s.to - s.waitFrom
+			longest = max(longest, s.to-s.waitFrom)
 		}
 		if n == 0 || float64(f.ImpactNs) < o.Outlier*float64(others) {
 			continue
@@ -223,7 +256,7 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 		f.Evidence = map[string]float64{
 			"not_running_ms":        float64(f.ImpactNs) / 1e6,
 			"times":                 float64(n),
-			"longest_ms":            float64(rl.maxDown) / 1e6,
+			"longest_ms":            float64(longest) / 1e6,
 			"others_longest_ms":     float64(others) / 1e6,
 			"heartbeat_interval_ms": float64(flowtel.HeartbeatInterval) / 1e6,
 		}
@@ -236,7 +269,7 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 			othersOff = "no other rank was off for more than " + fmtDur(others)
 		}
 		f.Summary = fmt.Sprintf("rank %d did not run for up to %s with a call in flight:%s it wrote no record, not even a heartbeat, while its peers waited on it (%s)",
-			rl.rank, fmtDur(rl.maxDown), times, othersOff)
+			rl.rank, fmtDur(longest), times, othersOff)
 		out = append(out, f)
 	}
 	return out

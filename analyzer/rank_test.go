@@ -10,15 +10,27 @@ import (
 )
 
 // beatJob is 4 ranks in one long call (seq 1) writing heartbeats every
-// 10 ms from 10 ms to end, except where silent says a rank is off.
+// 10 ms from 10 ms to end, except where silent says a rank is off; a rank
+// off at 1 ms begins the call when it is first on.
 func beatJob(end int64, silent func(rank int32, ts int64) bool) []flowtel.Record {
 	var recs []flowtel.Record
+	var begun [4]bool
+	begin := func(r int32, ts int64) {
+		recs = append(recs, flowtel.Record{TsNs: ts, Kind: flowtel.KindCollBegin, Comm: 1, Rank: r, Peer: -1, CollSeq: 1, Op: flowtel.OpAllReduce, Step: 1, Bytes: 8})
+		begun[r] = true
+	}
 	for r := range int32(4) {
-		recs = append(recs, flowtel.Record{TsNs: 1e6, Kind: flowtel.KindCollBegin, Comm: 1, Rank: r, Peer: -1, CollSeq: 1, Op: flowtel.OpAllReduce, Step: 1, Bytes: 8})
+		if !silent(r, 1e6) {
+			begin(r, 1e6)
+		}
 	}
 	for ts := int64(10e6); ts < end; ts += 10e6 {
 		for r := range int32(4) {
-			if !silent(r, ts) {
+			switch {
+			case silent(r, ts):
+			case !begun[r]:
+				begin(r, ts)
+			default:
 				recs = append(recs, flowtel.Record{TsNs: ts, Kind: flowtel.KindHeartbeat, Comm: 1, Rank: r, Peer: -1, Depth: 1})
 			}
 		}
@@ -49,6 +61,10 @@ func TestRankThatDoesNotRun(t *testing.T) {
 		{"healthy: every rank beats", func(int32, int64) bool { return false }, nil},
 		{"rank 2 frozen 1 s", func(r int32, ts int64) bool { return r == 2 && ts > 500e6 && ts < 1500e6 }, []string{"stall rank 2"}},
 		{"every rank paused together", func(_ int32, ts int64) bool { return ts > 500e6 && ts < 800e6 }, nil},
+		{"rank 0 first in the call, silent while the others start", func(r int32, ts int64) bool { return r == 0 && ts > 5e6 && ts < 350e6 || r > 0 && ts < 300e6 }, nil},
+		{"rank 0 frozen 300 ms twice while the others wait", func(r int32, ts int64) bool {
+			return r == 0 && (ts > 500e6 && ts < 800e6 || ts > 1500e6 && ts < 1800e6)
+		}, []string{"stall rank 0"}},
 		{"every rank off 40 ms in turn (a busy host)", func(r int32, ts int64) bool { return (ts/10e6)%20 >= int64(4*r) && (ts/10e6)%20 < int64(4*r)+4 }, nil},
 	}
 	for _, tc := range tests {
