@@ -292,3 +292,50 @@ func TestMillionUnfinishedCalls(t *testing.T) {
 		t.Errorf("heap reached %d MiB", peak>>20)
 	}
 }
+
+// TestMemoryFlatInTraceLength feeds a healthy job ten times longer than
+// another and asserts the analyzer's heap did not grow with it: what it
+// keeps per link, call and chart is bounded.
+func TestMemoryFlatInTraceLength(t *testing.T) {
+	if testing.Short() {
+		t.Skip("millions of records")
+	}
+	heapAfter := func(colls int) (uint64, int) {
+		s := newSynth(4)
+		a, err := New(Options{})
+		if err != nil {
+			t.Fatal(err)
+		}
+		a.SetWorldSize(s.comm, 4)
+		n := 0
+		var ms runtime.MemStats
+		var peak uint64
+		for done := 0; done < colls; done += 50 {
+			for range 50 {
+				s.allReduce(1 << 20)
+			}
+			recs := s.merged()
+			n += len(recs)
+			a.Add(recs)
+			a.Advance(recs[len(recs)-1].TsNs)
+			for r := range s.recs {
+				s.recs[r] = s.recs[r][:0]
+			}
+			if done%(colls/5) == 0 {
+				runtime.GC()
+				runtime.ReadMemStats(&ms)
+				peak = max(peak, ms.HeapInuse)
+			}
+		}
+		if r := a.Finish(); len(r.Findings) != 0 {
+			t.Errorf("%d collectives of a healthy job: %d findings, first %s", colls, len(r.Findings), r.Findings[0].Summary)
+		}
+		return peak, n
+	}
+	short, nShort := heapAfter(500)
+	long, nLong := heapAfter(5000)
+	t.Logf("%d records: heap at most %d MiB; %d records: %d MiB", nShort, short>>20, nLong, long>>20)
+	if long > short+short/2+8<<20 {
+		t.Errorf("heap grew with the trace: %d MiB for %d records, %d MiB for %d", short>>20, nShort, long>>20, nLong)
+	}
+}
