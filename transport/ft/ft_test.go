@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"math/rand/v2"
+	"slices"
 	"strings"
 	"sync"
 	"testing"
@@ -27,8 +28,50 @@ const deadline = 30 * time.Second
 func newPair(t *testing.T, prm Params) (*transporttest.Pair, *faults) {
 	t.Helper()
 	f := &faults{}
+	prm = scaledParams(t, prm)
 	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{Params: prm, faults: f}})
 	return p, f
+}
+
+// scaledParams fills prm's unset detector timers from the defaults scaled
+// by how late this process's timers fire now. Both ends of a pair share
+// this process: when it is starved (CPU hogs, the race detector's 5-20x),
+// one end's reader not being scheduled looks, to the other end's monitor,
+// like a silent path, and a test that counts failovers sees one it did not
+// cause. So the silence a path may keep grows with the lateness measured
+// here: the 99th percentile of 100 one-millisecond sleeps, against the 5 ms
+// of slack the 60 ms default leaves over six 10 ms heartbeats; at least
+// 3x under the race detector. On an idle host the defaults stand. The
+// probe interval (fail-back) is left alone.
+func scaledParams(t *testing.T, prm Params) Params {
+	t.Helper()
+	lates := make([]time.Duration, 100)
+	for i := range lates {
+		t0 := time.Now()
+		time.Sleep(time.Millisecond)
+		lates[i] = time.Since(t0) - time.Millisecond
+	}
+	slices.Sort(lates)
+	p99 := lates[98]
+	k := min(max(int64(p99/(5*time.Millisecond)), 1), 8)
+	if raceEnabled {
+		k = max(k, 3)
+	}
+	d := DefaultParams()
+	scale := func(v *time.Duration, def time.Duration) {
+		if *v == 0 {
+			*v = def * time.Duration(k)
+		}
+	}
+	scale(&prm.Heartbeat, d.Heartbeat)
+	scale(&prm.DeadAfter, d.DeadAfter)
+	scale(&prm.LinkTimeout, d.LinkTimeout)
+	scale(&prm.Progress, d.Progress)
+	prm.LinkTimeout = max(prm.LinkTimeout, prm.DeadAfter)
+	if k > 1 {
+		t.Logf("timers fire up to %v late (p99): the detector's silences are %dx the defaults (dead after %v)", p99.Round(100*time.Microsecond), k, prm.DeadAfter)
+	}
+	return prm
 }
 
 // breakPath blackholes path i at both ends and makes its reconnections
