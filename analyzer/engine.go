@@ -465,6 +465,7 @@ func (a *Analyzer) recvWC(t *flowtel.Transfer) {
 			rl.failedAt = t.DoneNs
 		}
 	}
+	l.comm.life(l.key.dst).received(t.DoneNs)
 	l.landedBytes += t.Bytes
 	l.landMode = true
 	a.integrate(l, t.DoneNs)

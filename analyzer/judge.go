@@ -372,8 +372,11 @@ func (a *Analyzer) stallSlice(l *link, i int64, acc *sliceAcc) {
 			explained := (c.cumExcused - d.gapExcused0) + (c.cumBP - d.gapBP0)
 			// A sender that wrote heartbeats meanwhile waited in the
 			// library for its peers: it had nothing to send because
-			// nothing came, a victim of the stall, not its cause.
-			waited := c.life(l.key.src).waitedIn(from, to)
+			// nothing came, a victim of the stall, not its cause. One
+			// whose receives completed meanwhile had nothing to send
+			// because its data came in slowly: the stall is upstream.
+			src := c.life(l.key.src)
+			waited := src.waitedIn(from, to) || src.receivedIn(from, to)
 			if !waited && float64(explained) < st.MaxExplained*float64(idle) {
 				f := a.linkFinding(KindStall, l, from, to)
 				f.ImpactNs = gap

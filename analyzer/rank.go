@@ -4,6 +4,7 @@ import (
 	"fmt"
 	"slices"
 	"strings"
+	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
 )
@@ -26,6 +27,7 @@ type rankLife struct {
 	openCalls int
 
 	beats         fifo[int64] // its latest heartbeats (bounded)
+	recvs         fifo[int64] // its latest receives' completions, 1 ms apart at least (bounded)
 	lastDownSlice int64       // latest judged slice a not-running span overlapped (-1: none)
 	failedAt      int64       // first failed WR of a peer with it (0: none)
 	dead          *Finding    // it died (deadRanks)
@@ -90,6 +92,32 @@ func (a *Analyzer) beat(r *flowtel.Record) {
 	if r.Rank >= 0 && r.Rank < maxRanks {
 		a.comm(r.Comm).life(r.Rank).beats.pushBounded(r.TsNs, maxBeats)
 	}
+}
+
+// recvSpacing thins the receive completions a rank keeps: enough to say
+// whether data came in during a gap of a few ms.
+const recvSpacing = int64(time.Millisecond)
+
+// received notes a receive of the rank completed at ts.
+func (rl *rankLife) received(ts int64) {
+	if rl.recvs.n == 0 || ts-*rl.recvs.at(rl.recvs.n - 1) >= recvSpacing {
+		rl.recvs.pushBounded(ts, maxBeats)
+	}
+}
+
+// receivedIn reports whether a receive of the rank completed within
+// (from, to): data was coming in.
+func (rl *rankLife) receivedIn(from, to int64) bool {
+	for i := rl.recvs.n - 1; i >= 0; i-- {
+		ts := *rl.recvs.at(i)
+		if ts <= from {
+			return false
+		}
+		if ts < to {
+			return true
+		}
+	}
+	return false
 }
 
 // waitedIn reports whether the rank wrote a heartbeat within (from, to): it
