@@ -154,7 +154,9 @@
 // Stall.MaxBusy, 0.1, of a slice) or waiting for at least Stall.MinDuration
 // (50ms): the sender had nothing to send, an upstream or compute stall, not
 // the network. It is reported unless the sender wrote heartbeats during
-// the gap (it waited in the library for its peers: a victim) or at least
+// the gap (it waited in the library for its peers: a victim), or its
+// receives completed during it (its data came in slowly: the stall is
+// upstream), or at least
 // Stall.MaxExplained (0.5) of the gap is explained: by some rank not having
 // arrived at a collective others began, by a rank not running, or by
 // backpressure in the communicator, during the gap; or by a backpressure,
