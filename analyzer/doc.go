@@ -44,10 +44,11 @@
 // heartbeats and wrote nothing at all for Rank.NotRunning (50ms) with a call
 // in flight did not run: stopped, frozen, descheduled. Meanwhile its links
 // are not judged (their rates say nothing of the network) and the stalls it
-// causes are explained. Its silences of at least Rank.MinDown (100ms)
+// causes are explained. Its silences of at least Rank.MinDown (200ms)
 // while most other ranks ran (not a pause of the whole job) are its own;
 // when they add up to Rank.Outlier (3) times the longest silence of any
-// other rank (the host's own noise), they are a stall finding of that rank
+// other rank with a call in flight, however short (the host's own noise),
+// they are a stall finding of that rank
 // (Peer -1), listed together.
 //
 // A rank whose records stop at least Rank.DeadGrace (10ms) before its

@@ -94,12 +94,13 @@ type RankOptions struct {
 	// heartbeats (a rank that yields its core among more ranks than cores
 	// may wait two or three for it); default 50ms.
 	NotRunning time.Duration `opt:"not_running"`
-	// MinDown is the time a rank must not run to be a finding; default
-	// 100ms.
+	// MinDown is the time a rank must not run, at a stretch, to be a
+	// finding: a busy host deschedules a rank for 100 ms now and then;
+	// default 200ms.
 	MinDown time.Duration `opt:"min_down"`
 	// Outlier: its own silences must add up to this many times the
-	// longest of any other rank's (a host that deschedules every rank in
-	// turn names none); default 3.
+	// longest silence of any other rank with a call in flight (a host
+	// that deschedules every rank in turn names none); default 3.
 	Outlier float64 `opt:"outlier"`
 	// DeadGrace: a rank whose records stop, with a sign of trouble, while
 	// its peers' go on for at least this long died; default 10ms (a killed
@@ -154,7 +155,7 @@ func DefaultOptions() Options {
 			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond, MinDuration: 250 * time.Millisecond,
 			MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
 		},
-		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 100 * time.Millisecond, Outlier: 3, DeadGrace: 10 * time.Millisecond},
+		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 200 * time.Millisecond, Outlier: 3, DeadGrace: 10 * time.Millisecond},
 		HOL: HOLOptions{
 			MinWait: time.Millisecond, Dominance: 0.8, SizeRatio: 8, MinBlocked: 2, MaxGap: time.Second,
 		},

@@ -20,6 +20,7 @@ type rankLife struct {
 	down     fifo[downSpan] // closed not-running spans, oldest first (bounded)
 	downFrom int64          // > 0: not running since, still
 	maxDown  int64          // its longest not-running span
+	maxQuiet int64          // its longest silence with a call in flight, however short (the fold reports from 25 ms)
 
 	// Silent at the latest Advance or at Finish with work in flight.
 	openFrom  int64
@@ -67,6 +68,9 @@ func (a *Analyzer) gap(g *flowtel.Gap) {
 		return
 	}
 	rl.openFrom, rl.downFrom = 0, 0
+	if g.Beats {
+		rl.maxQuiet = max(rl.maxQuiet, g.ToNs-g.FromNs)
+	}
 	if notRunning {
 		// The peers' heartbeats up to ToNs are in: records come merged in
 		// time order.
@@ -246,16 +250,16 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 		}
 		// Did not run: the time it was off on its own (the others ran
 		// meanwhile: a pause of the whole job names no rank) stands out
-		// against the longest any other rank was off, which is the
-		// host's own noise (a host that deschedules every rank in turn
-		// names none).
+		// against the longest any other rank was silent with a call in
+		// flight, long enough to be off or not: the host's own noise (a
+		// host that deschedules every rank in turn names none).
 		if rl.maxDown < int64(o.MinDown) {
 			continue
 		}
 		var others int64
 		for _, x := range c.lives {
 			if x != rl {
-				others = max(others, x.maxDown)
+				others = max(others, x.maxQuiet)
 			}
 		}
 		var f Finding
@@ -292,9 +296,9 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 		if n > 1 {
 			times = fmt.Sprintf(" %d times, %s in all;", n, fmtDur(f.ImpactNs))
 		}
-		othersOff := "no other rank stopped"
+		othersOff := "no other rank was silent for 25 ms"
 		if others > 0 {
-			othersOff = "no other rank was off for more than " + fmtDur(others)
+			othersOff = "no other rank was silent for more than " + fmtDur(others)
 		}
 		f.Summary = fmt.Sprintf("rank %d did not run for up to %s with a call in flight:%s it wrote no record, not even a heartbeat, while its peers waited on it (%s)",
 			rl.rank, fmtDur(longest), times, othersOff)
