@@ -2,6 +2,7 @@ package ft
 
 import (
 	"bytes"
+	"cmp"
 	"errors"
 	"fmt"
 	"math/rand/v2"
@@ -149,7 +150,7 @@ func (s *stream) loop() error {
 	nextSend, nextRecv := 0, 0
 	wantSend, wantRecv := 0, 0
 	wcs := make([]transport.WC, 64)
-	stop := time.Now().Add(deadline) // without progress
+	var idle progressClock // running time without a completion
 	for wantSend < s.n || wantRecv < s.n {
 		for nextRecv < s.n && nextRecv-wantRecv < s.window {
 			b := make([]byte, s.maxSize)
@@ -197,10 +198,10 @@ func (s *stream) loop() error {
 		s.sent, s.received = wantSend, wantRecv
 		s.mu.Unlock()
 		if k > 0 {
-			stop = time.Now().Add(deadline)
+			idle = progressClock{}
 		}
 		if k == 0 {
-			if time.Now().After(stop) {
+			if idle.tick() > deadline {
 				return fmt.Errorf("stuck after %d sends and %d receives of %d", wantSend, wantRecv, s.n)
 			}
 			select {
@@ -244,13 +245,32 @@ func (tr *traffic) waitProgress(t *testing.T, k int) {
 	}
 }
 
+// wait waits for both streams to end. A stream ends by itself, with an
+// error, after deadline of running time without a completion; wait gives
+// up too only when neither stream has made progress for twice that, so a
+// slow host (the race detector, CPU hogs: this test took 22 to 74 s) gets
+// all the time its progress shows it needs.
 func (tr *traffic) wait(t *testing.T) {
 	t.Helper()
+	idle := progressClock{credit: 20 * time.Millisecond}
+	last := [4]int{-1}
 	for _, s := range []*stream{tr.a, tr.b} {
-		select {
-		case <-s.done:
-		case <-time.After(2 * deadline):
-			t.Fatalf("stream did not finish")
+	poll:
+		for {
+			select {
+			case <-s.done:
+				break poll
+			case <-time.After(10 * time.Millisecond):
+			}
+			as, ar := tr.a.progress()
+			bs, br := tr.b.progress()
+			if now := [4]int{as, ar, bs, br}; now != last {
+				last, idle = now, progressClock{credit: 20 * time.Millisecond}
+				continue
+			}
+			if idle.tick() > 2*deadline {
+				t.Fatalf("no progress for %v of running time: %v messages sent and received", 2*deadline, last)
+			}
 		}
 		if s.err != nil {
 			t.Fatal(s.err)
@@ -282,8 +302,9 @@ func waitFor(t *testing.T, what string, limit time.Duration, cond func() bool) t
 const pollCredit = 2 * time.Millisecond
 
 // progressClock counts the time a polling loop ran: the time between two
-// ticks, at most pollCredit each.
+// ticks, at most credit each (pollCredit when zero: twice a 1 ms poll).
 type progressClock struct {
+	credit   time.Duration
 	last     time.Time
 	credited time.Duration
 }
@@ -291,7 +312,7 @@ type progressClock struct {
 func (c *progressClock) tick() time.Duration {
 	now := time.Now()
 	if !c.last.IsZero() {
-		c.credited += min(now.Sub(c.last), pollCredit)
+		c.credited += min(now.Sub(c.last), cmp.Or(c.credit, pollCredit))
 	}
 	c.last = now
 	return c.credited
