@@ -255,6 +255,14 @@ func (a *Analyzer) slowStep(l *link, cs *collState, slow bool, bw, peer, ratio f
 		}
 		return
 	}
+	// Slow again after normal collectives: an episode that would fall
+	// under SlowLink.MinFraction with it was chance slowness (a busy
+	// host's); it ends there (reported if it stood on its own) and this
+	// one starts afresh, so a fault after stray slow collectives is not
+	// diluted by them.
+	if ep.active && ep.normalRun > 0 && float64(ep.slow+1) < o.MinFraction*float64(ep.total+1) {
+		a.closeSlow(l)
+	}
 	if !ep.active {
 		*ep = slowEpisode{active: true, start: cs.minBegin, minRatio: ratio}
 	}

@@ -236,3 +236,39 @@ func TestSyntheticFailover(t *testing.T) {
 		t.Errorf("impact %v, want about 200ms down + 800ms at half rate", imp)
 	}
 }
+
+// A link slow now and then by chance (every sixth collective) before it is
+// slow for good: the stray slow collectives do not dilute the fault's
+// episode below SlowLink.MinFraction.
+func TestSlowLinkAfterStraySlowness(t *testing.T) {
+	s := newSynth(4)
+	var seq int
+	s.bw = func(src, dst int) float64 {
+		switch {
+		case src != 2 || dst != 3:
+			return 1
+		case seq >= 30 && seq < 45:
+			return 0.05
+		case seq < 30 && seq%6 == 3:
+			return 0.1
+		}
+		return 1
+	}
+	for seq = 1; seq <= 60; seq++ {
+		s.allReduce(4 << 20)
+	}
+	r := analyze(t, s.merged(), Options{})
+	var slow *Finding
+	for i := range r.Findings {
+		if f := &r.Findings[i]; f.Kind == KindSlowLink && f.Rank == 2 && f.Peer == 3 {
+			slow = f
+		}
+	}
+	if slow == nil {
+		t.Fatalf("no slow link 2->3:%s", findings(r))
+	}
+	if slow.Collectives[0] < 27 || slow.NumCollectives > 17 {
+		t.Errorf("the slow link's episode begins at collective %d and has %d: the stray slow ones before 30 are in it:%s",
+			slow.Collectives[0], slow.NumCollectives, findings(r))
+	}
+}

@@ -536,9 +536,10 @@ func outlierStall(stalls []candidate, x int, factor float64) bool {
 	return float64(c.ImpactNs) >= factor*float64(others)
 }
 
-// foldSlowLinks folds a slow link into a worse one it overlaps in time and
-// shares a rank with: both go through that rank (its interface slows both
-// directions, its acknowledgements too), and the worse one is the culprit.
+// foldSlowLinks folds a slow link, or a smaller backpressure episode, into
+// a worse slow link it overlaps in time and shares a rank with: both go
+// through that rank (its interface slows both directions, its
+// acknowledgements too), and the worse one is the culprit.
 func foldSlowLinks(fs []Finding) []Finding {
 	var slow []int
 	for i := range fs {
@@ -562,6 +563,19 @@ func foldSlowLinks(fs []Finding) []Finding {
 				drop[j] = true
 				a.Related = append(a.Related, b.Link())
 				a.Summary += fmt.Sprintf("; also slower through the same rank: %s (%.0f%% of its peers)", b.Link(), 100*b.Evidence["ratio"])
+			}
+		}
+		for j := range fs {
+			b := &fs[j]
+			if b.Kind != KindBackpressure || drop[j] || b.ImpactNs >= a.ImpactNs || a.Comm != b.Comm ||
+				a.Rank == b.Rank && a.Peer == b.Peer || !overlaps(span{a.StartNs, a.EndNs}, span{b.StartNs, b.EndNs}) {
+				continue
+			}
+			if a.Rank == b.Rank || a.Rank == b.Peer || a.Peer == b.Rank || a.Peer == b.Peer {
+				drop[j] = true
+				a.Related = append(a.Related, b.Link())
+				a.Summary += fmt.Sprintf("; also backed up through the same rank: %s (%.0f%% of its baseline for %s)",
+					b.Link(), 100*b.Evidence["rate_ratio"], fmtDur(b.DurationNs()))
 			}
 		}
 	}
