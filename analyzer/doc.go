@@ -133,8 +133,11 @@
 // sender and receiver ran throughout, gets a bandwidth (bytes over transfer
 // time) and is compared with the median of the other links of the same
 // collective that moved about as much (within 2x): under SlowLink.Ratio
-// (0.5) of it, the link was slow in that collective. A run of collectives in which the link was slow, ended by
-// more than SlowLink.MaxGap (5) normal ones in a row, is reported when at
+// (0.5) of it, the link was slow in that collective. A run of collectives
+// in which the link was slow, ended by more than SlowLink.MaxGap (5) normal
+// ones in a row, or by a slow one that would bring it under
+// SlowLink.MinFraction (a fault after stray slow collectives starts its own
+// run), is reported when at
 // least SlowLink.MinCollectives (5) of its collectives, and at least
 // SlowLink.MinFraction (0.6) of them, were slow over at least
 // SlowLink.MinDuration (250ms: a new connection's first moments are slow),
@@ -145,7 +148,8 @@
 // beyond what the other links' bandwidth would have taken. A slow link that
 // overlaps a worse one in time and shares a rank with it is folded into the
 // worse one (listed in Related): both go through that rank, whose interface
-// slows both directions and its acknowledgements too.
+// slows both directions and its acknowledgements too. So is a smaller
+// backpressure finding on another link through that rank.
 //
 // # Stall
 //
