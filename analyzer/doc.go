@@ -48,7 +48,8 @@
 // while most other ranks ran (not a pause of the whole job) are its own;
 // when they add up to Rank.Outlier (3) times the longest silence of any
 // other rank with a call in flight, however short (the host's own noise),
-// they are a stall finding of that rank
+// and a rank off only once was off for Rank.MinSingle (500ms), they are a
+// stall finding of that rank
 // (Peer -1), listed together.
 //
 // A rank whose records stop at least Rank.DeadGrace (10ms) before its
@@ -121,7 +122,7 @@
 // collectives, and more often than chance: with L late arrivals in all, the
 // chance that a rank is last k of them by luck (one in the number of ranks
 // each) must be under Significance (1e-4) over the ranks. A single arrival
-// late by Straggler.MinSingleLate (500ms) and Straggler.Outlier (5) times
+// late by Straggler.MinSingleLate (1s) and Straggler.Outlier (5) times
 // any other rank's latest (a hang between calls) is a straggler on its
 // own. Impact: the sum of its lateness. Ranks whose traces are missing are
 // left out of "every rank".

@@ -82,7 +82,8 @@ type StragglerOptions struct {
 	MinFraction float64       `opt:"min_fraction"` // share of the comm's collectives it is late to; default 0.05
 	// A single arrival this late (a hang between calls) is a straggler on
 	// its own, when it is also Outlier times any other rank's latest
-	// arrival; default 500ms.
+	// arrival; default 1s (a loaded host deschedules a rank between calls
+	// for 600 ms now and then).
 	MinSingleLate time.Duration `opt:"min_single_late"`
 	Outlier       float64       `opt:"outlier"` // default 5
 }
@@ -98,6 +99,10 @@ type RankOptions struct {
 	// finding: a busy host deschedules a rank for 100 ms now and then;
 	// default 200ms.
 	MinDown time.Duration `opt:"min_down"`
+	// MinSingle is the time a rank that was off once must not run: one
+	// silence is weaker evidence than several (a loaded host deschedules
+	// a rank for 300 ms now and then); default 500ms.
+	MinSingle time.Duration `opt:"min_single"`
 	// Outlier: its own silences must add up to this many times the
 	// longest silence of any other rank with a call in flight (a host
 	// that deschedules every rank in turn names none); default 3.
@@ -149,13 +154,13 @@ func DefaultOptions() Options {
 		Stall: StallOptions{MinDuration: 50 * time.Millisecond, MaxBusy: 0.1, MaxExplained: 0.5},
 		Straggler: StragglerOptions{
 			MinLate: 2 * time.Millisecond, MinCount: 3, MinShare: 0.5, MinFraction: 0.05,
-			MinSingleLate: 500 * time.Millisecond, Outlier: 5,
+			MinSingleLate: time.Second, Outlier: 5,
 		},
 		SlowLink: SlowLinkOptions{
 			Ratio: 0.5, MinBytes: 64 << 10, MinXfer: 20 * time.Microsecond, MinDuration: 250 * time.Millisecond,
 			MinWRBytes: 4 << 10, MinCollectives: 5, MinFraction: 0.6, MaxGap: 5,
 		},
-		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 200 * time.Millisecond, Outlier: 3, DeadGrace: 10 * time.Millisecond},
+		Rank: RankOptions{NotRunning: 50 * time.Millisecond, MinDown: 200 * time.Millisecond, MinSingle: 500 * time.Millisecond, Outlier: 3, DeadGrace: 10 * time.Millisecond},
 		HOL: HOLOptions{
 			MinWait: time.Millisecond, Dominance: 0.8, SizeRatio: 8, MinBlocked: 2, MaxGap: time.Second,
 		},
@@ -214,6 +219,7 @@ func (o Options) Validate() error {
 	check(o.Backpressure.Outlier >= 1, "backpressure.outlier %v: want at least 1", o.Backpressure.Outlier)
 	check(o.Rank.Outlier >= 1, "rank.outlier %v: want at least 1", o.Rank.Outlier)
 	check(o.Rank.NotRunning >= time.Millisecond, "rank.not_running %v: want at least 1ms", o.Rank.NotRunning)
+	check(o.Rank.MinSingle >= o.Rank.MinDown, "rank.min_single %v: want at least rank.min_down (%v)", o.Rank.MinSingle, o.Rank.MinDown)
 	check(o.Backpressure.BacklogFactor >= 1, "backpressure.backlog_factor %v: want at least 1", o.Backpressure.BacklogFactor)
 	check(o.HOL.SizeRatio >= 1, "hol.size_ratio %v: want at least 1", o.HOL.SizeRatio)
 	check(o.MaxListed >= 1 && o.MaxListed <= 1<<16, "max_listed %d: want 1 to 65536", o.MaxListed)

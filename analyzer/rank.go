@@ -282,7 +282,7 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 			f.ImpactNs += s.to - s.waitFrom
 			longest = max(longest, s.to-s.waitFrom)
 		}
-		if n == 0 || float64(f.ImpactNs) < o.Outlier*float64(others) {
+		if n == 0 || n == 1 && longest < int64(o.MinSingle) || float64(f.ImpactNs) < o.Outlier*float64(others) {
 			continue
 		}
 		f.Evidence = map[string]float64{
