@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"net"
+	"slices"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -706,9 +707,20 @@ func (q *QP) acceptLoop(i int) {
 // monitor sends heartbeats and declares silent or stuck paths down.
 func (q *QP) monitor() {
 	defer q.wg.Done()
-	tick := time.NewTicker(max(q.prm.Heartbeat/2, time.Millisecond))
+	every := max(q.prm.Heartbeat/2, time.Millisecond)
+	tick := time.NewTicker(every)
 	defer tick.Stop()
 	last := nanotime()
+	// How late this goroutine's recent ticks came: a host whose CPUs are
+	// oversubscribed delays our ticks and, as much, the kernel's handling
+	// of packets and acknowledgements (softirqs run in threads that
+	// compete for the same CPUs). A path's silence is judged against
+	// DeadAfter plus twice the worst lateness of the last 2×DeadAfter, so
+	// starvation, measured, is not taken for a dead path; on an idle host
+	// the lateness is a fraction of a millisecond and detection is as
+	// fast as before.
+	lates := make([]time.Duration, max(int(2*q.prm.DeadAfter/every), 1))
+	li := 0
 	for {
 		select {
 		case <-tick.C:
@@ -719,6 +731,9 @@ func (q *QP) monitor() {
 		// A tick this late means this process was not running: what looks
 		// like silence may be our own, so judge nothing this time.
 		starved := time.Duration(now-last) > q.prm.DeadAfter/2
+		lates[li] = max(time.Duration(now-last)-every, 0)
+		li = (li + 1) % len(lates)
+		slack := 2 * slices.Max(lates)
 		last = now
 		q.mu.Lock()
 		if q.err == nil && q.linkless != 0 && time.Duration(now-q.linkless) > q.prm.LinkTimeout {
@@ -752,7 +767,7 @@ func (q *QP) monitor() {
 				if ks := kernelSilence(info); ks >= 0 && ks < silent {
 					silent = ks
 				}
-				if silent <= q.prm.DeadAfter {
+				if silent <= q.prm.DeadAfter+slack {
 					continue
 				}
 				// One path silent while the peer's heartbeats still
@@ -770,9 +785,9 @@ func (q *QP) monitor() {
 				switch {
 				case heard && !running:
 					q.pathDown(pa, fmt.Errorf("nothing received for %v, and interface %s is down", silent.Round(time.Millisecond), q.ifnames[pa.idx]), bySilence)
-				case heard && !acked(info, q.prm.DeadAfter):
+				case heard && !acked(info, q.prm.DeadAfter+slack):
 					q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer, and no TCP acknowledgement (limit %v)",
-						silent.Round(time.Millisecond), q.prm.DeadAfter), bySilence)
+						silent.Round(time.Millisecond), (q.prm.DeadAfter+slack).Round(time.Millisecond)), bySilence)
 				case heard && silent > q.prm.LinkTimeout:
 					q.pathDown(pa, fmt.Errorf("nothing received for %v while the other path hears the peer (limit %v)",
 						silent.Round(time.Millisecond), q.prm.LinkTimeout), bySilence)
