@@ -199,6 +199,13 @@ type Gate struct {
 // with Free.
 func (g *Gate) Slot(done <-chan struct{}) bool {
 	g.once.Do(func() { g.slots = make(chan struct{}, max(g.Max, 1)) })
+	// A free slot wins over a closed done: select picks at random among
+	// ready cases.
+	select {
+	case g.slots <- struct{}{}:
+		return true
+	default:
+	}
 	select {
 	case g.slots <- struct{}{}:
 		return true
