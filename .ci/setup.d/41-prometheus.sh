@@ -1,11 +1,12 @@
 #!/usr/bin/env bash
-# Installs the Prometheus server (Debian package prometheus) that
-# exporter/prom's test runs on 127.0.0.1 to scrape a job. The test runs the
+# Installs the Prometheus server and promtool (both in the Debian package
+# prometheus) that exporter/prom's tests run: the server on 127.0.0.1 to
+# scrape a job, promtool to lint its /metrics. The tests run the server
 # binary directly with its own config and storage; the package's service is
 # not needed and is left stopped where a service manager would start it.
 set -euo pipefail
-if command -v prometheus >/dev/null 2>&1; then
-	echo "prometheus: $(command -v prometheus) (installed)"
+if command -v prometheus >/dev/null 2>&1 && command -v promtool >/dev/null 2>&1; then
+	echo "prometheus: $(command -v prometheus), $(command -v promtool) (installed)"
 	exit 0
 fi
 export DEBIAN_FRONTEND=noninteractive
@@ -20,4 +21,4 @@ if [ ! -e "$policy" ]; then
 fi
 apt-get install -y -qq --no-install-recommends prometheus >/dev/null
 [ "$made_policy" = 1 ] && rm -f "$policy"
-echo "prometheus: $(command -v prometheus)"
+echo "prometheus: $(command -v prometheus), $(command -v promtool)"

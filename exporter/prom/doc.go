@@ -10,20 +10,20 @@
 // # Metrics
 //
 // Per collective, one observation per call and rank once every channel part
-// of the call has ended. The names follow NCCL Inspector's
-// (nccl_bus_bandwidth_gbs, nccl_algorithm_bandwidth_gbs,
-// nccl_collective_exec_time_microseconds) with the vccl_ prefix; here they
-// are histograms rather than the last value. Labels: comm, rank,
-// collective, algorithm, message_size.
+// of the call has ended. The metrics are NCCL Inspector's (bus bandwidth,
+// algorithm bandwidth, execution time), as histograms rather than the last
+// value, in Prometheus' base units (bytes per second, seconds), so that
+// promtool check metrics passes them. Labels: comm, rank, collective,
+// algorithm, message_size.
 //
-//	vccl_bus_bandwidth_gbs                  histogram  bus bandwidth, GB/s (1e9 bytes), nccl-tests' factors:
-//	                                                   2(n-1)/n all-reduce; (n-1)/n all-gather, reduce-scatter,
-//	                                                   all-to-all(v), gather, scatter; 1 broadcast, reduce, p2p.
-//	                                                   Needs the world size (AddComm or WithWorldSize).
-//	vccl_algorithm_bandwidth_gbs            histogram  payload / execution time, GB/s
-//	vccl_collective_exec_time_microseconds  histogram  coll_begin to coll_end, µs
-//	vccl_collective_bytes_total             counter    payload bytes, as nccl-tests counts them
-//	vccl_collectives_total                  counter    calls, with an extra label status (ok, error, flushed)
+//	vccl_bus_bandwidth_bytes_per_second        histogram  bus bandwidth, bytes/s (nccl-tests' busbw, which it prints in GB/s),
+//	                                                      nccl-tests' factors: 2(n-1)/n all-reduce; (n-1)/n all-gather,
+//	                                                      reduce-scatter, all-to-all(v), gather, scatter; 1 broadcast,
+//	                                                      reduce, p2p. Needs the world size (AddComm or WithWorldSize).
+//	vccl_algorithm_bandwidth_bytes_per_second  histogram  payload / execution time, bytes/s
+//	vccl_collective_exec_time_seconds          histogram  coll_begin to coll_end, seconds
+//	vccl_collective_bytes_total                counter    payload bytes, as nccl-tests counts them
+//	vccl_collectives_total                     counter    calls, with an extra label status (ok, error, flushed)
 //
 // Bandwidths and execution times count calls that ended ok; the two
 // counters count every call (bytes only for ok ones). Point-to-point calls
@@ -67,13 +67,19 @@
 // Series exist only for the label values seen. Per communicator and rank,
 // the collective metrics are bounded by 13 operations × 5 algorithms × 18
 // sizes, and in practice follow the few operations, algorithms and sizes a
-// job uses. Per link: the backlog and credit-wait series, the fault
-// counters once a fault happens, and per direction used the bytes, the WRs
-// by status, and a latency histogram.
+// job uses. Per link: the backlog and credit-wait series, and per direction
+// used the bytes, the WRs by status, and a latency histogram.
 //
-// Histogram buckets: bandwidths at powers of 2 from 1/64 to 1024 GB/s;
-// execution time at powers of 4 from 1µs to 4^12µs (16.8 s); WR latency at
-// powers of 4 from 1µs to 16.8 s.
+// Failure counters are never missing where their successes are: a
+// collective series brings vccl_collectives_total at 0 for every status, a
+// link its failover, failback, down and up counters at 0, and a direction
+// its WR counters at 0 for every status, so that a dashboard shows a rate
+// of 0 failures rather than no data. vccl_telemetry_lost_records_total is
+// there, at 0, from the start.
+//
+// Histogram buckets: bandwidths at powers of 2 from 1/64 to 1024 GB/s
+// (1.5625e7 to 1.024e12 bytes/s); execution time and WR latency at powers
+// of 4 from 1µs to 16.8 s.
 //
 // The metrics are a view over flowtel's fold, which pairs each wc with its
 // wr_post (latency), each credit wait with its grant, and a call's

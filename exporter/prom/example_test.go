@@ -70,7 +70,7 @@ func ExampleCollector() {
 	sc := bufio.NewScanner(resp.Body)
 	for sc.Scan() {
 		line := sc.Text()
-		for _, m := range []string{"vccl_bus_bandwidth_gbs_sum", "vccl_collective_exec_time_microseconds_sum",
+		for _, m := range []string{"vccl_bus_bandwidth_bytes_per_second_sum", "vccl_collective_exec_time_seconds_sum",
 			"vccl_link_bytes_total", "vccl_link_wr_latency_seconds_sum"} {
 			if strings.HasPrefix(line, m+"{") {
 				fmt.Println(line)
@@ -78,8 +78,8 @@ func ExampleCollector() {
 		}
 	}
 	// Output:
-	// vccl_bus_bandwidth_gbs_sum{algorithm="ring",collective="allreduce",comm="0000002a",message_size="1MiB",rank="0"} 10.48576
-	// vccl_collective_exec_time_microseconds_sum{algorithm="ring",collective="allreduce",comm="0000002a",message_size="1MiB",rank="0"} 100
+	// vccl_bus_bandwidth_bytes_per_second_sum{algorithm="ring",collective="allreduce",comm="0000002a",message_size="1MiB",rank="0"} 1.048576e+10
+	// vccl_collective_exec_time_seconds_sum{algorithm="ring",collective="allreduce",comm="0000002a",message_size="1MiB",rank="0"} 0.0001
 	// vccl_link_bytes_total{channel="0",comm="0000002a",direction="send",path="0",peer="1",rank="0"} 524288
 	// vccl_link_wr_latency_seconds_sum{channel="0",comm="0000002a",direction="send",path="0",peer="1",rank="0"} 6e-05
 }

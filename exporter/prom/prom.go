@@ -83,12 +83,11 @@ var (
 
 // Histogram buckets.
 var (
-	bwBuckets      = prometheus.ExponentialBuckets(1.0/64, 2, 17) // 1/64 .. 1024 GB/s
-	execBuckets    = prometheus.ExponentialBuckets(1, 4, 13)      // 1µs .. 16.8s, in µs
-	latencyBuckets = prometheus.ExponentialBuckets(1e-6, 4, 13)   // 1µs .. 16.8s, in s
-	collLabels     = []string{"comm", "rank", "collective", "algorithm", "message_size"}
-	linkLabels     = []string{"comm", "rank", "peer", "channel", "path"}
-	linkDirLabels  = append(append([]string(nil), linkLabels...), "direction")
+	bwBuckets     = prometheus.ExponentialBuckets(1e9/64, 2, 17) // 1/64 .. 1024 GB/s, in bytes/s
+	timeBuckets   = prometheus.ExponentialBuckets(1e-6, 4, 13)   // 1µs .. 16.8s, in s
+	collLabels    = []string{"comm", "rank", "collective", "algorithm", "message_size"}
+	linkLabels    = []string{"comm", "rank", "peer", "channel", "path"}
+	linkDirLabels = append(append([]string(nil), linkLabels...), "direction")
 )
 
 // New returns a collector. Register it with a prometheus.Registerer, or
@@ -108,15 +107,15 @@ func New(opts ...Option) *Collector {
 	}
 	c := &Collector{
 		cfg:       cfg,
-		busBW:     hist("vccl_bus_bandwidth_gbs", "Bus bandwidth of collectives in GB/s (nccl-tests' busbw).", bwBuckets, collLabels),
-		algBW:     hist("vccl_algorithm_bandwidth_gbs", "Algorithm bandwidth of collectives in GB/s: payload over execution time.", bwBuckets, collLabels),
-		execTime:  hist("vccl_collective_exec_time_microseconds", "Execution time of collectives, coll_begin to coll_end, in microseconds.", execBuckets, collLabels),
+		busBW:     hist("vccl_bus_bandwidth_bytes_per_second", "Bus bandwidth of collectives in bytes per second (nccl-tests' busbw, which it prints in GB/s).", bwBuckets, collLabels),
+		algBW:     hist("vccl_algorithm_bandwidth_bytes_per_second", "Algorithm bandwidth of collectives in bytes per second: payload over execution time.", bwBuckets, collLabels),
+		execTime:  hist("vccl_collective_exec_time_seconds", "Execution time of collectives, coll_begin to coll_end, in seconds.", timeBuckets, collLabels),
 		collBytes: counter("vccl_collective_bytes_total", "Payload bytes of collectives that ended ok.", collLabels),
 		collCount: counter("vccl_collectives_total", "Collectives ended, by status.", append(append([]string(nil), collLabels...), "status")),
 
 		linkBytes:      counter("vccl_link_bytes_total", "Bytes of work requests completed ok on a link.", linkDirLabels),
 		linkWRs:        counter("vccl_link_wrs_total", "Work requests completed on a link, by status.", append(append([]string(nil), linkDirLabels...), "status")),
-		linkLatency:    hist("vccl_link_wr_latency_seconds", "Work request latency on a link, wr_post to wc, in seconds.", latencyBuckets, linkDirLabels),
+		linkLatency:    hist("vccl_link_wr_latency_seconds", "Work request latency on a link, wr_post to wc, in seconds.", timeBuckets, linkDirLabels),
 		linkBacklog:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vccl_link_backlog_wrs", Help: "Work requests outstanding on a link's queue pair after its latest record."}, linkLabels),
 		linkCreditWait: counter("vccl_link_credit_wait_seconds_total", "Time during which a send on the link waited for credit (backpressure).", linkLabels),
 		failovers:      counter("vccl_link_failovers_total", "Failovers of a link from its primary path to its backup (path: the path moved to).", linkLabels),
@@ -236,7 +235,7 @@ type link struct {
 type collSeries struct {
 	busBW, algBW, exec prometheus.Observer
 	bytes              prometheus.Counter
-	count              [4]prometheus.Counter
+	count              [3]prometheus.Counter // ok, error, flushed: the statuses a call ends with
 	labels             []string
 }
 
@@ -296,6 +295,11 @@ func (c *Collector) link(k linkKey) *link {
 	l := &link{key: k, labels: lv}
 	l.backlog = c.linkBacklog.WithLabelValues(lv...)
 	l.credit = c.linkCreditWait.WithLabelValues(lv...)
+	// The fault counters exist at 0 from the link's first record, so that
+	// a rate over them is 0 rather than no data until the first fault.
+	for _, v := range []*prometheus.CounterVec{c.failovers, c.failbacks, c.linkDowns, c.linkUps} {
+		v.WithLabelValues(lv...)
+	}
 	m[k] = l
 	return l
 }
@@ -323,12 +327,17 @@ func (c *Collector) qpLink(idx uint32, comm uint32, lk flowtel.LinkKey) *link {
 var dirNames = [2]string{"send", "recv"}
 
 // dir resolves the link's series of direction d (0 send, 1 recv) on first
-// use, so a link used one way exports no series for the other.
+// use, so a link used one way exports no series for the other. The WR
+// counters of every status start at 0 with it: failed WRs are then a rate
+// of 0, not missing, until one fails.
 func (c *Collector) dir(l *link, d flowtel.Dir) {
 	if l.bytes[d] == nil {
 		dl := append(append([]string(nil), l.labels...), dirNames[d])
 		l.bytes[d] = c.linkBytes.WithLabelValues(dl...)
 		l.latency[d] = c.linkLatency.WithLabelValues(dl...)
+		for i := range l.wrs[d] {
+			l.wrs[d][i] = c.linkWRs.WithLabelValues(append(append([]string(nil), dl...), flowtel.Status(i).String())...)
+		}
 	}
 }
 
@@ -336,9 +345,6 @@ func (c *Collector) wrCounter(l *link, d flowtel.Dir, st flowtel.Status) prometh
 	i := int(st)
 	if i >= len(l.wrs[d]) {
 		i = int(flowtel.StatusError)
-	}
-	if l.wrs[d][i] == nil {
-		l.wrs[d][i] = c.linkWRs.WithLabelValues(append(append([]string(nil), l.labels...), dirNames[d], flowtel.Status(i).String())...)
 	}
 	return l.wrs[d][i]
 }
@@ -414,13 +420,14 @@ func (v *view) CallEnded(o *flowtel.Call) {
 		s = &collSeries{labels: lv,
 			busBW: c.busBW.WithLabelValues(lv...), algBW: c.algBW.WithLabelValues(lv...),
 			exec: c.execTime.WithLabelValues(lv...), bytes: c.collBytes.WithLabelValues(lv...)}
+		// Every status a call ends with starts at 0 with the series, so
+		// that a failure rate is 0 rather than no data.
+		for i := range s.count {
+			s.count[i] = c.collCount.WithLabelValues(append(append([]string(nil), lv...), flowtel.Status(i).String())...)
+		}
 		c.st.series[sk] = s
 	}
-	st := min(int(o.Status), len(s.count)-1)
-	if s.count[st] == nil {
-		s.count[st] = c.collCount.WithLabelValues(append(append([]string(nil), s.labels...), flowtel.Status(st).String())...)
-	}
-	s.count[st].Inc()
+	s.count[min(int(o.Status), len(s.count)-1)].Inc()
 	if o.Status != flowtel.StatusOK || !o.Complete {
 		return
 	}
@@ -429,12 +436,12 @@ func (v *view) CallEnded(o *flowtel.Call) {
 	if d <= 0 {
 		return
 	}
-	s.exec.Observe(float64(d) / 1e3)
+	s.exec.Observe(float64(d) / 1e9)
 	if algbw := o.AlgBW(); algbw > 0 {
-		s.algBW.Observe(algbw / 1e9)
+		s.algBW.Observe(algbw)
 		if n := c.worldSize(o.Comm); n > 0 {
 			if f := flowtel.BusBWFactor(o.Op, n); f > 0 {
-				s.busBW.Observe(algbw * f / 1e9)
+				s.busBW.Observe(algbw * f)
 			}
 		}
 	}

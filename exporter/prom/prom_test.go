@@ -127,9 +127,9 @@ func TestCollectiveMetrics(t *testing.T) {
 	for r := range 2 {
 		lv := map[string]string{"comm": "000000ab", "rank": string(rune('0' + r)), "collective": "allreduce", "algorithm": "ring", "message_size": "4MiB"}
 		for name, want := range map[string]float64{
-			"vccl_algorithm_bandwidth_gbs":           algbw,
-			"vccl_bus_bandwidth_gbs":                 algbw, // 2(n-1)/n = 1 for n = 2
-			"vccl_collective_exec_time_microseconds": durNs / 1e3,
+			"vccl_algorithm_bandwidth_bytes_per_second": algbw * 1e9,
+			"vccl_bus_bandwidth_bytes_per_second":       algbw * 1e9, // 2(n-1)/n = 1 for n = 2
+			"vccl_collective_exec_time_seconds":         durNs / 1e9,
 		} {
 			h := find(t, mfs, name, lv).GetHistogram()
 			if h.GetSampleCount() != 1 || !near(h.GetSampleSum(), want) {
@@ -154,7 +154,7 @@ func TestCollectiveMetrics(t *testing.T) {
 	if v := find(t, mfs, "vccl_collectives_total", map[string]string{"rank": "0", "status": "error"}).GetCounter().GetValue(); v != 1 {
 		t.Errorf("errors %v", v)
 	}
-	if n := find(t, mfs, "vccl_collective_exec_time_microseconds", lv).GetHistogram().GetSampleCount(); n != 1 {
+	if n := find(t, mfs, "vccl_collective_exec_time_seconds", lv).GetHistogram().GetSampleCount(); n != 1 {
 		t.Errorf("failed collective timed: %d samples", n)
 	}
 	if st := c.Stats(); st.Collectives != 3 {
@@ -309,8 +309,8 @@ func TestSplitCollective(t *testing.T) {
 	c.Consume(context.Background(), b.records(0)[1:])
 	mfs := gather(t, c)
 	lv := map[string]string{"message_size": "1MiB"} // both parts: 2 MiB
-	h := find(t, mfs, "vccl_collective_exec_time_microseconds", lv).GetHistogram()
-	if h.GetSampleCount() != 1 || !near(h.GetSampleSum(), float64(b.base+2*b.stepNs-a.base)/1e3) {
+	h := find(t, mfs, "vccl_collective_exec_time_seconds", lv).GetHistogram()
+	if h.GetSampleCount() != 1 || !near(h.GetSampleSum(), float64(b.base+2*b.stepNs-a.base)/1e9) {
 		t.Errorf("exec time count %d sum %v", h.GetSampleCount(), h.GetSampleSum())
 	}
 	if v := find(t, mfs, "vccl_collective_bytes_total", lv).GetCounter().GetValue(); v != 2<<20 {
@@ -321,7 +321,7 @@ func TestSplitCollective(t *testing.T) {
 	// is late.
 	s := ringJob{comm: 2, ranks: 2, seq: 2, bytes: 64, base: 9000, stepNs: 100}
 	c.Consume(context.Background(), s.records(0))
-	if find(t, gather(t, c), "vccl_collectives_total", map[string]string{"message_size": "64B"}).GetCounter().GetValue() != 1 {
+	if find(t, gather(t, c), "vccl_collectives_total", map[string]string{"message_size": "64B", "status": "ok"}).GetCounter().GetValue() != 1 {
 		t.Error("a one-part call not observed at its end")
 	}
 	c.Consume(context.Background(), s.records(0)[len(s.records(0))-1:])
@@ -342,7 +342,7 @@ func TestHandler(t *testing.T) {
 	defer resp.Body.Close()
 	body, _ := io.ReadAll(resp.Body)
 	for _, want := range []string{
-		`vccl_collective_exec_time_microseconds_bucket{algorithm="ring",collective="allreduce",comm="00000003",message_size="4KiB",rank="0",le="1"} 0`,
+		`vccl_collective_exec_time_seconds_bucket{algorithm="ring",collective="allreduce",comm="00000003",message_size="4KiB",rank="0",le="1e-06"} 0`,
 		`vccl_link_bytes_total{channel="0",comm="00000003",direction="send",path="0",peer="1",rank="0"} 4096`,
 		"# TYPE vccl_telemetry_lost_records_total counter",
 		"go_goroutines",
@@ -376,7 +376,7 @@ func TestLocalJob(t *testing.T) {
 	mfs := gather(t, c)
 	for r := range 2 {
 		lv := map[string]string{"rank": string(rune('0' + r)), "collective": "allreduce", "message_size": "256KiB"}
-		if n := find(t, mfs, "vccl_bus_bandwidth_gbs", lv).GetHistogram().GetSampleCount(); n != 3 {
+		if n := find(t, mfs, "vccl_bus_bandwidth_bytes_per_second", lv).GetHistogram().GetSampleCount(); n != 3 {
 			t.Errorf("rank %d: %d busbw samples, want 3", r, n)
 		}
 		if v := find(t, mfs, "vccl_link_bytes_total", map[string]string{"rank": string(rune('0' + r)), "direction": "send"}).GetCounter().GetValue(); v < 3*(1<<18)/2 {
@@ -436,6 +436,43 @@ func dashboardExprs(t *testing.T) []string {
 	}
 	if len(out) < 10 {
 		t.Fatalf("dashboard has %d queries", len(out))
+	}
+	return out
+}
+
+// dashboardVariableSelectors returns the series selectors of the
+// dashboard's variables: X of each label_values(X, label).
+func dashboardVariableSelectors(t *testing.T) []string {
+	t.Helper()
+	b, err := os.ReadFile(dashboardPath)
+	if err != nil {
+		t.Fatal(err)
+	}
+	var d struct {
+		Templating struct {
+			List []struct {
+				Type       string `json:"type"`
+				Definition string `json:"definition"`
+			} `json:"list"`
+		} `json:"templating"`
+	}
+	if err := json.Unmarshal(b, &d); err != nil {
+		t.Fatalf("%s: %v", dashboardPath, err)
+	}
+	lv := regexp.MustCompile(`^label_values\((.+), *[a-z_]+\)$`)
+	var out []string
+	for _, v := range d.Templating.List {
+		if v.Type != "query" {
+			continue
+		}
+		m := lv.FindStringSubmatch(v.Definition)
+		if m == nil {
+			t.Fatalf("dashboard variable query %q: want label_values(SELECTOR, LABEL)", v.Definition)
+		}
+		out = append(out, m[1])
+	}
+	if len(out) == 0 {
+		t.Fatal("dashboard has no variable queries")
 	}
 	return out
 }

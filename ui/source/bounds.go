@@ -110,9 +110,9 @@ func checkEndpointURL(raw string) error {
 // collectiveMetrics are the metric families parseScrape keeps.
 var collectiveMetrics = [][]byte{
 	[]byte("vccl_collectives_total"),
-	[]byte("vccl_bus_bandwidth_gbs"),
-	[]byte("vccl_algorithm_bandwidth_gbs"),
-	[]byte("vccl_collective_exec_time_microseconds"),
+	[]byte("vccl_bus_bandwidth_bytes_per_second"),
+	[]byte("vccl_algorithm_bandwidth_bytes_per_second"),
+	[]byte("vccl_collective_exec_time_seconds"),
 }
 
 // filterMetrics keeps the lines of the Prometheus text format that belong

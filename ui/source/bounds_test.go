@@ -264,9 +264,9 @@ func FuzzReadEvents(f *testing.F) {
 // FuzzParseScrape: any /metrics body parses or fails, never panics, and
 // the collective counters come only from the collective metrics.
 func FuzzParseScrape(f *testing.F) {
-	f.Add([]byte(fmt.Sprintf(metricsText, 0, 10, 25.0, 10000.0)))
+	f.Add([]byte(fmt.Sprintf(metricsText, 0, 10, 25e9, 0.01)))
 	f.Add([]byte("# TYPE vccl_collectives_total counter\nvccl_collectives_total{collective=\"x\"} NaN\n"))
-	f.Add([]byte("vccl_bus_bandwidth_gbs_bucket{le=\"+Inf\"} 1\n"))
+	f.Add([]byte("vccl_bus_bandwidth_bytes_per_second_bucket{le=\"+Inf\"} 1\n"))
 	f.Add([]byte("# HELP\n#\n\n"))
 	f.Fuzz(func(t *testing.T, in []byte) {
 		sc, err := parseScrape(bytes.NewReader(in), time.Unix(0, 0))

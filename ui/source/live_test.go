@@ -43,14 +43,14 @@ type rankServer struct {
 
 const metricsText = `# TYPE vccl_collectives_total counter
 vccl_collectives_total{collective="allreduce",comm="00000007",rank="%[1]d",status="ok",algorithm="ring",message_size="1MiB"} %[2]d
-# TYPE vccl_bus_bandwidth_gbs histogram
-vccl_bus_bandwidth_gbs_bucket{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB",le="+Inf"} %[2]d
-vccl_bus_bandwidth_gbs_sum{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[3]g
-vccl_bus_bandwidth_gbs_count{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[2]d
-# TYPE vccl_collective_exec_time_microseconds histogram
-vccl_collective_exec_time_microseconds_bucket{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB",le="+Inf"} %[2]d
-vccl_collective_exec_time_microseconds_sum{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[4]g
-vccl_collective_exec_time_microseconds_count{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[2]d
+# TYPE vccl_bus_bandwidth_bytes_per_second histogram
+vccl_bus_bandwidth_bytes_per_second_bucket{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB",le="+Inf"} %[2]d
+vccl_bus_bandwidth_bytes_per_second_sum{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[3]g
+vccl_bus_bandwidth_bytes_per_second_count{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[2]d
+# TYPE vccl_collective_exec_time_seconds histogram
+vccl_collective_exec_time_seconds_bucket{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB",le="+Inf"} %[2]d
+vccl_collective_exec_time_seconds_sum{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[4]g
+vccl_collective_exec_time_seconds_count{collective="allreduce",comm="00000007",rank="%[1]d",algorithm="ring",message_size="1MiB"} %[2]d
 `
 
 // startRanks serves n ranks' endpoints, each with a window of 100 sends to
@@ -65,7 +65,7 @@ func startRanks(t *testing.T, n int) []*rankServer {
 		metrics := http.HandlerFunc(func(w http.ResponseWriter, _ *http.Request) {
 			// Rank r's calls take (1000 + 100r)µs: the skew estimate is
 			// the spread, 100(n-1)µs.
-			fmt.Fprintf(w, metricsText, r, calls, 2.5*float64(calls), float64(calls)*(1000+100*float64(r)))
+			fmt.Fprintf(w, metricsText, r, calls, 2.5e9*float64(calls), float64(calls)*(1000+100*float64(r))/1e6)
 			calls += 10
 		})
 		srv, err := live.New(live.Config{Addr: "127.0.0.1:0", Window: win, Clock: clk, Metrics: metrics,

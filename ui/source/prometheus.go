@@ -181,11 +181,11 @@ var promQueries = map[string]string{
 	"credit":    `sum by (rank, peer, channel, path) (rate(vccl_link_credit_wait_seconds_total{%[1]s}[%[2]s]))`,
 	"calls":     `max by (collective) (sum by (collective, rank) (vccl_collectives_total{%[1]s}))`,
 	"persec":    `avg by (collective) (sum by (collective, rank) (rate(vccl_collectives_total{%[1]s}[%[2]s])))`,
-	"busbw":     `sum by (collective) (rate(vccl_bus_bandwidth_gbs_sum{%[1]s}[%[2]s])) / sum by (collective) (rate(vccl_bus_bandwidth_gbs_count{%[1]s}[%[2]s]))`,
-	"algbw":     `sum by (collective) (rate(vccl_algorithm_bandwidth_gbs_sum{%[1]s}[%[2]s])) / sum by (collective) (rate(vccl_algorithm_bandwidth_gbs_count{%[1]s}[%[2]s]))`,
-	"time":      `sum by (collective) (rate(vccl_collective_exec_time_microseconds_sum{%[1]s}[%[2]s])) / sum by (collective) (rate(vccl_collective_exec_time_microseconds_count{%[1]s}[%[2]s]))`,
+	"busbw":     `sum by (collective) (rate(vccl_bus_bandwidth_bytes_per_second_sum{%[1]s}[%[2]s])) / sum by (collective) (rate(vccl_bus_bandwidth_bytes_per_second_count{%[1]s}[%[2]s]))`,
+	"algbw":     `sum by (collective) (rate(vccl_algorithm_bandwidth_bytes_per_second_sum{%[1]s}[%[2]s])) / sum by (collective) (rate(vccl_algorithm_bandwidth_bytes_per_second_count{%[1]s}[%[2]s]))`,
+	"time":      `sum by (collective) (rate(vccl_collective_exec_time_seconds_sum{%[1]s}[%[2]s])) / sum by (collective) (rate(vccl_collective_exec_time_seconds_count{%[1]s}[%[2]s]))`,
 	"skew":      `max by (collective) (%[3]s) - min by (collective) (%[3]s)`,
-	"rank_time": `sum by (collective, rank) (rate(vccl_collective_exec_time_microseconds_sum{%[1]s}[%[2]s])) / sum by (collective, rank) (rate(vccl_collective_exec_time_microseconds_count{%[1]s}[%[2]s]))`,
+	"rank_time": `sum by (collective, rank) (rate(vccl_collective_exec_time_seconds_sum{%[1]s}[%[2]s])) / sum by (collective, rank) (rate(vccl_collective_exec_time_seconds_count{%[1]s}[%[2]s]))`,
 }
 
 // PromQueries returns the PromQL the source runs, by name (for the docs
@@ -337,22 +337,22 @@ func (p *Prometheus) poll(ctx context.Context) error {
 	}
 	for _, s := range res["busbw"] {
 		if !isNaN(s.value) {
-			coll(s).BusBWBps = s.value * 1e9
+			coll(s).BusBWBps = s.value
 		}
 	}
 	for _, s := range res["algbw"] {
 		if !isNaN(s.value) {
-			coll(s).AlgBWBps = s.value * 1e9
+			coll(s).AlgBWBps = s.value
 		}
 	}
 	for _, s := range res["time"] {
 		if !isNaN(s.value) {
-			coll(s).AvgTimeNs = int64(s.value * 1e3)
+			coll(s).AvgTimeNs = int64(s.value * 1e9)
 		}
 	}
 	for _, s := range res["skew"] {
 		if !isNaN(s.value) {
-			coll(s).SkewNs = int64(s.value * 1e3)
+			coll(s).SkewNs = int64(s.value * 1e9)
 		}
 	}
 	for _, c := range colls {

@@ -22,9 +22,9 @@ type scrape struct {
 
 type opCounters struct {
 	calls                float64 // vccl_collectives_total, every status
-	busSum, busCount     float64 // vccl_bus_bandwidth_gbs
-	algSum, algCount     float64 // vccl_algorithm_bandwidth_gbs
-	timeSumUs, timeCount float64 // vccl_collective_exec_time_microseconds
+	busSum, busCount     float64 // vccl_bus_bandwidth_bytes_per_second, in GB/s
+	algSum, algCount     float64 // vccl_algorithm_bandwidth_bytes_per_second, in GB/s
+	timeSumUs, timeCount float64 // vccl_collective_exec_time_seconds, in µs
 }
 
 // parseScrape reads the Prometheus text format. Metrics other than the
@@ -60,17 +60,17 @@ func parseScrape(r io.Reader, at time.Time) (*scrape, error) {
 			switch name {
 			case "vccl_collectives_total":
 				get(m).calls += m.GetCounter().GetValue()
-			case "vccl_bus_bandwidth_gbs":
+			case "vccl_bus_bandwidth_bytes_per_second":
 				c := get(m)
-				c.busSum += m.GetHistogram().GetSampleSum()
+				c.busSum += m.GetHistogram().GetSampleSum() / 1e9
 				c.busCount += float64(m.GetHistogram().GetSampleCount())
-			case "vccl_algorithm_bandwidth_gbs":
+			case "vccl_algorithm_bandwidth_bytes_per_second":
 				c := get(m)
-				c.algSum += m.GetHistogram().GetSampleSum()
+				c.algSum += m.GetHistogram().GetSampleSum() / 1e9
 				c.algCount += float64(m.GetHistogram().GetSampleCount())
-			case "vccl_collective_exec_time_microseconds":
+			case "vccl_collective_exec_time_seconds":
 				c := get(m)
-				c.timeSumUs += m.GetHistogram().GetSampleSum()
+				c.timeSumUs += m.GetHistogram().GetSampleSum() * 1e6
 				c.timeCount += float64(m.GetHistogram().GetSampleCount())
 			}
 		}

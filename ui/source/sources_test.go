@@ -58,12 +58,12 @@ func fakeProm(t *testing.T, ranks *atomic.Value) *httptest.Server {
 			out = append(out, s(`"collective":"allreduce"`, 8120))
 		case strings.HasPrefix(q, "avg by (collective)"):
 			out = append(out, s(`"collective":"allreduce"`, 812))
-		case strings.Contains(q, "vccl_bus_bandwidth_gbs_sum"):
-			out = append(out, s(`"collective":"allreduce"`, 1.23))
+		case strings.Contains(q, "vccl_bus_bandwidth_bytes_per_second_sum"):
+			out = append(out, s(`"collective":"allreduce"`, 1.23e9))
 		case strings.HasPrefix(q, "max by (collective) (sum by (collective, rank) (rate(vccl_collective_exec"):
-			out = append(out, s(`"collective":"allreduce"`, 120))
-		case strings.Contains(q, "vccl_collective_exec_time_microseconds_sum"):
-			out = append(out, s(`"collective":"allreduce"`, 1200))
+			out = append(out, s(`"collective":"allreduce"`, 120e-6))
+		case strings.Contains(q, "vccl_collective_exec_time_seconds_sum"):
+			out = append(out, s(`"collective":"allreduce"`, 1200e-6))
 		}
 		vec(w, out...)
 	}))
