@@ -49,7 +49,9 @@
 //
 // Every label has a bounded set of values:
 //
-//   - comm: the communicator id in 8 hex digits; at most WithMaxComms (default
+//   - comm: the communicator id as flowtel.JobID prints it (8 hex digits);
+//     the world communicator's is the job id that vcclrun prints and trace
+//     file names, spans and reports carry. At most WithMaxComms (default
 //     16) distinct, further ones are reported as "other".
 //   - rank, peer: ranks of the communicator; channel: its channels; path: 0
 //     (primary) or 1 (backup). At most WithMaxLinks (default 1024) links

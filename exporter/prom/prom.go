@@ -2,7 +2,6 @@ package prom
 
 import (
 	"context"
-	"fmt"
 	"net/http"
 	"strconv"
 	"sync"
@@ -269,7 +268,7 @@ func (c *Collector) commLabel(id uint32) string {
 	}
 	l := Other
 	if len(c.st.comms) < c.cfg.maxComms {
-		l = fmt.Sprintf("%08x", id)
+		l = flowtel.JobID(id)
 	}
 	c.st.comms[id] = l
 	return l

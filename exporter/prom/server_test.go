@@ -261,7 +261,7 @@ func TestPrometheusScrapesJob(t *testing.T) {
 		sel := fmt.Sprintf(`{job="vccl",rank="%d",collective="allreduce",message_size="256KiB"}`, r)
 		for _, m := range []string{"vccl_collective_exec_time_seconds_count", "vccl_bus_bandwidth_bytes_per_second_count", "vccl_algorithm_bandwidth_bytes_per_second_count"} {
 			got := prom.waitValue(t, m+sel, 10, false)
-			if got.labels["algorithm"] == "" || got.labels["comm"] != fmt.Sprintf("%08x", comms[0].ID()) {
+			if got.labels["algorithm"] == "" || got.labels["comm"] != flowtel.JobID(comms[0].ID()) {
 				t.Errorf("%s labels %v", m, got.labels)
 			}
 		}
