@@ -173,6 +173,9 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 		c.seq++
 		seq = c.seq
 	}
+	if rq.seq == 0 { // a mailbox call run again was observed when it was numbered
+		c.observeCall(ctx, seq)
+	}
 	rq.call.rank, rq.call.n = c.rank, c.size
 	rq.call.esize = rq.dt.Size()
 	algo := c.pickAlgo(rq.call.op, rq.call.count*rq.call.esize)

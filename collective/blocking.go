@@ -216,6 +216,7 @@ func (c *Comm) Split(ctx context.Context, color, key int) (*Comm, error) {
 	// exporters attached here (RegisterTelemetry) see its records too; it
 	// runs no attachers of its own, which would export them twice.
 	child.opts.collector, child.opts.telemetry = c.collector, c.collector != nil
+	child.splitFrom = c
 	child.rank, child.size = newRank, len(members)
 	child.opts.rank, child.opts.size = newRank, len(members)
 	// Round 2: addresses. Every rank takes part, with a fixed-size slot.

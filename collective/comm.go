@@ -65,6 +65,10 @@ type Comm struct {
 	spare      atomic.Pointer[Handle]      // a finished blocking call's, to reuse
 	stopWatch  func()                      // stops watchAborts' goroutine
 	boards     func(uid string) abortBoard // abort boards of this communicator and its Split children
+	// observers are told of every call (observe.go); a Split child
+	// tells its parent's too, through splitFrom.
+	observers atomic.Pointer[[]CallObserver]
+	splitFrom *Comm
 }
 
 // peerInfo is what ranks exchange at bootstrap to find and reach each other.

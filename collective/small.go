@@ -231,6 +231,7 @@ func (c *Comm) smallIssue(ctx context.Context) (k uint32, seq uint64, prev []*Ha
 		return 0, 0, nil, 0, err
 	}
 	c.seq++
+	c.observeCall(ctx, c.seq)
 	s.issued++
 	if len(s.async) > 0 {
 		s.pruneAsync()
