@@ -167,6 +167,9 @@ func Attach(ctx context.Context, c *collective.Comm, cfg Config) (*Exporters, er
 	}
 	if e.Spans != nil {
 		col.AddSink(e.Spans)
+		// A collective's span is the child of the span in its caller's
+		// context.
+		c.ObserveCalls(e.Spans.CallStarted)
 	}
 	return e, nil
 }
@@ -183,7 +186,7 @@ func (e *Exporters) start(ctx context.Context, c *collective.Comm, cfg Config) e
 		}
 	}
 	if cfg.Spans {
-		if e.Spans, err = otel.New(ctx, append([]otel.Option{otel.WithWorldSize(c.Size())}, cfg.SpanOptions...)...); err != nil {
+		if e.Spans, err = otel.New(ctx, append([]otel.Option{otel.WithWorldSize(c.Size()), otel.WithRank(c)}, cfg.SpanOptions...)...); err != nil {
 			return err
 		}
 		e.Spans.AddComm(c)

@@ -13,6 +13,7 @@ import (
 
 	"go.opentelemetry.io/otel/attribute"
 	"go.opentelemetry.io/otel/codes"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -88,6 +89,7 @@ type assembler struct {
 	flowtel.NopHandler
 	cfg      *config
 	tracer   trace.Tracer
+	parents  *parents
 	fold     *flowtel.Fold
 	comms    map[uint32]commInfo
 	defEpoch int64
@@ -101,9 +103,9 @@ type assembler struct {
 	stats Stats
 }
 
-func newAssembler(cfg *config, tracer trace.Tracer) *assembler {
+func newAssembler(cfg *config, tracer trace.Tracer, parents *parents) *assembler {
 	a := &assembler{
-		cfg: cfg, tracer: tracer,
+		cfg: cfg, tracer: tracer, parents: parents,
 		comms:    map[uint32]commInfo{},
 		defEpoch: epochOf(nil),
 		open:     map[collKey]*coll{},
@@ -343,7 +345,7 @@ func (a *assembler) emit(c *coll) {
 	seq := c.key.seq
 	attrs := make([]attribute.KeyValue, 0, 16)
 	attrs = append(attrs,
-		keyComm.String(fmt.Sprintf("%08x", c.key.comm)),
+		keyComm.String(flowtel.JobID(c.key.comm)),
 		keyCollSeq.Int64(int64(seq&^flowtel.SeqP2P)),
 		keyOp.String(op.String()),
 		keyAlgo.String(call.Algo.String()),
@@ -365,7 +367,7 @@ func (a *assembler) emit(c *coll) {
 		}
 	}
 	if call.Status != flowtel.StatusOK {
-		attrs = append(attrs, keyStatus.String(call.Status.String()))
+		attrs = append(attrs, keyStatus.String(call.Status.String()), semconv.ErrorTypeKey.String(call.Status.String()))
 	}
 	if incomplete {
 		attrs = append(attrs, keyIncomplete.Bool(true))
@@ -375,7 +377,12 @@ func (a *assembler) emit(c *coll) {
 		attrs = append(attrs, keyLost.Bool(true))
 	}
 
+	// Under the caller's span when the call had one (CallStarted), else a
+	// root in the trace every rank's span of this collective shares.
 	ctx := withTraceID(context.Background(), traceIDFor(ci.uid, c.key.comm, seq))
+	if parent, ok := a.parents.take(c.key); ok {
+		ctx = trace.ContextWithSpanContext(context.Background(), parent)
+	}
 	name := op.String()
 	ctx, span := a.tracer.Start(ctx, name,
 		trace.WithTimestamp(wall(start)),

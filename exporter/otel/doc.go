@@ -13,7 +13,8 @@
 //
 //   - one span from coll_begin to coll_end, named after the operation
 //     ("allreduce", "send", …), with attributes
-//     vccl.comm (the communicator id, 8 hex digits), vccl.coll_seq,
+//     vccl.comm (the communicator id as flowtel.JobID prints it: the job id
+//     for the world communicator), vccl.coll_seq,
 //     vccl.op, vccl.algo, vccl.dtype, vccl.bytes (the payload as nccl-tests
 //     counts it), vccl.world_size (when known, see below), vccl.rank,
 //     vccl.channels (the parts the call was split into), and, when it took
@@ -22,8 +23,8 @@
 //     for all-gather, reduce-scatter, all-to-all(v), gather and scatter, 1
 //     for broadcast, reduce and point-to-point). Point-to-point calls, whose
 //     coll_seq has the top bit set, carry vccl.p2p=true and their own
-//     sequence number without that bit. A failed call has span status Error
-//     and vccl.status; one whose begin or end was never seen (lost records,
+//     sequence number without that bit. A failed call has span status Error,
+//     vccl.status and the semantic conventions' error.type (the status); one whose begin or end was never seen (lost records,
 //     an exporter attached mid-call, Shutdown) has vccl.incomplete=true;
 //     vccl.records_lost=true says records were lost while it ran.
 //   - a child span per peer and channel step, named "<op>.step", from the
@@ -42,12 +43,23 @@
 //     Failover, failback, link_down and link_up records always become events
 //     on the collective span they happened in.
 //
-// With the exporter's own tracer provider (the default), every rank's span
-// of one collective belongs to one trace, whose id is derived from the
-// communicator and the sequence number (salted by the communicator's full
-// unique id when AddComm registered it), so a trace shows the collective on
-// every rank that exports to the same backend; a rank's collective span is a
-// root of that trace. The OTEL_TRACES_SAMPLER variables apply as usual; a
+// # Parents
+//
+// A collective called with a span in its context.Context (the program's
+// own, from any OpenTelemetry tracer) is that span's child, in its trace:
+// the program's trace shows its collectives under the step that made them.
+// The comm library imports no tracing API; it tells CallStarted, which
+// Comm.ObserveCalls registers (the telemetry package does), of every call
+// as it is numbered, and CallStarted keeps the caller's span context until
+// the call's span is built from its records. The calls of Split children
+// are parented alike.
+//
+// A collective called without one is, with the exporter's own tracer
+// provider (the default), a root in a trace that every rank's span of that
+// collective shares, whose id is derived from the communicator and the
+// sequence number (salted by the communicator's full unique id when AddComm
+// registered it), so a trace shows the collective on every rank that
+// exports to the same backend. The OTEL_TRACES_SAMPLER variables apply as usual; a
 // trace-id-ratio sampler then keeps or drops a collective on every rank
 // alike.
 //
@@ -67,6 +79,16 @@
 // time. Records carry no world size: AddComm (or WithWorldSize for every
 // communicator) supplies it; without it spans have no vccl.world_size and
 // no vccl.busbw_gbps.
+//
+// # Resource
+//
+// The resource of the exporter's own provider carries the semantic
+// conventions' service.name ("vccl" by default), host.name, process.pid,
+// process.executable.name, process.runtime.name and .version and the SDK's
+// telemetry.sdk.*; with WithRank (the telemetry package passes it) also
+// service.instance.id ("vccl-JOBID-rankR", as the rank's trace files are
+// named), vccl.job.id, vccl.rank and vccl.world_size. OTEL_SERVICE_NAME
+// and OTEL_RESOURCE_ATTRIBUTES override any of them.
 //
 // # Configuration
 //

@@ -19,6 +19,7 @@ import (
 	"go.opentelemetry.io/otel/exporters/stdout/stdouttrace"
 	"go.opentelemetry.io/otel/sdk/resource"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
+	semconv "go.opentelemetry.io/otel/semconv/v1.43.0"
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -50,6 +51,13 @@ type Comm interface {
 	Clock() *flowtel.Clock // the clock its records are stamped with
 }
 
+// Rank is a communicator with this process's rank in it; *collective.Comm
+// is one.
+type Rank interface {
+	Comm
+	Rank() int
+}
+
 // Option configures an Exporter.
 type Option func(*config)
 
@@ -59,6 +67,7 @@ type config struct {
 	protocol  string // "", "grpc", "http/protobuf", "stdout", "none"
 	stdout    io.Writer
 	res       *resource.Resource
+	rankAttrs []attribute.KeyValue
 	wrEvents  float64
 	wrSet     bool
 	worldSize int
@@ -92,6 +101,23 @@ func WithStdout(w io.Writer) Option { return func(c *config) { c.stdout = w } }
 // service.name "vccl", overridden by OTEL_SERVICE_NAME and
 // OTEL_RESOURCE_ATTRIBUTES, plus the SDK's attributes and the host name).
 func WithResource(r *resource.Resource) Option { return func(c *config) { c.res = r } }
+
+// WithRank adds to the resource of the exporter's own provider what
+// tells this process apart in its job: service.instance.id
+// ("vccl-JOBID-rankR", as the rank's trace files are named), vccl.job.id
+// (flowtel.JobID of c), vccl.rank and vccl.world_size. OTEL_RESOURCE_ATTRIBUTES
+// still wins. It has no effect with WithResource or WithTracerProvider.
+func WithRank(c Rank) Option {
+	return func(cfg *config) {
+		job := flowtel.JobID(c.ID())
+		cfg.rankAttrs = []attribute.KeyValue{
+			semconv.ServiceInstanceID(fmt.Sprintf("vccl-%s-rank%d", job, c.Rank())),
+			keyJobID.String(job),
+			keyRank.Int(c.Rank()),
+			keyWorldSize.Int(c.Size()),
+		}
+	}
+}
 
 // WithWREvents sets the fraction (0 to 1) of collectives whose WR records
 // become span events on their step spans. Default: VCCL_OTEL_WR_EVENTS, or 0.
@@ -131,6 +157,8 @@ type Exporter struct {
 	mu   sync.Mutex
 	asm  *assembler
 	shut bool
+
+	parents parents // callers' spans by call, from CallStarted
 }
 
 var _ flowtel.Sink = (*Exporter)(nil)
@@ -170,8 +198,9 @@ func New(ctx context.Context, opts ...Option) (*Exporter, error) {
 		}
 		e.tp, e.ownTP = tp, tp
 	}
-	e.tracer = e.tp.Tracer(ScopeName, trace.WithInstrumentationVersion("1"))
-	e.asm = newAssembler(&e.cfg, e.tracer)
+	e.tracer = e.tp.Tracer(ScopeName, trace.WithInstrumentationVersion("1"), trace.WithSchemaURL(semconv.SchemaURL))
+	e.asm = newAssembler(&e.cfg, e.tracer, &e.parents)
+	e.parents.max = cfg.maxOpen
 	return e, nil
 }
 
@@ -189,9 +218,14 @@ func newProvider(ctx context.Context, cfg *config) (*sdktrace.TracerProvider, er
 	if res == nil {
 		var err error
 		res, err = resource.New(ctx,
-			resource.WithAttributes(attribute.String("service.name", DefaultServiceName)),
+			resource.WithAttributes(semconv.ServiceName(DefaultServiceName)),
+			resource.WithAttributes(cfg.rankAttrs...),
 			resource.WithTelemetrySDK(),
 			resource.WithHost(),
+			resource.WithProcessPID(),
+			resource.WithProcessExecutableName(),
+			resource.WithProcessRuntimeName(),
+			resource.WithProcessRuntimeVersion(),
 			resource.WithFromEnv(), // OTEL_SERVICE_NAME, OTEL_RESOURCE_ATTRIBUTES: last, so they win
 		)
 		if err != nil && res == nil {
@@ -333,6 +367,60 @@ func (e *Exporter) AddComm(c Comm) {
 	e.asm.addComm(c.ID(), commInfo{size: c.Size(), uid: c.UID(), epoch: epochOf(c.Clock())})
 }
 
+// CallStarted records the span in ctx, if any, as the parent of the span
+// of call seq of rank in communicator comm: that collective's span is then
+// a child of the caller's, in the caller's trace, rather than a root. It
+// has collective.CallObserver's signature; the telemetry package passes it
+// to Comm.ObserveCalls. It runs on the call's path: without a span in ctx
+// it costs a context lookup, with one a short critical section.
+func (e *Exporter) CallStarted(ctx context.Context, comm uint32, rank int, seq uint64) {
+	sc := trace.SpanContextFromContext(ctx)
+	if !sc.IsValid() {
+		return
+	}
+	e.parents.put(collKey{comm, int32(rank), seq}, sc)
+}
+
+// parents holds the callers' span contexts of calls whose spans are not
+// yet built, at most max of them: a call whose records never come (lost,
+// or a communicator without this exporter) is forgotten after max newer
+// ones.
+type parents struct {
+	mu   sync.Mutex
+	max  int
+	m    map[collKey]trace.SpanContext
+	keys []collKey // ring, oldest at head
+	head int
+}
+
+func (p *parents) put(k collKey, sc trace.SpanContext) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	if p.m == nil {
+		p.m = map[collKey]trace.SpanContext{}
+	}
+	if len(p.keys) < p.max {
+		p.keys = append(p.keys, k)
+	} else {
+		delete(p.m, p.keys[p.head])
+		p.keys[p.head] = k
+		p.head = (p.head + 1) % len(p.keys)
+	}
+	p.m[k] = sc
+}
+
+// take returns and forgets the parent of k. Its key stays in the ring
+// until overwritten: deleting from a map is what bounds it.
+func (p *parents) take(k collKey) (trace.SpanContext, bool) {
+	p.mu.Lock()
+	defer p.mu.Unlock()
+	sc, ok := p.m[k]
+	if ok {
+		delete(p.m, k)
+	}
+	return sc, ok
+}
+
 // Consume turns records into span state and ends the spans of finished
 // collectives. It never blocks on the export.
 func (e *Exporter) Consume(_ context.Context, recs []flowtel.Record) error {
@@ -424,6 +512,7 @@ func epochOf(clk *flowtel.Clock) int64 {
 // attribute keys.
 var (
 	keyComm        = attribute.Key("vccl.comm")
+	keyJobID       = attribute.Key("vccl.job.id")
 	keyCollSeq     = attribute.Key("vccl.coll_seq")
 	keyP2P         = attribute.Key("vccl.p2p")
 	keyOp          = attribute.Key("vccl.op")

@@ -13,6 +13,7 @@ import (
 	"go.opentelemetry.io/otel/codes"
 	sdktrace "go.opentelemetry.io/otel/sdk/trace"
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
+	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
@@ -337,13 +338,78 @@ func TestIncompleteLostAndFailed(t *testing.T) {
 				t.Errorf("seq 1 events %v", c.Events)
 			}
 		case 2:
-			if c.Status.Code != codes.Error || a["vccl.status"].AsString() != "error" {
-				t.Errorf("seq 2 status %v %v", c.Status, a["vccl.status"])
+			if c.Status.Code != codes.Error || a["vccl.status"].AsString() != "error" || a["error.type"].AsString() != "error" {
+				t.Errorf("seq 2 status %v %v, error.type %v", c.Status, a["vccl.status"], a["error.type"])
 			}
 		}
 	}
 	if st := e.Stats(); st.LostRecords != 12 || st.Incomplete != 1 {
 		t.Errorf("stats %+v", st)
+	}
+}
+
+// A call made with a span in its context has its collective span under
+// that span, in its trace; one made without is a root of the collective's
+// own trace. Steps stay under their collective.
+func TestCallerSpanIsParent(t *testing.T) {
+	e, mem := newTestExporter(t, WithWorldSize(2))
+	ctx := context.Background()
+	caller := trace.NewSpanContext(trace.SpanContextConfig{
+		TraceID: trace.TraceID{1, 2, 3}, SpanID: trace.SpanID{4, 5, 6}, TraceFlags: trace.FlagsSampled,
+	})
+	e.CallStarted(trace.ContextWithSpanContext(ctx, caller), 5, 0, 1)
+	e.CallStarted(ctx, 5, 0, 2)                                       // no span: a root
+	e.CallStarted(trace.ContextWithSpanContext(ctx, caller), 5, 1, 1) // rank 1's call 1, not exported here
+	for seq := uint64(1); seq <= 2; seq++ {
+		e.Consume(ctx, ringJob{comm: 5, ranks: 2, seq: seq, bytes: 1 << 20, base: int64(seq) * 1e6, stepNs: 1000}.records(0))
+	}
+	flush(t, e)
+	spans := mem.Spans()
+	colls := byName(spans, "allreduce")
+	if len(colls) != 2 {
+		t.Fatalf("%d collective spans", len(colls))
+	}
+	for _, c := range colls {
+		switch seq := attrs(c)["vccl.coll_seq"].AsInt64(); seq {
+		case 1:
+			if c.Parent.SpanID() != caller.SpanID() || c.SpanContext.TraceID() != caller.TraceID() {
+				t.Errorf("seq 1: parent %v in trace %v, want the caller's %v", c.Parent.SpanID(), c.SpanContext.TraceID(), caller.SpanID())
+			}
+		case 2:
+			if c.Parent.IsValid() || c.SpanContext.TraceID() != traceIDFor("", 5, 2) {
+				t.Errorf("seq 2: parent %v, trace %v: want a root of the collective's trace", c.Parent, c.SpanContext.TraceID())
+			}
+		}
+		for _, s := range byName(spans, "allreduce.step") {
+			if s.Parent.SpanID() == c.SpanContext.SpanID() && s.SpanContext.TraceID() != c.SpanContext.TraceID() {
+				t.Errorf("step in trace %v under a collective of trace %v", s.SpanContext.TraceID(), c.SpanContext.TraceID())
+			}
+		}
+	}
+	// The parents of calls never exported are forgotten, newest kept.
+	e2, _ := newTestExporter(t, WithMaxOpen(2))
+	for seq := uint64(1); seq <= 3; seq++ {
+		e2.CallStarted(trace.ContextWithSpanContext(ctx, caller), 1, 0, seq)
+	}
+	e2.parents.mu.Lock()
+	_, has1 := e2.parents.m[collKey{1, 0, 1}]
+	n := len(e2.parents.m)
+	e2.parents.mu.Unlock()
+	if n != 2 || has1 {
+		t.Errorf("%d parents kept (the oldest: %v), want the 2 newest", n, has1)
+	}
+}
+
+// CallStarted, on every call's path, costs a context lookup without a span.
+func BenchmarkCallStartedNoSpan(b *testing.B) {
+	e, err := New(context.Background(), WithProtocol("none"))
+	if err != nil {
+		b.Fatal(err)
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), time.Hour)
+	defer cancel()
+	for i := range b.N {
+		e.CallStarted(ctx, 1, 0, uint64(i))
 	}
 }
 

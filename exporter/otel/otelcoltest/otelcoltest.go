@@ -90,8 +90,9 @@ type Span struct {
 	Status struct {
 		Code int `json:"code"`
 	} `json:"status"`
-	Service string `json:"-"` // its resource's service.name
-	Scope   string `json:"-"` // its instrumentation scope's name
+	Service  string `json:"-"` // its resource's service.name
+	Scope    string `json:"-"` // its instrumentation scope's name
+	Resource []KV   `json:"-"` // its resource's attributes
 }
 
 // KV is an OTLP attribute.
@@ -107,8 +108,13 @@ type KV struct {
 
 // Attr returns attribute k as a string, int64, float64 or bool; nil when
 // the span has none.
-func (s *Span) Attr(k string) any {
-	for _, kv := range s.Attributes {
+func (s *Span) Attr(k string) any { return attr(s.Attributes, k) }
+
+// ResourceAttr returns attribute k of the span's resource, as Attr does.
+func (s *Span) ResourceAttr(k string) any { return attr(s.Resource, k) }
+
+func attr(kvs []KV, k string) any {
+	for _, kv := range kvs {
 		if kv.Key != k {
 			continue
 		}
@@ -174,7 +180,7 @@ func (c *Collector) Spans(t testing.TB, service string) []Span {
 			}
 			for _, ss := range rs.ScopeSpans {
 				for _, s := range ss.Spans {
-					s.Service, s.Scope = svc, ss.Scope.Name
+					s.Service, s.Scope, s.Resource = svc, ss.Scope.Name, rs.Resource.Attributes
 					out = append(out, s)
 				}
 			}
