@@ -87,7 +87,7 @@ func BenchmarkAnalyzeFiles(b *testing.B) {
 		}
 		n += len(s.recs[r])
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.arrow"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*.arrow*"))
 	b.SetBytes(int64(n) * flowtel.RecordSize)
 	b.ResetTimer()
 	cpu0 := cpuTime()
@@ -116,7 +116,7 @@ func TestLargeTrace(t *testing.T) {
 	if dir == "" {
 		dir = t.TempDir()
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "*.arrow"))
+	files, _ := filepath.Glob(filepath.Join(dir, "*.arrow*"))
 	total := 0
 	if len(files) == 0 {
 		s := newSynth(8)
@@ -149,7 +149,7 @@ func TestLargeTrace(t *testing.T) {
 				t.Fatal(err)
 			}
 		}
-		files, _ = filepath.Glob(filepath.Join(dir, "*.arrow"))
+		files, _ = filepath.Glob(filepath.Join(dir, "*.arrow*"))
 	}
 	runtime.GC()
 	os.WriteFile("/proc/self/clear_refs", []byte("5"), 0) // reset the peak RSS

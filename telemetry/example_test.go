@@ -48,7 +48,7 @@ func ExampleAttach() {
 		c.Close()
 		exs[r].Close(ctx)
 	}
-	files, _ := filepath.Glob(filepath.Join(dir, "trace", "*.arrow"))
+	files, _ := filepath.Glob(filepath.Join(dir, "trace", "*.arrows"))
 	fmt.Println(len(files), "trace files")
 	// Output: 2 trace files
 }

@@ -79,13 +79,13 @@ func run() error {
 	// the last spans.
 	sctx, scancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer scancel()
-	rank, uid, size := comm.Rank(), comm.UID(), comm.Size()
+	rank, job, size := comm.Rank(), flowtel.JobID(comm.ID()), comm.Size()
 	err = errors.Join(err, ex.Close(sctx), comm.Close(), col.Shutdown(sctx))
 	if err == nil && ex.Arrow != nil && rank == 0 {
 		fmt.Printf("Arrow traces of every rank are in %s/ (read them with exporter/arrow, pyarrow, DuckDB or Arrow JS)\n", ex.Dir)
 		// The diagnosis of the job just run, once every rank's trace is
 		// finished.
-		err = demo.Analyze(sctx, ex.Dir, uid, size, os.Stdout)
+		err = demo.Analyze(sctx, ex.Dir, job, size, os.Stdout)
 	}
 	return err
 }

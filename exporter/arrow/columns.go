@@ -22,6 +22,11 @@ type colBatch struct {
 	qp, comm                              []uint32
 	collSeq, wrID, bytes                  []uint64
 	depth, step                           []uint32
+
+	// The derived columns, filled by record in the writer goroutine.
+	wall       []int64
+	jobOffsets []int32
+	jobData    []byte
 }
 
 func newColBatch(rows int) *colBatch {
@@ -43,6 +48,10 @@ func newColBatch(rows int) *colBatch {
 		bytes:   make([]uint64, rows),
 		depth:   make([]uint32, rows),
 		step:    make([]uint32, rows),
+
+		wall:       make([]int64, rows),
+		jobOffsets: make([]int32, rows+1),
+		jobData:    make([]byte, rows*8),
 	}
 }
 
@@ -84,6 +93,28 @@ func (b *colBatch) append(recs []flowtel.Record) int {
 	return k
 }
 
+// fillDerived computes the wall-clock time and job id of the first n rows.
+func (b *colBatch) fillDerived(wallDelta int64) {
+	n := b.n
+	ts, wall := b.ts[:n], b.wall[:n]
+	for i := range ts {
+		wall[i] = ts[i] + wallDelta
+	}
+	offs, data, comm := b.jobOffsets[:n+1], b.jobData[:8*n], b.comm[:n]
+	var id [8]byte
+	last := uint32(0)
+	copy(id[:], flowtel.JobID(last))
+	for i, c := range comm {
+		if c != last {
+			last = c
+			copy(id[:], flowtel.JobID(c))
+		}
+		copy(data[8*i:8*i+8], id[:])
+		offs[i] = int32(8 * i)
+	}
+	offs[n] = int32(8 * n)
+}
+
 // full reports whether the batch has no room left.
 func (b *colBatch) full() bool { return b.n == len(b.ts) }
 
@@ -96,10 +127,48 @@ func asBytes[T any](s []T, n int) []byte {
 	return unsafe.Slice((*byte)(unsafe.Pointer(&s[0])), n*int(unsafe.Sizeof(z)))
 }
 
+// enumDicts are the dictionaries of the *_name columns: the name of each of
+// the 256 codes, as flowtel names it ("" for the code 0 of op and dtype,
+// which means none). One array each, shared by every batch, so that the IPC
+// writer sees the same dictionary and writes it once per file.
+var enumDicts = func() [6]arrowgo.Array {
+	names := [6]func(c uint8) string{
+		func(c uint8) string { return flowtel.Kind(c).String() },
+		func(c uint8) string { return flowtel.Status(c).String() },
+		func(c uint8) string {
+			if c == 0 {
+				return ""
+			}
+			return flowtel.Op(c).String()
+		},
+		func(c uint8) string { return flowtel.Algorithm(c).String() },
+		func(c uint8) string {
+			if c == 0 {
+				return ""
+			}
+			return flowtel.Datatype(c).String()
+		},
+		func(c uint8) string { return flowtel.Path(c).String() },
+	}
+	var dicts [6]arrowgo.Array
+	for i, name := range names {
+		bld := array.NewStringBuilder(memory.DefaultAllocator)
+		for c := range 256 {
+			bld.Append(name(uint8(c)))
+		}
+		dicts[i] = bld.NewArray()
+		bld.Release()
+	}
+	return dicts
+}()
+
 // record wraps the batch's columns, without copying, in an Arrow record batch
-// of schema. The batch must not change until the record is released.
-func (b *colBatch) record(schema *arrowgo.Schema) arrowgo.RecordBatch {
+// of schema, after filling the derived columns: wallDelta is what turns
+// ts_ns into Unix time. The batch must not change until the record is
+// released.
+func (b *colBatch) record(schema *arrowgo.Schema, wallDelta int64) arrowgo.RecordBatch {
 	n := b.n
+	b.fillDerived(wallDelta)
 	raw := [nCols][]byte{
 		colTs:      asBytes(b.ts, n),
 		colKind:    asBytes(b.kind, n),
@@ -119,11 +188,24 @@ func (b *colBatch) record(schema *arrowgo.Schema) arrowgo.RecordBatch {
 		colDepth:   asBytes(b.depth, n),
 		colStep:    asBytes(b.step, n),
 	}
-	cols := make([]arrowgo.Array, nCols)
-	for i := range cols {
+	cols := make([]arrowgo.Array, nCols+nDerived)
+	for i := range nCols {
 		data := array.NewData(columnTypes[i], n, []*memory.Buffer{nil, memory.NewBufferBytes(raw[i])}, nil, 0, 0)
 		cols[i] = array.MakeFromData(data)
 		data.Release()
+	}
+	wall := array.NewData(derivedTypes[colTime-nCols], n, []*memory.Buffer{nil, memory.NewBufferBytes(asBytes(b.wall, n))}, nil, 0, 0)
+	cols[colTime] = array.MakeFromData(wall)
+	wall.Release()
+	job := array.NewData(arrowgo.BinaryTypes.String, n,
+		[]*memory.Buffer{nil, memory.NewBufferBytes(asBytes(b.jobOffsets, n+1)), memory.NewBufferBytes(b.jobData[:8*n])}, nil, 0, 0)
+	cols[colJobID] = array.MakeFromData(job)
+	job.Release()
+	for i, c := range [6]int{colKind, colStatus, colOp, colAlgo, colDtype, colPath} {
+		idx := array.NewData(enumType, n, []*memory.Buffer{nil, memory.NewBufferBytes(raw[c])}, nil, 0, 0)
+		idx.SetDictionary(enumDicts[i].Data())
+		cols[colKindName+i] = array.MakeFromData(idx)
+		idx.Release()
 	}
 	rec := array.NewRecordBatch(schema, cols, int64(n))
 	for _, c := range cols {

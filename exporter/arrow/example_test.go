@@ -62,7 +62,7 @@ func Example() {
 		}
 	}
 	// Output:
-	// vccl-5eed5eed-rank0-000.arrow
+	// vccl-00000007-rank0-000.arrows
 	// 0 100 wr_post 1 4096
 	// 0 101 wr_post 1 4096
 	// 0 102 wr_post 1 4096

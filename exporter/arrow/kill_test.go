@@ -14,6 +14,9 @@ import (
 	"time"
 
 	"github.com/apache/arrow-go/v18/arrow/ipc"
+	"github.com/apache/arrow-go/v18/arrow/memory"
+	"github.com/apache/arrow-go/v18/parquet/file"
+	"github.com/apache/arrow-go/v18/parquet/pqarrow"
 )
 
 // killChildEnv makes TestKillChild the writer TestSIGKILL kills: its value
@@ -70,12 +73,14 @@ func TestKillChild(t *testing.T) {
 
 // A writer killed with SIGKILL while it writes leaves a trace that reads up
 // to at least the last batch it flushed, and that Repair finishes for any
-// Arrow reader.
+// Arrow or Parquet reader. The stream format needs no repair: the Arrow
+// library's strict stream reader and Arrow JS read the killed file as it
+// is, to the same records.
 func TestSIGKILL(t *testing.T) {
 	if testing.Short() {
 		t.Skip("starts a child process")
 	}
-	for _, f := range []Format{FormatFile, FormatStream} {
+	for _, f := range []Format{FormatFile, FormatStream, FormatParquet} {
 		t.Run(f.String(), func(t *testing.T) {
 			dir := t.TempDir()
 			ctx, cancel := context.WithTimeout(context.Background(), 60*time.Second)
@@ -136,6 +141,16 @@ func TestSIGKILL(t *testing.T) {
 				t.Fatal("the killed writer's file reads as finished")
 			}
 			t.Logf("killed after %d records flushed: %d records readable in %d batches (a partial batch at the end: %v)", flushed, info.Records, info.Batches, info.Truncated)
+			if f == FormatStream {
+				if n := strictStreamRows(t, files[0]); n != int64(len(got)) {
+					t.Fatalf("the Arrow stream reader reads %d rows from the killed writer's file, want %d", n, len(got))
+				}
+				if _, err := exec.LookPath("node"); err == nil {
+					if js := readWithJS(t, files[0]); js[0].Rows != len(got) {
+						t.Fatalf("Arrow JS reads %d rows from the killed writer's file, want %d", js[0].Rows, len(got))
+					}
+				}
+			}
 
 			rep, err := Repair(files[0])
 			if err != nil {
@@ -151,7 +166,10 @@ func TestSIGKILL(t *testing.T) {
 			}
 			defer fh.Close()
 			rows := int64(0)
-			if f == FormatFile {
+			switch f {
+			case FormatParquet:
+				rows = strictParquetRows(t, files[0])
+			case FormatFile:
 				fr, err := ipc.NewFileReader(fh)
 				if err != nil {
 					t.Fatal(err)
@@ -164,22 +182,57 @@ func TestSIGKILL(t *testing.T) {
 					}
 					rows += rb.NumRows()
 				}
-			} else {
-				sr, err := ipc.NewReader(fh)
-				if err != nil {
-					t.Fatal(err)
-				}
-				defer sr.Release()
-				for sr.Next() {
-					rows += sr.RecordBatch().NumRows()
-				}
-				if sr.Err() != nil {
-					t.Fatal(sr.Err())
-				}
+			default:
+				rows = strictStreamRows(t, files[0])
 			}
 			if rows != int64(len(got)) {
 				t.Fatalf("the Arrow library reads %d rows from the repaired file, want %d", rows, len(got))
 			}
 		})
 	}
+}
+
+// strictStreamRows reads an IPC stream with the Arrow library's own reader,
+// which fails on anything but a well-formed stream.
+func strictStreamRows(t *testing.T, path string) int64 {
+	t.Helper()
+	fh, err := os.Open(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer fh.Close()
+	sr, err := ipc.NewReader(fh)
+	if err != nil {
+		t.Fatalf("the Arrow stream reader refuses %s: %v", path, err)
+	}
+	defer sr.Release()
+	rows := int64(0)
+	for sr.Next() {
+		rows += sr.RecordBatch().NumRows()
+	}
+	if sr.Err() != nil {
+		t.Fatalf("the Arrow stream reader: %s: %v", path, sr.Err())
+	}
+	return rows
+}
+
+// strictParquetRows reads a Parquet file with arrow-go's Parquet reader,
+// which reads the footer at the end of the file as every Parquet tool does.
+func strictParquetRows(t *testing.T, path string) int64 {
+	t.Helper()
+	pf, err := file.OpenParquetFile(path, false)
+	if err != nil {
+		t.Fatalf("the Parquet reader refuses %s: %v", path, err)
+	}
+	defer pf.Close()
+	fr, err := pqarrow.NewFileReader(pf, pqarrow.ArrowReadProperties{BatchSize: 1 << 16}, memory.DefaultAllocator)
+	if err != nil {
+		t.Fatal(err)
+	}
+	tbl, err := fr.ReadTable(context.Background())
+	if err != nil {
+		t.Fatalf("the Parquet reader: %s: %v", path, err)
+	}
+	defer tbl.Release()
+	return tbl.NumRows()
 }

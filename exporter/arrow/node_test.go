@@ -27,6 +27,7 @@ type jsTrace struct {
 	Fields  []struct{ Name, Type string }
 	Meta    map[string]string `json:"metadata"`
 	Sums    map[string]string `json:"sums"`
+	First   map[string]any    `json:"first"`
 }
 
 // readWithJS reads trace files with the apache-arrow npm package.
@@ -147,12 +148,29 @@ func TestArrowJSReadsTraces(t *testing.T) {
 		if tr.Rows != len(want[i]) {
 			t.Errorf("%s: Arrow JS reads %d rows, want %d", tr.Path, tr.Rows, len(want[i]))
 		}
-		if len(tr.Fields) != nCols {
+		if len(tr.Fields) != nCols+nDerived {
 			t.Fatalf("%s: Arrow JS sees %d fields", tr.Path, len(tr.Fields))
 		}
-		for c, f := range tr.Fields {
+		for c, f := range tr.Fields[:nCols] {
 			if f.Name != ColumnNames[c] || f.Type != wantTypes[c] {
 				t.Errorf("%s: field %d is %s %s, want %s %s", tr.Path, c, f.Name, f.Type, ColumnNames[c], wantTypes[c])
+			}
+		}
+		wantDerived := []string{"Timestamp<NANOSECOND, UTC>", "Utf8", "Dictionary<Uint8, Utf8>", "Dictionary<Uint8, Utf8>",
+			"Dictionary<Uint8, Utf8>", "Dictionary<Uint8, Utf8>", "Dictionary<Uint8, Utf8>", "Dictionary<Uint8, Utf8>"}
+		for c, f := range tr.Fields[nCols:] {
+			if f.Name != DerivedColumnNames[c] || f.Type != wantDerived[c] {
+				t.Errorf("%s: field %d is %s %s, want %s %s", tr.Path, nCols+c, f.Name, f.Type, DerivedColumnNames[c], wantDerived[c])
+			}
+		}
+		// The first row's names, as Arrow JS decodes them.
+		r0 := want[i][0]
+		for name, v := range map[string]string{
+			"job_id": flowtel.JobID(r0.Comm), "kind_name": r0.Kind.String(), "status_name": r0.Status.String(),
+			"algo_name": r0.Algo.String(), "path_name": r0.Path.String(),
+		} {
+			if tr.First[name] != v {
+				t.Errorf("%s: %s of row 0 is %v in Arrow JS, want %q", tr.Path, name, tr.First[name], v)
 			}
 		}
 		if tr.Meta[KeySchemaVersion] != strconv.Itoa(flowtel.SchemaVersion) || tr.Meta[KeyCommUID] != testMeta().CommUID || tr.Meta[KeyRank] != "1" {

@@ -67,8 +67,8 @@ type Reader struct {
 	err   error // sticky
 }
 
-// Open opens a trace file, or every trace file (*.arrow, *.arrows) in a
-// directory. The first file is opened and checked at once.
+// Open opens a trace file, or every trace file (*.arrow, *.arrows,
+// *.parquet) in a directory. The first file is opened and checked at once.
 func Open(path string) (*Reader, error) {
 	st, err := os.Stat(path)
 	if err != nil {
@@ -82,13 +82,13 @@ func Open(path string) (*Reader, error) {
 		return nil, err
 	}
 	if len(paths) == 0 {
-		return nil, fmt.Errorf("arrow: no trace files (*.arrow, *.arrows) in %s", path)
+		return nil, fmt.Errorf("arrow: no trace files (*.arrow, *.arrows, *.parquet) in %s", path)
 	}
 	return OpenFiles(paths...)
 }
 
-// ListFiles returns the trace files (*.arrow, *.arrows) in dir, sorted by
-// name.
+// ListFiles returns the trace files (*.arrow, *.arrows, *.parquet) in dir,
+// sorted by name.
 func ListFiles(dir string) ([]string, error) {
 	ents, err := os.ReadDir(dir)
 	if err != nil {
@@ -97,12 +97,23 @@ func ListFiles(dir string) ([]string, error) {
 	var paths []string
 	for _, e := range ents {
 		n := e.Name()
-		if e.Type().IsRegular() && (strings.HasSuffix(n, ".arrow") || strings.HasSuffix(n, ".arrows")) {
+		if e.Type().IsRegular() && IsTraceName(n) {
 			paths = append(paths, filepath.Join(dir, n))
 		}
 	}
 	slices.Sort(paths)
 	return paths, nil
+}
+
+// IsTraceName reports whether a file name has the extension of a trace
+// format.
+func IsTraceName(name string) bool {
+	for _, f := range []Format{FormatFile, FormatStream, FormatParquet} {
+		if strings.HasSuffix(name, f.Ext()) {
+			return true
+		}
+	}
+	return false
 }
 
 // OpenFiles opens trace files, read in the order given. The first is opened
@@ -229,10 +240,11 @@ func (r *Reader) Close() error {
 	return nil
 }
 
-// traceFile is one open trace. Both formats are read as the IPC stream
-// they hold (a file holds one after its 8-byte header), through msgReader,
-// which verifies each message before the Arrow library decodes it; a file's
-// footer only tells whether the writer finished it.
+// traceFile is one open trace; its format is told by its first bytes, not
+// its name. Both Arrow formats are read as the IPC stream they hold (a file
+// holds one after its 8-byte header), through msgReader, which verifies
+// each message before the Arrow library decodes it; a file's footer only
+// tells whether the writer finished it. Parquet is read through pq.
 type traceFile struct {
 	info   FileInfo
 	closer io.Closer
@@ -241,6 +253,7 @@ type traceFile struct {
 	sr     *ipc.Reader
 	msgs   *msgReader
 	empty  bool // the file ends before its schema
+	pq     *parquetTrace
 
 	end      int64 // where the stream ends in the file
 	boundary int64 // in the stream: where the message after the last one read starts
@@ -298,6 +311,12 @@ func openTrace(name string, ra io.ReaderAt, size int64, closer io.Closer) (tf *t
 	if _, err := ra.ReadAt(head, 0); err != nil {
 		return nil, err
 	}
+	if bytes.HasPrefix(head, parquetMagic) || size < int64(len(parquetMagic)) && bytes.HasPrefix(parquetMagic, head) {
+		if err := tf.openParquet(ra, size); err != nil {
+			return nil, err
+		}
+		return tf, nil
+	}
 	fileHeader := []byte("ARROW1\x00\x00")
 	if size < 8 && (bytes.HasPrefix(fileHeader, head) || bytes.HasPrefix(eosMarker[:4], head)) {
 		// Cut inside the header: as empty as an empty file.
@@ -321,7 +340,7 @@ func openTrace(name string, ra io.ReaderAt, size int64, closer io.Closer) (tf *t
 	case binary.LittleEndian.Uint32(head) == 0xffffffff:
 		tf.info.Format = FormatStream
 	default:
-		return nil, fmt.Errorf("%w: neither the Arrow IPC file nor the stream format", ErrNotTrace)
+		return nil, fmt.Errorf("%w: neither the Arrow IPC file or stream format nor Parquet", ErrNotTrace)
 	}
 	if tf.end-start >= int64(len(eosMarker)) {
 		tail := make([]byte, len(eosMarker))
@@ -499,6 +518,9 @@ func (tf *traceFile) nextBatch() (rb arrowgo.RecordBatch, err error) {
 	if tf.empty {
 		return nil, io.EOF
 	}
+	if tf.pq != nil {
+		return tf.pq.next()
+	}
 	if !tf.sr.Next() {
 		err := tf.sr.Err()
 		switch {
@@ -512,6 +534,11 @@ func (tf *traceFile) nextBatch() (rb arrowgo.RecordBatch, err error) {
 			return nil, io.EOF
 		case tf.msgs.cut:
 			// The last message runs past the end: a cut.
+			tf.info.Truncated = true
+			return nil, io.EOF
+		case tf.info.Batches == 0 && tf.msgs.r.n == tf.msgs.size:
+			// Cut between the schema and the dictionaries the first
+			// batch brings: nothing was flushed after the schema.
 			tf.info.Truncated = true
 			return nil, io.EOF
 		case errors.Is(err, ErrNotTrace):
@@ -539,9 +566,15 @@ func (tf *traceFile) nextRecords(buf []flowtel.Record) (recs []flowtel.Record, e
 		if err != nil {
 			return buf[:0], err
 		}
-		if !rb.Schema().Equal(tf.schema) {
+		if tf.pq == nil && !rb.Schema().Equal(tf.schema) {
 			rb.Release()
 			return buf[:0], fmt.Errorf("%w: record batch %d has another schema", ErrNotTrace, tf.info.Batches)
+		}
+		if rb.NumRows() == 0 {
+			// The stream writer's first batch, which brings the
+			// dictionaries: not a batch of the trace.
+			rb.Release()
+			continue
 		}
 		cols, err := columnsOf(rb, &tf.idx)
 		if err != nil {
@@ -571,6 +604,10 @@ func (tf *traceFile) close() {
 		tf.sr.Release()
 		tf.sr = nil
 	}
+	if tf.pq != nil {
+		tf.pq.close()
+		tf.pq = nil
+	}
 	if tf.closer != nil {
 		tf.closer.Close()
 		tf.closer = nil
@@ -582,10 +619,12 @@ func errBadBatch(format string, args ...any) error {
 }
 
 // Repair finishes an unfinished trace file, as a killed writer leaves it, so
-// that any Arrow tool reads it: it rewrites the file's complete record
-// batches, in the same format, into a finished file that replaces it
-// (through a temporary file and a rename). A finished file is left alone.
-// It returns the file's description after the repair.
+// that any Arrow or Parquet tool reads it. An Arrow file's complete record
+// batches are rewritten, in the same format, into a finished file that
+// replaces it (through a temporary file and a rename); a Parquet file is cut
+// after its last complete footer (its writer wrote one after every batch).
+// A finished file is left alone. It returns the file's description after
+// the repair.
 func Repair(path string) (FileInfo, error) {
 	f, err := os.Open(path)
 	if err != nil {
@@ -603,6 +642,9 @@ func Repair(path string) (FileInfo, error) {
 	defer tf.close()
 	if tf.empty {
 		return tf.info, fmt.Errorf("arrow: %s: cannot repair: the file ends before its schema (it holds no records)", path)
+	}
+	if tf.info.Format == FormatParquet {
+		return repairParquet(path, tf, st.Size())
 	}
 	tmp, err := os.CreateTemp(filepath.Dir(path), filepath.Base(path)+".repair-*")
 	if err != nil {
@@ -657,6 +699,10 @@ func rewrite(tf *traceFile, out io.Writer) error {
 		if err != nil {
 			w.Close()
 			return err
+		}
+		if rb.NumRows() == 0 { // the stream writer's dictionaries: not a batch of the trace
+			rb.Release()
+			continue
 		}
 		tf.info.Batches++
 		tf.info.Records += rb.NumRows()

@@ -1,6 +1,7 @@
 package arrow
 
 import (
+	"bytes"
 	"errors"
 	"io"
 	"os"
@@ -53,7 +54,7 @@ func TestReaderRefuses(t *testing.T) {
 		{"badversion", schemaWith(KeySchemaVersion, "one", nil), ErrNotTrace, `"one"`},
 		{"badrank", schemaWith(KeyRank, "r1", nil), ErrNotTrace, "vccl.rank"},
 		{"badnames", schemaWith(KeyKindNames, "{", nil), ErrNotTrace, "vccl.kind_names"},
-		{"nocolumn", schemaWith("", "", func(f []arrowgo.Field) []arrowgo.Field { return f[:len(f)-1] }), ErrNotTrace, `no column "step"`},
+		{"nocolumn", schemaWith("", "", func(f []arrowgo.Field) []arrowgo.Field { return f[:nCols-1] }), ErrNotTrace, `no column "step"`},
 		{"wrongtype", schemaWith("", "", func(f []arrowgo.Field) []arrowgo.Field {
 			f[colKind].Type = arrowgo.PrimitiveTypes.Int64
 			return f
@@ -191,9 +192,17 @@ func TestRepair(t *testing.T) {
 			}
 			path := s.Files()[0]
 			full, _ := os.ReadFile(path)
-			// Cut inside the last batch (and before any footer).
-			lastBatch := 30*64 + 100 // well inside the 50-row batch and what follows it
-			if err := os.WriteFile(path, full[:len(full)-lastBatch], 0o600); err != nil {
+			// Cut inside the last batch (and before any footer): 1000
+			// bytes before the end of the stream is inside the 50-row
+			// batch's body.
+			streamEnd := int64(len(full)) - int64(len(eosMarker))
+			if f == FormatFile {
+				var ok bool
+				if streamEnd, ok = findFooter(bytes.NewReader(full), int64(len(full))); !ok {
+					t.Fatal("no footer")
+				}
+			}
+			if err := os.WriteFile(path, full[:streamEnd-1000], 0o600); err != nil {
 				t.Fatal(err)
 			}
 			os.Chmod(path, 0o600)
@@ -269,7 +278,7 @@ func TestReaderNulls(t *testing.T) {
 	recs := genRecords(1, 20)
 	b := newColBatch(20)
 	b.append(recs)
-	rb := b.record(s)
+	rb := b.record(s, 0)
 	defer rb.Release()
 	// Null out every odd row of "bytes".
 	bitmap := make([]byte, 8)

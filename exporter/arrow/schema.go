@@ -22,6 +22,46 @@ var ColumnNames = [...]string{
 
 const nCols = len(ColumnNames)
 
+// DerivedColumnNames are the columns the writer adds after the v1 columns,
+// derived from them, so that SQL and dataframe users need neither the
+// metadata nor flowtel: the wall-clock time of ts_ns (timestamp[ns, UTC]),
+// the job id as flowtel.JobID prints it, and the name of every enum code
+// (dictionary-encoded over all 256 codes, so the index buffer is the code
+// column itself). Readers take records from the v1 columns alone, and read
+// traces without these columns.
+var DerivedColumnNames = [...]string{
+	"time", "job_id", "kind_name", "status_name", "op_name", "algo_name", "dtype_name", "path_name",
+}
+
+const nDerived = len(DerivedColumnNames)
+
+// Derived column indices, after the v1 columns.
+const (
+	colTime = nCols + iota
+	colJobID
+	colKindName
+	colStatusName
+	colOpName
+	colAlgoName
+	colDtypeName
+	colPathName
+)
+
+// enumType is the type of the *_name columns: uint8 codes into a table of
+// 256 names.
+var enumType = &arrowgo.DictionaryType{IndexType: arrowgo.PrimitiveTypes.Uint8, ValueType: arrowgo.BinaryTypes.String}
+
+var derivedTypes = [nDerived]arrowgo.DataType{
+	colTime - nCols:       &arrowgo.TimestampType{Unit: arrowgo.Nanosecond, TimeZone: "UTC"},
+	colJobID - nCols:      arrowgo.BinaryTypes.String,
+	colKindName - nCols:   enumType,
+	colStatusName - nCols: enumType,
+	colOpName - nCols:     enumType,
+	colAlgoName - nCols:   enumType,
+	colDtypeName - nCols:  enumType,
+	colPathName - nCols:   enumType,
+}
+
 // Column indices into ColumnNames.
 const (
 	colTs = iota
@@ -73,6 +113,7 @@ const (
 	KeyWorldSize     = "vccl.world_size"
 	KeyCommUID       = "vccl.comm_uid"        // the communicator's full unique id
 	KeyCommID        = "vccl.comm_id"         // its 32-bit id, as the comm column holds it, decimal
+	KeyJobID         = "vccl.job_id"          // the same id as flowtel.JobID prints it everywhere else
 	KeyHost          = "vccl.host"            // host name of the rank
 	KeyPID           = "vccl.pid"             // process id of the rank
 	KeyClockOffset   = "vccl.clock_offset_ns" // offset of the rank's monotonic clock to rank 0's, added to make ts_ns
@@ -181,6 +222,7 @@ func schemaFor(m Meta) *arrowgo.Schema {
 		KeyWorldSize:     strconv.Itoa(m.WorldSize),
 		KeyCommUID:       m.CommUID,
 		KeyCommID:        strconv.FormatUint(uint64(m.CommID), 10),
+		KeyJobID:         flowtel.JobID(m.CommID),
 		KeyHost:          m.Host,
 		KeyPID:           strconv.Itoa(m.PID),
 		KeyClockOffset:   strconv.FormatInt(m.ClockOffsetNs, 10),
@@ -192,9 +234,12 @@ func schemaFor(m Meta) *arrowgo.Schema {
 		KeyStatusNames:   string(statuses),
 	}
 	md := arrowgo.MetadataFrom(kv)
-	fields := make([]arrowgo.Field, nCols)
+	fields := make([]arrowgo.Field, 0, nCols+nDerived)
 	for i, name := range ColumnNames {
-		fields[i] = arrowgo.Field{Name: name, Type: columnTypes[i]}
+		fields = append(fields, arrowgo.Field{Name: name, Type: columnTypes[i]})
+	}
+	for i, name := range DerivedColumnNames {
+		fields = append(fields, arrowgo.Field{Name: name, Type: derivedTypes[i]})
 	}
 	return arrowgo.NewSchema(fields, &md)
 }

@@ -2,6 +2,7 @@ package arrow
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"errors"
 	"fmt"
@@ -22,9 +23,10 @@ import (
 
 // Environment variables the sink reads; options given to New win.
 const (
-	EnvDir    = "VCCL_TELEMETRY_DIR"          // directory of the trace files
-	EnvFormat = "VCCL_TELEMETRY_ARROW_FORMAT" // "file" (.arrow, default) or "stream" (.arrows)
-	EnvRotate = "VCCL_TELEMETRY_ARROW_ROTATE" // rotate after this many bytes (512K, 64M, 1G; 0: never)
+	EnvDir         = "VCCL_TELEMETRY_DIR"          // directory of the trace files
+	EnvTraceFormat = "VCCL_TELEMETRY_FORMAT"       // "stream" (.arrows, default), "file" (.arrow) or "parquet" (.parquet)
+	EnvFormat      = "VCCL_TELEMETRY_ARROW_FORMAT" // the older name of VCCL_TELEMETRY_FORMAT, read when it is unset
+	EnvRotate      = "VCCL_TELEMETRY_ARROW_ROTATE" // rotate after this many bytes (512K, 64M, 1G; 0: never)
 )
 
 // Defaults.
@@ -37,42 +39,63 @@ const (
 	MaxBatchRows = 1 << 20
 )
 
-// Format is the Arrow IPC layout of the files.
+// Format is the layout of the trace files.
 type Format uint8
 
 const (
 	// FormatFile is the Arrow IPC file format (.arrow): random access
-	// through the footer written when the file is closed.
+	// through the footer written when the file is closed. A killed
+	// writer's file needs Repair before tools other than this package's
+	// Reader open it.
 	FormatFile Format = iota
-	// FormatStream is the Arrow IPC stream format (.arrows): read front to
-	// back, readable up to its last complete message at any time.
+	// FormatStream is the Arrow IPC stream format (.arrows), the default:
+	// read front to back, and every batch flushed is readable by any Arrow
+	// reader at any time, the writer killed or not (docs/decisions/crash-safe-traces.md).
 	FormatStream
+	// FormatParquet is Apache Parquet (.parquet): one row group per batch,
+	// the footer rewritten after each, so that a killed writer's file opens
+	// up to its last flush in DuckDB, Spark, pandas or polars.
+	FormatParquet
 )
+
+// DefaultFormat is the format the sink writes unless told otherwise.
+const DefaultFormat = FormatStream
 
 // Ext returns the file name extension of the format, with its dot.
 func (f Format) Ext() string {
-	if f == FormatStream {
+	switch f {
+	case FormatStream:
 		return ".arrows"
+	case FormatParquet:
+		return ".parquet"
 	}
 	return ".arrow"
 }
 
 func (f Format) String() string {
-	if f == FormatStream {
+	switch f {
+	case FormatStream:
 		return "stream"
+	case FormatParquet:
+		return "parquet"
 	}
 	return "file"
 }
 
-// ParseFormat parses "file" (or "arrow") and "stream" (or "arrows").
+// ParseFormat parses "file" (or "arrow"), "stream" (or "arrows") and
+// "parquet"; empty is DefaultFormat.
 func ParseFormat(s string) (Format, error) {
 	switch strings.ToLower(strings.TrimSpace(s)) {
-	case "", "file", "arrow", ".arrow":
+	case "":
+		return DefaultFormat, nil
+	case "file", "arrow", ".arrow":
 		return FormatFile, nil
 	case "stream", "arrows", ".arrows":
 		return FormatStream, nil
+	case "parquet", ".parquet", "pq":
+		return FormatParquet, nil
 	}
-	return FormatFile, fmt.Errorf("arrow: unknown format %q (want file or stream)", s)
+	return DefaultFormat, fmt.Errorf("arrow: unknown trace format %q (want stream, file or parquet)", s)
 }
 
 // Compression is the body compression of the record batches.
@@ -110,8 +133,8 @@ type config struct {
 // It is created if missing.
 func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
 
-// WithFormat sets the IPC layout (default VCCL_TELEMETRY_ARROW_FORMAT, else
-// FormatFile).
+// WithFormat sets the file layout (default VCCL_TELEMETRY_FORMAT, else
+// VCCL_TELEMETRY_ARROW_FORMAT, else DefaultFormat).
 func WithFormat(f Format) Option { return func(c *config) { c.format = f } }
 
 // WithBatchRows sets the rows of a record batch: a batch is written when it
@@ -137,8 +160,8 @@ func WithQueuedBatches(n int) Option { return func(c *config) { c.queued = n } }
 func WithCompression(comp Compression) Option { return func(c *config) { c.compression = comp } }
 
 // WithFilePrefix sets the file name prefix; files are named
-// PREFIX-NNN.arrow. The default is vccl-UID8-rankR, UID8 being the first 8
-// characters of the communicator's unique id.
+// PREFIX-NNN.arrows (or .arrow, .parquet). The default is vccl-JOB-rankR,
+// JOB being flowtel.JobID of the communicator's 32-bit id.
 func WithFilePrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
 func configFromEnv(getenv func(string) string) config {
@@ -148,13 +171,17 @@ func configFromEnv(getenv func(string) string) config {
 		flushInterval: DefaultFlushInterval,
 		maxFileBytes:  DefaultMaxFileBytes,
 		queued:        DefaultQueuedBatches,
+		format:        DefaultFormat,
 	}
-	if v := getenv(EnvFormat); v != "" {
-		f, err := ParseFormat(v)
-		if err != nil {
-			c.errs = append(c.errs, fmt.Errorf("%s: %w", EnvFormat, err))
+	for _, env := range []string{EnvTraceFormat, EnvFormat} {
+		if v := getenv(env); v != "" {
+			f, err := ParseFormat(v)
+			if err != nil {
+				c.errs = append(c.errs, fmt.Errorf("%s: %w", env, err))
+			}
+			c.format = f
+			break
 		}
-		c.format = f
 	}
 	if v := getenv(EnvRotate); v != "" {
 		n, err := ParseSize(v)
@@ -193,6 +220,12 @@ func ParseSize(s string) (int64, error) {
 		return 0, fmt.Errorf("bad size %q (want a byte count such as 512K, 64M, 1G)", s)
 	}
 	return n << shift, nil
+}
+
+// FilePrefix is the name every trace file of a rank starts with:
+// vccl-JOB-rankR, JOB being flowtel.JobID(comm).
+func FilePrefix(comm uint32, rank int) string {
+	return fmt.Sprintf("vccl-%s-rank%d", flowtel.JobID(comm), rank)
 }
 
 var errClosed = errors.New("arrow: sink is shut down")
@@ -271,21 +304,14 @@ func newSink(meta Meta, getenv func(string) string, opts ...Option) (*Sink, erro
 	if cfg.queued < 1 {
 		cfg.queued = 1
 	}
-	if cfg.format > FormatStream {
+	if cfg.format > FormatParquet {
 		return nil, fmt.Errorf("arrow: unknown format %d", cfg.format)
 	}
 	if cfg.compression > CompressionZstd {
 		return nil, fmt.Errorf("arrow: unknown compression %d", cfg.compression)
 	}
 	if cfg.prefix == "" {
-		uid := meta.CommUID
-		if len(uid) > 8 {
-			uid = uid[:8]
-		}
-		if uid == "" {
-			uid = "local"
-		}
-		cfg.prefix = fmt.Sprintf("vccl-%s-rank%d", uid, meta.Rank)
+		cfg.prefix = FilePrefix(meta.CommID, meta.Rank)
 	}
 	if strings.ContainsRune(cfg.prefix, filepath.Separator) {
 		return nil, fmt.Errorf("arrow: file prefix %q holds a path separator", cfg.prefix)
@@ -321,7 +347,7 @@ func newSink(meta Meta, getenv func(string) string, opts ...Option) (*Sink, erro
 // Dir returns the directory the files go to.
 func (s *Sink) Dir() string { return s.cfg.dir }
 
-// Format returns the IPC layout of the files.
+// Format returns the layout of the files.
 func (s *Sink) Format() Format { return s.cfg.format }
 
 // Files returns the paths of the files written so far, in order; the last
@@ -545,23 +571,28 @@ func (s *Sink) write(b *colBatch) {
 	s.bytes.Add(uint64(s.seg.cw.n - before))
 	if s.cfg.maxFileBytes > 0 && s.seg.cw.n >= s.cfg.maxFileBytes {
 		s.closeSegment()
+	} else if pw, ok := s.seg.w.(*parquetWriter); ok && pw.rowGroups() >= MaxParquetRowGroups {
+		s.closeSegment()
 	}
 	if s.cfg.onWrite != nil {
 		s.cfg.onWrite()
 	}
 }
 
-// segment is one open file.
+// segment is one open file. Writers write into cw; commit hands what they
+// wrote to the OS, in the way that keeps the file readable if the process
+// dies at any point of it.
 type segment struct {
-	path   string
-	f      *os.File
-	bw     *bufio.Writer
-	cw     *countingWriter
-	schema *arrowgo.Schema
-	w      interface {
+	path      string
+	f         *os.File
+	cw        *countingWriter
+	schema    *arrowgo.Schema
+	wallDelta int64 // Unix time minus trace time
+	w         interface {
 		Write(arrowgo.RecordBatch) error
 		Close() error
 	}
+	commit func() error
 }
 
 type countingWriter struct {
@@ -583,26 +614,13 @@ func (s *Sink) openSegment() error {
 	}
 	meta := s.meta
 	meta.Segment = s.segNum
-	seg := &segment{path: path, f: f, bw: bufio.NewWriterSize(f, 1<<20), schema: schemaFor(meta)}
-	seg.cw = &countingWriter{w: seg.bw}
-	opts := []ipc.Option{ipc.WithSchema(seg.schema)}
-	switch s.cfg.compression {
-	case CompressionLZ4:
-		opts = append(opts, ipc.WithLZ4(), ipc.WithCompressConcurrency(1))
-	case CompressionZstd:
-		opts = append(opts, ipc.WithZstd(), ipc.WithCompressConcurrency(1))
-	}
-	if s.cfg.format == FormatStream {
-		seg.w = ipc.NewWriter(seg.cw, opts...)
-	} else {
-		fw, err := ipc.NewFileWriter(seg.cw, opts...)
-		if err != nil {
-			f.Close()
-			return fmt.Errorf("arrow: %s: %w", path, err)
-		}
-		seg.w = fw
+	seg := &segment{path: path, f: f, schema: schemaFor(meta), wallDelta: meta.WallUnixNs - meta.WallTsNs}
+	if err := seg.start(s.cfg); err != nil {
+		f.Close()
+		return fmt.Errorf("arrow: %s: %w", path, err)
 	}
 	s.seg = seg
+	s.bytes.Add(uint64(seg.cw.n))
 	s.segNum++
 	s.filesMu.Lock()
 	s.files = append(s.files, path)
@@ -610,14 +628,93 @@ func (s *Sink) openSegment() error {
 	return nil
 }
 
+// start makes the segment's writer and commits the file's head, so that a
+// writer killed before its first batch still leaves a trace that opens (with
+// no rows) in the stream and Parquet formats.
+func (seg *segment) start(cfg config) error {
+	opts := []ipc.Option{ipc.WithSchema(seg.schema)}
+	switch cfg.compression {
+	case CompressionLZ4:
+		opts = append(opts, ipc.WithLZ4(), ipc.WithCompressConcurrency(1))
+	case CompressionZstd:
+		opts = append(opts, ipc.WithZstd(), ipc.WithCompressConcurrency(1))
+	}
+	switch cfg.format {
+	case FormatStream:
+		pend := &bytes.Buffer{}
+		seg.cw = &countingWriter{w: pend}
+		seg.w = ipc.NewWriter(seg.cw, opts...)
+		seg.commit = func() error { return commitOrdered(seg.f, seg.cw.n, pend) }
+		// The schema and the enum dictionaries go out with an empty
+		// batch: from now on the file is a stream any reader opens.
+		empty := newColBatch(0).record(seg.schema, 0)
+		defer empty.Release()
+		if err := seg.w.Write(empty); err != nil {
+			return err
+		}
+		return seg.commit()
+	case FormatParquet:
+		pend := &bytes.Buffer{}
+		seg.cw = &countingWriter{w: pend}
+		pw, err := newParquetWriter(seg.cw, seg.schema, cfg.compression)
+		if err != nil {
+			return err
+		}
+		seg.w = pw
+		seg.commit = func() error { return commitAppend(seg.f, pend) }
+		return seg.commit()
+	}
+	bw := bufio.NewWriterSize(seg.f, 1<<20)
+	seg.cw = &countingWriter{w: bw}
+	fw, err := ipc.NewFileWriter(seg.cw, opts...)
+	if err != nil {
+		return err
+	}
+	seg.w = fw
+	seg.commit = bw.Flush
+	return nil
+}
+
+// commitOrdered appends pend, one or more IPC stream messages that end at
+// offset end of the stream, to f, and empties it. The first 8 bytes (the
+// continuation marker and length of the first message) are written last:
+// until then the stream reads as ending where pend starts (a hole reads as
+// zeros, the end-of-stream marker of the IPC format's older readers and
+// writers, which every reader still takes). So a writer killed in the
+// middle of a write leaves a stream that ends at its last complete batch,
+// whatever reads it. An 8-byte write at an offset that is a multiple of 8
+// never crosses a page and is never cut short.
+func commitOrdered(f *os.File, end int64, pend *bytes.Buffer) error {
+	b := pend.Bytes()
+	defer pend.Reset()
+	if len(b) == 0 {
+		return nil
+	}
+	at := end - int64(len(b))
+	if len(b) > 8 {
+		if _, err := f.WriteAt(b[8:], at+8); err != nil {
+			return err
+		}
+	}
+	_, err := f.WriteAt(b[:min(8, len(b))], at)
+	return err
+}
+
+// commitAppend writes pend to f in one write call and empties it.
+func commitAppend(f *os.File, pend *bytes.Buffer) error {
+	defer pend.Reset()
+	_, err := f.Write(pend.Bytes())
+	return err
+}
+
 // write writes b as one record batch and hands it to the OS.
 func (seg *segment) write(b *colBatch) error {
-	rec := b.record(seg.schema)
+	rec := b.record(seg.schema, seg.wallDelta)
 	defer rec.Release()
 	if err := seg.w.Write(rec); err != nil {
 		return err
 	}
-	return seg.bw.Flush()
+	return seg.commit()
 }
 
 // closeSegment finishes the current file, if any.
@@ -630,7 +727,7 @@ func (s *Sink) closeSegment() {
 	before := seg.cw.n
 	err := seg.w.Close()
 	if err == nil {
-		err = seg.bw.Flush()
+		err = seg.commit()
 	}
 	s.bytes.Add(uint64(seg.cw.n - before))
 	if cerr := seg.f.Close(); err == nil {

@@ -3,6 +3,7 @@ package arrow
 import (
 	"context"
 	"errors"
+	"fmt"
 	"io"
 	"os"
 	"path/filepath"
@@ -86,9 +87,12 @@ func TestRoundTrip(t *testing.T) {
 		name string
 		opts []Option
 	}{
-		{"file", nil},
+		{"default", nil},
+		{"file", []Option{WithFormat(FormatFile)}},
 		{"stream", []Option{WithFormat(FormatStream)}},
-		{"lz4", []Option{WithCompression(CompressionLZ4)}},
+		{"parquet", []Option{WithFormat(FormatParquet)}},
+		{"lz4", []Option{WithCompression(CompressionLZ4), WithFormat(FormatFile)}},
+		{"zstd-parquet", []Option{WithCompression(CompressionZstd), WithFormat(FormatParquet)}},
 		{"zstd-stream", []Option{WithCompression(CompressionZstd), WithFormat(FormatStream)}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
@@ -102,7 +106,7 @@ func TestRoundTrip(t *testing.T) {
 			if len(files) != 1 || !strings.HasSuffix(files[0], s.Format().Ext()) {
 				t.Fatalf("files %v, want one %s file", files, s.Format().Ext())
 			}
-			if base := filepath.Base(files[0]); base != "vccl-01234567-rank1-000"+s.Format().Ext() {
+			if base := filepath.Base(files[0]); base != "vccl-deadbeef-rank1-000"+s.Format().Ext() {
 				t.Errorf("file name %s", base)
 			}
 			st := s.Stats()
@@ -161,10 +165,11 @@ func firstDiff(a, b []flowtel.Record) int {
 	return min(len(a), len(b))
 }
 
-// The Arrow schema is exactly schema v1: names, order and types, and what
-// the metadata holds, as any Arrow library sees it.
+// The Arrow schema is exactly schema v1 and the derived columns: names,
+// order and types, and what the metadata holds, as any Arrow library sees
+// it.
 func TestSchema(t *testing.T) {
-	s := newTestSink(t)
+	s := newTestSink(t, WithFormat(FormatFile))
 	consumeAll(t, s, genRecords(1, 10), 10)
 	if err := s.Shutdown(testCtx(t)); err != nil {
 		t.Fatal(err)
@@ -179,7 +184,11 @@ func TestSchema(t *testing.T) {
 		t.Fatal(err)
 	}
 	defer fr.Close()
-	want := "ts_ns:int64 kind:uint8 status:uint8 op:uint8 algo:uint8 dtype:uint8 path:uint8 channel:uint16 rank:int32 peer:int32 qp:uint32 comm:uint32 coll_seq:uint64 wr_id:uint64 bytes:uint64 depth:uint32 step:uint32"
+	want := "ts_ns:int64 kind:uint8 status:uint8 op:uint8 algo:uint8 dtype:uint8 path:uint8 channel:uint16 rank:int32 peer:int32 qp:uint32 comm:uint32 coll_seq:uint64 wr_id:uint64 bytes:uint64 depth:uint32 step:uint32" +
+		" time:timestamp[ns, tz=UTC] job_id:utf8 kind_name:dictionary<values=utf8, indices=uint8, ordered=false>" +
+		" status_name:dictionary<values=utf8, indices=uint8, ordered=false> op_name:dictionary<values=utf8, indices=uint8, ordered=false>" +
+		" algo_name:dictionary<values=utf8, indices=uint8, ordered=false> dtype_name:dictionary<values=utf8, indices=uint8, ordered=false>" +
+		" path_name:dictionary<values=utf8, indices=uint8, ordered=false>"
 	var got []string
 	for _, fl := range fr.Schema().Fields() {
 		got = append(got, fl.Name+":"+fl.Type.String())
@@ -190,7 +199,7 @@ func TestSchema(t *testing.T) {
 	md := fr.Schema().Metadata()
 	for k, v := range map[string]string{
 		KeySchemaVersion: "1", KeyRank: "1", KeyWorldSize: "4", KeyCommUID: testMeta().CommUID,
-		KeyCommID: "3735928559", KeyHost: "node7", KeyClockOffset: "-1234", KeyClockError: "56", KeySegment: "0",
+		KeyCommID: "3735928559", KeyJobID: "deadbeef", KeyHost: "node7", KeyClockOffset: "-1234", KeyClockError: "56", KeySegment: "0",
 		KeyKindNames:   `["invalid","coll_begin","coll_end","wr_post","wc","credit_wait","credit_grant","failover","failback","link_down","link_up","lost","heartbeat"]`,
 		KeyStatusNames: `["ok","error","flushed","retransmitted"]`,
 	} {
@@ -206,7 +215,8 @@ func TestSchema(t *testing.T) {
 }
 
 func TestRotation(t *testing.T) {
-	// 100-row batches are about 6.6 KB; rotate past 20 KB: 4 batches a file.
+	// 100-row batches are about 8.9 KB (the v1 columns and the derived
+	// ones); rotate past 20 KB: 3 batches a file.
 	s := newTestSink(t, WithBatchRows(100), WithMaxFileBytes(20<<10))
 	want := genRecords(1, 1050)
 	consumeAll(t, s, want, 64)
@@ -218,14 +228,14 @@ func TestRotation(t *testing.T) {
 		t.Fatalf("files %v: want rotation", files)
 	}
 	for i, f := range files {
-		if !strings.HasSuffix(f, "-00"+string(rune('0'+i))+".arrow") {
+		if !strings.HasSuffix(f, fmt.Sprintf("-%03d.arrows", i)) {
 			t.Errorf("file %d is %s", i, f)
 		}
 		fi, err := os.Stat(f)
 		if err != nil {
 			t.Fatal(err)
 		}
-		if i < len(files)-1 && (fi.Size() < 20<<10 || fi.Size() > 30<<10) {
+		if i < len(files)-1 && (fi.Size() < 20<<10 || fi.Size() > 40<<10) {
 			t.Errorf("%s: %d bytes, want about 20 KiB", f, fi.Size())
 		}
 	}
@@ -457,7 +467,7 @@ func TestConfig(t *testing.T) {
 	if _, err := newSink(testMeta(), noEnv); err == nil || !strings.Contains(err.Error(), EnvDir) {
 		t.Errorf("no directory: %v", err)
 	}
-	env[EnvFormat] = "parquet"
+	env[EnvFormat] = "orc"
 	if _, err := newSink(testMeta(), func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), EnvFormat) {
 		t.Errorf("bad format: %v", err)
 	}
@@ -496,7 +506,7 @@ func writeRaw(t testing.TB, path string, s *arrowgo.Schema, stream bool, recs ..
 	for _, batch := range recs {
 		b := newColBatch(len(batch))
 		b.append(batch)
-		rb := b.record(s)
+		rb := b.record(s, 0)
 		if err := w.Write(rb); err != nil {
 			t.Fatal(err)
 		}

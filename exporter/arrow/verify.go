@@ -11,14 +11,18 @@ import (
 // can exhaust memory before any check. So the reader verifies every
 // flatbuffer it hands the library, as far as trace files need: every table,
 // vector and string lies inside the buffer, and the schema has the shape a
-// trace has (flat integer columns, no dictionaries).
+// trace has (flat columns of integers, timestamps and strings, strings
+// dictionary-encoded or not).
 
 // Flatbuffer union and enum values of the Arrow IPC schema (Message.fbs,
 // Schema.fbs).
 const (
-	fbHeaderSchema      = 1
-	fbHeaderRecordBatch = 3
-	fbTypeInt           = 2
+	fbHeaderSchema          = 1
+	fbHeaderDictionaryBatch = 2
+	fbHeaderRecordBatch     = 3
+	fbTypeInt               = 2
+	fbTypeUtf8              = 5
+	fbTypeTimestamp         = 10
 )
 
 var errFlatbuffer = errors.New("malformed IPC metadata")
@@ -202,16 +206,35 @@ func verifySchema(s fbTable) error {
 		if err := f.str(0); err != nil {
 			return err
 		}
-		if typ, err := f.scalar(2, 1); err != nil {
-			return err
-		} else if typ != fbTypeInt {
-			return fmt.Errorf("%w: a column of Arrow type id %d, want integers", ErrNotTrace, typ)
-		}
-		if _, _, err := f.sub(3); err != nil { // the Int table: two scalars
+		typ, err := f.scalar(2, 1)
+		if err != nil {
 			return err
 		}
-		if f.field(4) >= 0 {
-			return fmt.Errorf("%w: a dictionary-encoded column", ErrNotTrace)
+		switch typ {
+		case fbTypeInt, fbTypeUtf8: // tables of scalars, or empty
+		case fbTypeTimestamp:
+			if t, ok, err := f.sub(3); err != nil {
+				return err
+			} else if ok {
+				if err := t.str(1); err != nil { // the time zone
+					return err
+				}
+			}
+		default:
+			return fmt.Errorf("%w: a column of Arrow type id %d, want integers, timestamps or strings", ErrNotTrace, typ)
+		}
+		if _, _, err := f.sub(3); err != nil {
+			return err
+		}
+		if d, ok, err := f.sub(4); err != nil {
+			return err
+		} else if ok {
+			if typ != fbTypeUtf8 {
+				return fmt.Errorf("%w: a dictionary-encoded column of Arrow type id %d, want strings", ErrNotTrace, typ)
+			}
+			if _, _, err := d.sub(1); err != nil { // the index type: an Int table
+				return err
+			}
 		}
 		if _, n, err := f.vector(5, 4); err != nil {
 			return err
@@ -252,20 +275,35 @@ func verifyMessage(b []byte) (header int, bodyLen int64, err error) {
 	case fbHeaderSchema:
 		err = verifySchema(body)
 	case fbHeaderRecordBatch:
-		if _, _, err = body.vector(1, 16); err != nil { // nodes
-			break
+		err = verifyRecordBatch(body)
+	case fbHeaderDictionaryBatch:
+		data, ok, derr := body.sub(1)
+		switch {
+		case derr != nil:
+			err = derr
+		case !ok:
+			err = fbErr("a dictionary batch without data")
+		default:
+			err = verifyRecordBatch(data)
 		}
-		if _, _, err = body.vector(2, 16); err != nil { // buffers
-			break
-		}
-		if _, _, err = body.sub(3); err != nil { // compression: two scalars
-			break
-		}
-		_, _, err = body.vector(4, 8) // variadic buffer counts
 	default:
-		err = fmt.Errorf("%w: an IPC message of type %d (a trace has a schema and record batches)", ErrNotTrace, h)
+		err = fmt.Errorf("%w: an IPC message of type %d (a trace has a schema, dictionaries and record batches)", ErrNotTrace, h)
 	}
 	return int(h), int64(bl), err
+}
+
+func verifyRecordBatch(body fbTable) error {
+	if _, _, err := body.vector(1, 16); err != nil { // nodes
+		return err
+	}
+	if _, _, err := body.vector(2, 16); err != nil { // buffers
+		return err
+	}
+	if _, _, err := body.sub(3); err != nil { // compression: two scalars
+		return err
+	}
+	_, _, err := body.vector(4, 8) // variadic buffer counts
+	return err
 }
 
 // verifyFooter checks the flatbuffer of an IPC file footer and returns the
@@ -287,7 +325,7 @@ func verifyFooter(b []byte) (int, error) {
 			return 0, err
 		}
 	}
-	if _, _, err := f.vector(2, 24); err != nil {
+	if _, _, err := f.vector(2, 24); err != nil { // dictionary blocks
 		return 0, err
 	}
 	_, n, err := f.vector(3, 24)
