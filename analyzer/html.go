@@ -1,6 +1,8 @@
 package analyzer
 
 import (
+	"github.com/vccl-go/vccl/flowtel"
+
 	"cmp"
 	"fmt"
 	"html/template"
@@ -25,7 +27,7 @@ func (r *Report) WriteHTML(w io.Writer) error {
 	d.Heat = template.HTML(d.heatmap())
 	d.Timeline = template.HTML(d.timeline())
 	for _, c := range r.Collectives {
-		d.Colls = append(d.Colls, []string{fmt.Sprintf("%08x", c.Comm), c.Op, c.Algo, fmtBytes(c.Bytes), fmt.Sprint(c.Count),
+		d.Colls = append(d.Colls, []string{flowtel.JobID(c.Comm), c.Op, c.Algo, fmtBytes(c.Bytes), fmt.Sprint(c.Count),
 			fmtBps(c.BusBWP50), fmtBps(c.BusBWP99), fmtDur(c.TimeP50Ns), skewText(c.SkewP50Ns), skewText(c.SkewP99Ns), skewText(c.SkewMaxNs)})
 	}
 	return htmlTmpl.Execute(w, &d)
@@ -392,7 +394,7 @@ th{background:#fafafa}td.num{text-align:right;font-variant-numeric:tabular-nums}
 details summary{cursor:pointer;color:#555;font-size:12px}.warn{color:#a04000}
 </style></head><body>
 <h1>vccl-analyze</h1>
-<div class="note">{{len .R.Job.Files}} file(s), {{.R.Job.Records}} records, {{printf "%.3f" (spanSeconds .Span)}}s of trace{{range .R.Job.Comms}}; communicator {{printf "%08x" .ID}}{{if .UID}} ({{.UID}}){{end}}: {{.Ranks}} ranks, {{.Collectives}} collectives{{end}}{{if .R.Job.LostRecords}}; {{.R.Job.LostRecords}} records lost before writing{{end}}.</div>
+<div class="note">{{len .R.Job.Files}} file(s), {{.R.Job.Records}} records, {{printf "%.3f" (spanSeconds .Span)}}s of trace{{range .R.Job.Comms}}; job {{.JobID}}{{if .UID}} ({{.UID}}){{end}}: {{.Ranks}} ranks, {{.Collectives}} collectives{{end}}{{if .R.Job.LostRecords}}; {{.R.Job.LostRecords}} records lost before writing{{end}}.</div>
 {{range .R.Warnings}}<div class="warn">warning: {{.}}</div>{{end}}
 <h2>Findings</h2>
 {{if .Findings}}<table><tr><th>#</th><th>severity</th><th>kind</th><th>culprit</th><th>from</th><th>to</th><th>impact</th><th>collectives</th><th>what the records show</th></tr>
@@ -406,7 +408,7 @@ details summary{cursor:pointer;color:#555;font-size:12px}.warn{color:#a04000}
 <h2>Collective timeline</h2>
 {{.Timeline}}
 <h2>Collectives</h2>
-{{if .Colls}}<table><tr><th>comm</th><th>op</th><th>algo</th><th>bytes</th><th>count</th><th>busbw p50</th><th>busbw p99</th><th>time p50</th><th>skew p50</th><th>skew p99</th><th>skew max</th></tr>
+{{if .Colls}}<table><tr><th>job</th><th>op</th><th>algo</th><th>bytes</th><th>count</th><th>busbw p50</th><th>busbw p99</th><th>time p50</th><th>skew p50</th><th>skew p99</th><th>skew max</th></tr>
 {{range .Colls}}<tr>{{range .}}<td class="num">{{.}}</td>{{end}}</tr>{{end}}</table>{{else}}<p class="note">No collectives.</p>{{end}}
 <p class="note">Times are seconds from the start of the trace, on the job's common time base. Definitions of each finding: docs/analyzer.md.</p>
 </body></html>

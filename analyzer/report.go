@@ -7,6 +7,8 @@ import (
 	"slices"
 	"strings"
 	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
 // Report is what an analysis found: the findings worst first, a summary of
@@ -20,8 +22,10 @@ type Report struct {
 	Collectives []CollectiveSummary `json:"collectives"`
 	Warnings    []string            `json:"warnings"`
 
+	// Links are every link's totals, sorted by communicator and link.
+	Links []LinkSummary `json:"links"`
+
 	// For charts (not in the JSON output).
-	Links    []LinkSummary   `json:"-"`
 	Series   Series          `json:"-"`
 	Timeline []TimelineEntry `json:"-"`
 }
@@ -51,6 +55,7 @@ type FileSummary struct {
 // CommSummary describes one communicator of the trace.
 type CommSummary struct {
 	ID          uint32 `json:"id"`
+	JobID       string `json:"job_id"` // ID as flowtel.JobID prints it: trace file names, metrics and spans use the same
 	UID         string `json:"uid,omitempty"`
 	Ranks       int    `json:"ranks"`
 	Collectives int    `json:"collectives"`
@@ -76,24 +81,27 @@ type CollectiveSummary struct {
 	SkewMaxNs int64   `json:"skew_max_ns"`
 }
 
-// LinkSummary is one link's totals.
+// LinkSummary is one link's totals. SentBytes adds up the payload of the
+// sender's completed sends (wc records of sends: even wr_id), LandedBytes
+// that of the receiver's completed receives.
 type LinkSummary struct {
-	Comm        uint32
-	Link        LinkRef
-	SentBytes   uint64
-	LandedBytes uint64
-	XferBps     float64 // bytes over transfer time of the paired WRs (see slow link)
-	MaxBacklog  uint64  // most bytes of sends outstanding at once
-	FailedWRs   uint64
+	Comm        uint32  `json:"comm"`
+	JobID       string  `json:"job_id"`
+	Link        LinkRef `json:"link"`
+	SentBytes   uint64  `json:"sent_bytes"`
+	LandedBytes uint64  `json:"landed_bytes"`
+	XferBps     float64 `json:"xfer_bps"`    // bytes over transfer time of the paired WRs (see slow link)
+	MaxBacklog  uint64  `json:"max_backlog"` // most bytes of sends outstanding at once
+	FailedWRs   uint64  `json:"failed_wrs"`
 	// The sender's WR latency, post to completion, over the sends whose
 	// post was seen (LatSamples): nearest-rank percentiles within 1%.
-	LatSamples uint64
-	LatP50Ns   int64
-	LatP99Ns   int64
-	LatMaxNs   int64
+	LatSamples uint64 `json:"lat_samples"`
+	LatP50Ns   int64  `json:"lat_p50_ns"`
+	LatP99Ns   int64  `json:"lat_p99_ns"`
+	LatMaxNs   int64  `json:"lat_max_ns"`
 	// CreditWaitNs is the time during which at least one send waited for
 	// credit, overlapping waits counted once.
-	CreditWaitNs int64
+	CreditWaitNs int64 `json:"credit_wait_ns"`
 }
 
 // Series are per-link values over time: point k covers
@@ -205,7 +213,7 @@ func (a *Analyzer) Finish() *Report {
 				n += g.count
 			}
 		}
-		r.Job.Comms = append(r.Job.Comms, CommSummary{ID: c.id, Ranks: int(c.size), Collectives: n})
+		r.Job.Comms = append(r.Job.Comms, CommSummary{ID: c.id, JobID: flowtel.JobID(c.id), Ranks: int(c.size), Collectives: n})
 		r.Collectives = append(r.Collectives, c.summaries()...)
 		for _, t := range c.timeline {
 			r.Timeline = append(r.Timeline, TimelineEntry{Comm: c.id, Seq: t.seq, Op: t.op.String(), Bytes: t.bytes, Begins: t.begins, Ends: t.ends})
@@ -650,7 +658,7 @@ func (a *Analyzer) linkReport(r *Report) {
 		if l.sentBytes == 0 && l.landedBytes == 0 && l.creditWaitNs == 0 {
 			continue
 		}
-		r.Links = append(r.Links, LinkSummary{Comm: l.key.comm, Link: ref, SentBytes: l.sentBytes, LandedBytes: l.landedBytes,
+		r.Links = append(r.Links, LinkSummary{Comm: l.key.comm, JobID: flowtel.JobID(l.key.comm), Link: ref, SentBytes: l.sentBytes, LandedBytes: l.landedBytes,
 			XferBps: safeDiv(float64(l.xferBytes), float64(l.xferNs)) * 1e9, MaxBacklog: l.maxOut, FailedWRs: l.failed,
 			LatSamples: l.lat.Count(), LatP50Ns: l.lat.Percentile(50), LatP99Ns: l.lat.Percentile(99), LatMaxNs: l.lat.Max(),
 			CreditWaitNs: l.creditWaitNs})

@@ -1,6 +1,8 @@
 package analyzer
 
 import (
+	"github.com/vccl-go/vccl/flowtel"
+
 	"encoding/json"
 	"fmt"
 	"io"
@@ -30,7 +32,7 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 		tw.Flush()
 		if verbose {
 			for i, f := range r.Findings {
-				fmt.Fprintf(&sb, "\n[%d] %s %s (comm %08x, path %d)\n", i+1, f.Kind, f.Culprit(), f.Comm, f.Path)
+				fmt.Fprintf(&sb, "\n[%d] %s %s (job %s, path %d)\n", i+1, f.Kind, f.Culprit(), flowtel.JobID(f.Comm), f.Path)
 				for _, k := range f.EvidenceKeys() {
 					fmt.Fprintf(&sb, "    %-24s %.6g\n", k, f.Evidence[k])
 				}
@@ -50,9 +52,9 @@ func (r *Report) WriteText(w io.Writer, verbose bool) error {
 	if len(r.Collectives) > 0 {
 		sb.WriteString("\nCollectives:\n")
 		tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', tabwriter.AlignRight)
-		fmt.Fprintln(tw, "comm\top\talgo\tbytes\tcount\tbusbw p50\tbusbw p99\ttime p50\tskew p50\tskew p99\tskew max\t")
+		fmt.Fprintln(tw, "job\top\talgo\tbytes\tcount\tbusbw p50\tbusbw p99\ttime p50\tskew p50\tskew p99\tskew max\t")
 		for _, c := range r.Collectives {
-			fmt.Fprintf(tw, "%08x\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", c.Comm, c.Op, c.Algo, fmtBytes(c.Bytes), c.Count,
+			fmt.Fprintf(tw, "%s\t%s\t%s\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%s\t\n", flowtel.JobID(c.Comm), c.Op, c.Algo, fmtBytes(c.Bytes), c.Count,
 				fmtBps(c.BusBWP50), fmtBps(c.BusBWP99), fmtDur(c.TimeP50Ns), skewText(c.SkewP50Ns), skewText(c.SkewP99Ns), skewText(c.SkewMaxNs))
 		}
 		tw.Flush()

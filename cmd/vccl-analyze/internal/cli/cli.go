@@ -16,6 +16,14 @@ import (
 // Main runs vccl-analyze with args and returns its exit status: 0 when the
 // analysis ran (whatever it found), 1 when it could not, 2 for bad usage.
 func Main(args []string, stdout, stderr io.Writer) int {
+	if len(args) > 0 {
+		switch args[0] {
+		case "convert", "export":
+			return convert(args[1:], stdout, stderr)
+		case "repair":
+			return repair(args[1:], stdout, stderr)
+		}
+	}
 	fs := flag.NewFlagSet("vccl-analyze", flag.ContinueOnError)
 	fs.SetOutput(stderr)
 	jsonOut := fs.Bool("json", false, "write one JSON object (findings, collectives, job, warnings) instead of the tables")
@@ -27,7 +35,12 @@ func Main(args []string, stdout, stderr io.Writer) int {
 	fs.Var(&sets, "set", "set a detector threshold, `name=value` (repeatable; see -list-options)")
 	list := fs.Bool("list-options", false, "list the thresholds -set takes, with their defaults, and exit")
 	fs.Usage = func() {
-		fmt.Fprintf(stderr, "usage: vccl-analyze [flags] TRACE…\n\nTRACE is an Arrow trace file or a directory of them (all ranks of one job).\n\nFlags:\n")
+		fmt.Fprintf(stderr, "usage: vccl-analyze [flags] TRACE…\n"+
+			"       vccl-analyze convert [-format parquet|stream|file] -o DIR TRACE…\n"+
+			"       vccl-analyze repair TRACE…\n\n"+
+			"TRACE is a trace file (Arrow file, Arrow stream or Parquet) or a directory of them\n"+
+			"(all ranks of one job). convert (or export) rewrites traces in another format;\n"+
+			"repair finishes the files of killed writers for other tools.\n\nFlags:\n")
 		fs.PrintDefaults()
 	}
 	if err := fs.Parse(args); err != nil {
