@@ -1,26 +1,28 @@
-// Package arrow writes flow telemetry to Apache Arrow IPC files and reads it
-// back: the trace format of VCCL-Go, which any Arrow tool opens (pyarrow,
-// polars, DuckDB, the Arrow JS library).
+// Package arrow writes flow telemetry to trace files, Apache Arrow IPC or
+// Apache Parquet, and reads it back: the trace formats of VCCL-Go, which
+// any Arrow or Parquet tool opens (pyarrow, polars, DuckDB, Spark, the
+// Arrow JS library).
 //
 // # Files
 //
 // A Sink is a flowtel.Sink. Each rank writes its own series of files into a
 // directory (WithDir, or VCCL_TELEMETRY_DIR), named
 //
-//	vccl-UID8-rankR-000.arrow, vccl-UID8-rankR-001.arrow, …
+//	vccl-JOB-rankR-000.arrows, vccl-JOB-rankR-001.arrows, …
 //
-// where UID8 is the start of the communicator's unique id. A file is
+// where JOB is flowtel.JobID of the communicator's 32-bit id. A file is
 // rotated (closed, and the next one started) at the first batch boundary
-// after VCCL_TELEMETRY_ARROW_ROTATE bytes (default 256 MiB; WithMaxFileBytes).
-// The layout is the Arrow IPC file format (.arrow) by default, or the IPC
-// stream format (.arrows) with VCCL_TELEMETRY_ARROW_FORMAT=stream or
-// WithFormat(FormatStream), which DuckDB's WASM build and streaming readers
-// take.
+// after VCCL_TELEMETRY_ARROW_ROTATE bytes (default 256 MiB; WithMaxFileBytes),
+// and a Parquet file also after MaxParquetRowGroups batches. The layout
+// (VCCL_TELEMETRY_FORMAT, or WithFormat) is the Arrow IPC stream format
+// (.arrows) by default, Parquet (.parquet, one row group per batch), or
+// the Arrow IPC file format (.arrow).
 //
 // # Columns and metadata
 //
 // One row per flowtel.Record, one column per field of schema v1, with the
-// same names and matching types, none nullable in practice:
+// same names and matching types, none nullable in practice, then the
+// DerivedColumnNames (time, job_id and the *_name columns):
 //
 //	ts_ns int64, kind uint8, status uint8, op uint8, algo uint8, dtype uint8,
 //	path uint8, channel uint16, rank int32, peer int32, qp uint32,
@@ -50,19 +52,25 @@
 //
 // # Killed writers
 //
-// The IPC file format needs a footer, written when the file is closed (by
-// the collector's Shutdown, or at rotation). Until then a .arrow file holds
-// the 8-byte file header followed by a valid IPC stream of every batch
-// flushed so far, and a .arrows file is such a stream. So when the process
-// is killed (SIGKILL included), every batch handed to the OS is still
-// readable: this package's Reader reads an unfinished file up to its last
-// complete batch (FileInfo.Finished false, Truncated true when a partial
-// batch was skipped), and Repair rewrites it into a finished file for other
-// tools. Sink.Flush hands everything consumed so far to the OS.
+// A .arrows stream is valid at every instant: each flush's first 8 bytes
+// are written after the rest, so a writer killed inside a write (SIGKILL
+// included) leaves a stream that ends at its last complete batch for any
+// Arrow reader. A .parquet file is complete after every batch (a footer
+// follows each row group); a kill inside a write leaves a tail after the
+// last footer, which the Reader skips and Repair cuts. The IPC file format
+// needs a footer, written when the file is closed (by the collector's
+// Shutdown, or at rotation); until then a .arrow file holds the 8-byte file
+// header and a valid IPC stream of every batch flushed so far, which this
+// package's Reader reads and Repair rewrites into a finished file. In every
+// case the Reader reports an unfinished file with FileInfo.Finished false
+// (Truncated true when a partial batch was skipped). Sink.Flush hands
+// everything consumed so far to the OS. See
+// docs/decisions/crash-safe-traces.md.
 //
 // # Reading
 //
-// Open reads a file or a whole directory, streaming: Reader.Next returns one
+// Open reads a file or a whole directory, streaming, whatever the format
+// (told by the first bytes, not the name): Reader.Next returns one
 // record batch at a time as []flowtel.Record, so memory stays bounded by a
 // batch. It refuses an unknown schema version (ErrSchemaVersion) and
 // anything that is not a well-formed trace (ErrNotTrace) with an error naming

@@ -67,3 +67,39 @@ func Example() {
 	// 0 101 wr_post 1 4096
 	// 0 102 wr_post 1 4096
 }
+
+// A trace converts between the Arrow formats and Parquet, record for
+// record; the reader tells the formats apart by their first bytes.
+func ExampleConvertFile() {
+	dir, err := os.MkdirTemp("", "vccl-convert-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sink, err := arrow.New(arrow.Meta{Rank: 1, WorldSize: 2, CommID: 0xc0ffee}, arrow.WithDir(dir))
+	if err != nil {
+		log.Fatal(err)
+	}
+	recs := []flowtel.Record{{TsNs: 5, Kind: flowtel.KindWC, Rank: 1, Peer: 0, Comm: 0xc0ffee, Bytes: 512}}
+	if err := sink.Consume(context.Background(), recs); err != nil {
+		log.Fatal(err)
+	}
+	if err := sink.Shutdown(context.Background()); err != nil {
+		log.Fatal(err)
+	}
+	src := sink.Files()[0]
+	dst := filepath.Join(dir, arrow.ConvertedName(src, arrow.FormatParquet))
+	info, err := arrow.ConvertFile(src, dst, arrow.FormatParquet)
+	if err != nil {
+		log.Fatal(err)
+	}
+	back, err := arrow.ReadAll(dst)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(filepath.Base(src), "->", filepath.Base(dst), info.Records, "record")
+	fmt.Println(back[0].Kind, back[0].Bytes, flowtel.JobID(back[0].Comm))
+	// Output:
+	// vccl-00c0ffee-rank1-000.arrows -> vccl-00c0ffee-rank1-000.parquet 1 record
+	// wc 512 00c0ffee
+}

@@ -18,6 +18,8 @@ func seedTraces(f *testing.F) [][]byte {
 		{WithFormat(FormatStream)},
 		{WithFormat(FormatFile), WithCompression(CompressionLZ4)},
 		{WithFormat(FormatStream), WithCompression(CompressionZstd)},
+		{WithFormat(FormatParquet)},
+		{WithFormat(FormatParquet), WithCompression(CompressionZstd)},
 	} {
 		s, err := newSink(testMeta(), noEnv, append([]Option{WithDir(f.TempDir()), WithBatchRows(3)}, opts...)...)
 		if err != nil {
@@ -36,8 +38,10 @@ func seedTraces(f *testing.F) [][]byte {
 	return seeds
 }
 
-// FuzzReader feeds the reader arbitrary bytes: it must return records or an
-// error that names the input, never panic, hang or allocate without bound.
+// FuzzReader feeds the reader arbitrary bytes (seeded with Arrow file,
+// Arrow stream and Parquet traces, whole and cut): it must return records
+// or an error that names the input, never panic, hang or allocate without
+// bound.
 func FuzzReader(f *testing.F) {
 	for _, s := range seedTraces(f) {
 		f.Add(s)
@@ -45,6 +49,8 @@ func FuzzReader(f *testing.F) {
 	f.Add([]byte{})
 	f.Add([]byte("ARROW1\x00\x00"))
 	f.Add([]byte("\xff\xff\xff\xff\x00\x00\x00\x00"))
+	f.Add([]byte("PAR1"))
+	f.Add([]byte("PAR1\x00\x00\x00\x00PAR1"))
 	defer func(m, b int64, a int) { maxMetadataBytes, maxBodyBytes, allocLimit = m, b, a }(maxMetadataBytes, maxBodyBytes, allocLimit)
 	maxMetadataBytes, maxBodyBytes, allocLimit = 1<<20, 4<<20, 4<<20
 	f.Fuzz(func(t *testing.T, data []byte) {

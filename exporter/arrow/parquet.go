@@ -225,6 +225,9 @@ func (tf *traceFile) openParquet(ra io.ReaderAt, size int64) (err error) {
 	if err := checkParquetBounds(md); err != nil {
 		return err
 	}
+	if err := verifyStoredSchema(md); err != nil {
+		return err
+	}
 	tf.info.Truncated = end < size
 	props := parquet.NewReaderProperties(cappedAllocator{memory.DefaultAllocator})
 	props.BufferedStreamEnabled = true
@@ -265,6 +268,40 @@ func (tf *traceFile) openParquet(ra io.ReaderAt, size int64) (err error) {
 		tf.info.Finished = true
 	}
 	tf.pq = &parquetTrace{pf: pf, fr: fr, leaves: leaves}
+	return nil
+}
+
+// verifyStoredSchema checks the Arrow schema a Parquet file stores
+// (ARROW:schema: an IPC schema message, base64) as the IPC reader checks
+// its messages, before pqarrow decodes it unverified.
+func verifyStoredSchema(md *metadata.FileMetaData) error {
+	v := md.KeyValueMetadata().FindValue("ARROW:schema")
+	if v == nil {
+		return nil
+	}
+	b, err := base64.StdEncoding.DecodeString(*v)
+	if err != nil {
+		if b, err = base64.RawStdEncoding.DecodeString(*v); err != nil {
+			return fmt.Errorf("%w: ARROW:schema is not base64: %v", ErrNotTrace, err)
+		}
+	}
+	if len(b) >= 4 && binary.LittleEndian.Uint32(b) == 0xffffffff {
+		b = b[4:]
+	}
+	if len(b) < 4 {
+		return fmt.Errorf("%w: ARROW:schema of %d bytes", ErrNotTrace, len(b))
+	}
+	n := int64(int32(binary.LittleEndian.Uint32(b)))
+	if n <= 0 || n > int64(len(b)-4) {
+		return fmt.Errorf("%w: ARROW:schema claims %d bytes of %d", ErrNotTrace, n, len(b)-4)
+	}
+	h, _, err := verifyMessage(b[4 : 4+n])
+	if err == nil && h != fbHeaderSchema {
+		err = fmt.Errorf("an IPC message of type %d", h)
+	}
+	if err != nil {
+		return fmt.Errorf("%w: ARROW:schema: %v", ErrNotTrace, err)
+	}
 	return nil
 }
 
