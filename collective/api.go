@@ -89,6 +89,9 @@ func (h *Handle) Wait(ctx context.Context) error {
 			break
 		}
 	}
+	if len(h.tasks) > 0 {
+		h.err = h.comm.verdict(h.tasks[0].seq, h.err)
+	}
 	return h.err
 }
 

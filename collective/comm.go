@@ -69,6 +69,11 @@ type Comm struct {
 	// tells its parent's too, through splitFrom.
 	observers atomic.Pointer[[]CallObserver]
 	splitFrom *Comm
+	board     abortBoard // this communicator's
+	// peerFailure is the failure learnt from the board; lastEnd when this
+	// rank's latest call ended (monotonic ns): see verdict.
+	peerFailure atomic.Pointer[PeerFailedError]
+	lastEnd     atomic.Int64
 }
 
 // peerInfo is what ranks exchange at bootstrap to find and reach each other.

@@ -58,9 +58,9 @@ type engine struct {
 	stopped  chan struct{} // closed once shutdown finished every task
 
 	mu        sync.Mutex
-	failed    error       // set once a transfer failed: the channel's QPs are no longer in step
-	hasFailed atomic.Bool // failed is set
-	onFail    func(error) // told once when a call of this rank poisons the channel (abort board)
+	failed    error                       // set once a transfer failed: the channel's QPs are no longer in step
+	hasFailed atomic.Bool                 // failed is set
+	onFail    func(seq uint64, err error) // told once when a call of this rank poisons the channel (abort board)
 
 	nActive  atomic.Int32 // len(active), readable without the token
 	stopping atomic.Bool  // stop is closed
@@ -935,7 +935,7 @@ func (e *engine) fail(t *task, err error, poisons bool) {
 	t.err = fmt.Errorf("%w", err)
 	if poisons || t.posted > 0 {
 		if e.setFailed(fmt.Errorf("collective: channel %d failed at %v seq %d: %w", e.channel, t.call.op, t.seq, err)) && e.onFail != nil {
-			e.onFail(e.failure())
+			e.onFail(t.seq, e.failure())
 		}
 		e.failAll(e.failure())
 	}
@@ -1048,16 +1048,21 @@ func (e *engine) expired(t *task, now int64) error {
 		err = context.DeadlineExceeded // its timer has not fired yet
 	}
 	if err == nil && t.deadline != 0 && now > t.deadline {
-		err = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
+		err = errCommTimeout
 	}
 	if err == nil {
 		return nil
 	}
-	return fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, err, t.waitingFor())
+	peers := t.waitingOn()
+	waiting := "no transfer pending"
+	if len(peers) > 0 {
+		waiting = fmt.Sprintf("still waiting on transfers with ranks %v", peers)
+	}
+	return blame(fmt.Errorf("collective: %v seq %d on rank %d: %w; %s", t.call.op, t.seq, e.rank, err, waiting), peers...)
 }
 
-// waitingFor describes the transfers a stuck task waits on.
-func (t *task) waitingFor() string {
+// waitingOn lists the peers of the transfers a stuck task waits on.
+func (t *task) waitingOn() []int {
 	var peers []int
 	seen := map[int]bool{}
 	for i, p := range t.sched.prims {
@@ -1066,8 +1071,5 @@ func (t *task) waitingFor() string {
 			peers = append(peers, p.peer)
 		}
 	}
-	if len(peers) == 0 {
-		return "no transfer pending"
-	}
-	return fmt.Sprintf("still waiting on transfers with ranks %v", peers)
+	return peers
 }

@@ -369,14 +369,14 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 		// This rank's mailboxes are now out of step with its peers':
 		// the communicator is done for, as after an engine call that
 		// failed with transfers out.
-		c.poison(fmt.Errorf("collective: %v seq %d (mailbox path) failed: %w", rq.call.op, seq, err))
+		c.poison(seq, fmt.Errorf("collective: %v seq %d (mailbox path) failed: %w", rq.call.op, seq, err))
 	}
 	s.pass(k, !s.dead)
 	s.live.Unlock()
 	if h != nil {
-		err = h.Wait(ctx)
+		return h.Wait(ctx)
 	}
-	return err
+	return c.verdict(seq, err)
 }
 
 // smallPrev waits for the async engine calls made before call seq.
@@ -398,7 +398,7 @@ func (c *Comm) smallPrev(ctx context.Context, prev []*Handle, seq uint64) error 
 
 // poison fails the communicator with err and, unless another rank's
 // failure caused it, posts it on the abort board.
-func (c *Comm) poison(err error) {
+func (c *Comm) poison(seq uint64, err error) {
 	first := false
 	for i, e := range c.engines {
 		if e.setFailed(err) && i == 0 {
@@ -408,7 +408,7 @@ func (c *Comm) poison(err error) {
 		e.wake()
 	}
 	if first && c.engines[0].onFail != nil {
-		c.engines[0].onFail(err)
+		c.engines[0].onFail(seq, err)
 	}
 }
 
@@ -621,7 +621,7 @@ func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p 
 	}
 	err := ctx.Err()
 	if err == nil && deadline.passed(now) {
-		err = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
+		err = errCommTimeout
 	}
 	if err == nil {
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {
@@ -629,7 +629,7 @@ func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p 
 		}
 	}
 	if err != nil {
-		return fmt.Errorf("collective: %v seq %d on rank %d: %w; still waiting on rank %d", OpAllReduce, seq, c.rank, err, p)
+		return blame(fmt.Errorf("collective: %v seq %d on rank %d: %w; still waiting on rank %d", OpAllReduce, seq, c.rank, err, p), p)
 	}
 	if perr := b.Err(); perr != nil && !b.Arrived(k) {
 		return fmt.Errorf("collective: %v seq %d: %w", OpAllReduce, seq, peerError(p, perr))
