@@ -34,12 +34,13 @@ type Player interface {
 // Frame is the state of a job at one moment: what every screen shows, and
 // what `vccl-top --once --output json` prints.
 type Frame struct {
-	Source string    `json:"source"`        // "live", "prometheus" or "replay"
-	Target string    `json:"target"`        // what the source reads: endpoints, a URL, a directory
-	UID    string    `json:"uid,omitempty"` // the communicator's unique id, when known
-	Time   time.Time `json:"time"`          // wall time of the state (replay: of the trace at the cursor)
-	Seq    uint64    `json:"seq"`           // grows when the data changes
-	Size   int       `json:"size"`          // ranks in the job
+	Source string    `json:"source"`           // "live", "prometheus" or "replay"
+	Target string    `json:"target"`           // what the source reads: endpoints, a URL, a directory
+	UID    string    `json:"uid,omitempty"`    // the communicator's unique id, when known
+	JobID  string    `json:"job_id,omitempty"` // the job id as flowtel.JobID prints it (trace file names, metrics, the analyzer), when known
+	Time   time.Time `json:"time"`             // wall time of the state (replay: of the trace at the cursor)
+	Seq    uint64    `json:"seq"`              // grows when the data changes
+	Size   int       `json:"size"`             // ranks in the job
 
 	Ranks    []Rank    `json:"ranks"`
 	Links    []Link    `json:"links"`

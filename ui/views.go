@@ -93,7 +93,9 @@ func (m *Model) headerLine(w int) string {
 			left += " " + f.Target
 		}
 	}
-	if f.UID != "" {
+	if f.JobID != "" {
+		left += "  job " + f.JobID
+	} else if f.UID != "" {
 		uid := f.UID
 		if len(uid) > 8 {
 			uid = uid[:8]

@@ -84,6 +84,7 @@ type Live struct {
 
 	mu       sync.Mutex
 	disc     Discovery
+	jobID    string // from the ranks' /v1/info, once one answered
 	discErr  string
 	anaErr   string
 	ranks    map[int]*rankConn // by the rank asked for
@@ -179,6 +180,7 @@ func (l *Live) analyzeLoop() {
 			}
 			if rc.info != nil && rc.info.Size > 0 {
 				lv.SetWorldSize(rc.info.CommID, rc.info.Size)
+				l.jobID = flowtel.JobID(rc.info.CommID)
 			}
 		}
 		l.mu.Unlock()
@@ -638,7 +640,7 @@ func (l *Live) Frame() ui.Frame {
 	now := l.cfg.Now()
 	l.mu.Lock()
 	defer l.mu.Unlock()
-	f := ui.Frame{Source: "live", Target: l.cfg.Target, UID: l.disc.UID, Time: now, Seq: l.seq.Load(), Size: l.disc.Size}
+	f := ui.Frame{Source: "live", Target: l.cfg.Target, UID: l.disc.UID, JobID: l.jobID, Time: now, Seq: l.seq.Load(), Size: l.disc.Size}
 	var rates []rankRates
 	for _, r := range slices.Sorted(maps.Keys(l.ranks)) {
 		rc := l.ranks[r]

@@ -52,9 +52,10 @@ const (
 // Replay replays Arrow traces through a flowtel.Window, as the live
 // endpoints would have shown them: the same screens, post mortem.
 type Replay struct {
-	cfg  ReplayConfig
-	uid  string
-	size int
+	cfg   ReplayConfig
+	uid   string
+	jobID string // of the trace files' metadata
+	size  int
 
 	mu       sync.Mutex
 	ranks    []*rankStream
@@ -165,7 +166,7 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 	slices.SortFunc(files, func(a, b fileMeta) int {
 		return cmp.Or(cmp.Compare(a.meta.Rank, b.meta.Rank), cmp.Compare(a.meta.Segment, b.meta.Segment))
 	})
-	r := &Replay{cfg: cfg, uid: uid, speed: min(max(cfg.Speed, MinSpeed), MaxSpeed),
+	r := &Replay{cfg: cfg, uid: uid, jobID: flowtel.JobID(files[0].meta.CommID), speed: min(max(cfg.Speed, MinSpeed), MaxSpeed),
 		stop: make(chan struct{}), done: make(chan struct{}), skipped: skipped}
 	for _, f := range files {
 		if n := len(r.ranks); n == 0 || r.ranks[n-1].rank != f.meta.Rank {
@@ -410,7 +411,7 @@ func (r *Replay) Frame() ui.Frame {
 	r.mu.Lock()
 	defer r.mu.Unlock()
 	now := r.cursor
-	f := ui.Frame{Source: "replay", Target: r.cfg.Dir, UID: r.uid, Time: r.wall(now), Seq: r.seq, Size: r.size,
+	f := ui.Frame{Source: "replay", Target: r.cfg.Dir, UID: r.uid, JobID: r.jobID, Time: r.wall(now), Seq: r.seq, Size: r.size,
 		Replay: &ui.Replay{StartNs: r.start, EndNs: r.end, PosNs: now, Speed: r.speed, Paused: r.paused, Done: now >= r.end}}
 	grace := int64(r.cfg.Grace)
 	for _, rs := range r.ranks {
