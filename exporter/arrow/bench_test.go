@@ -16,10 +16,12 @@ func BenchmarkSink(b *testing.B) {
 		name string
 		opts []Option
 	}{
-		{"file", nil},
+		{"file", []Option{WithFormat(FormatFile)}},
 		{"stream", []Option{WithFormat(FormatStream)}},
-		{"file-lz4", []Option{WithCompression(CompressionLZ4)}},
-		{"file-zstd", []Option{WithCompression(CompressionZstd)}},
+		{"parquet", []Option{WithFormat(FormatParquet)}},
+		{"parquet-zstd", []Option{WithFormat(FormatParquet), WithCompression(CompressionZstd)}},
+		{"file-lz4", []Option{WithFormat(FormatFile), WithCompression(CompressionLZ4)}},
+		{"file-zstd", []Option{WithFormat(FormatFile), WithCompression(CompressionZstd)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			recs := genRecords(1, flowtel.DefaultBatchSize)
