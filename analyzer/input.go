@@ -22,7 +22,7 @@ type traceFile struct {
 }
 
 // ExpandPaths lists the trace files named by paths: files as given,
-// directories by their *.arrow and *.arrows files. A path that cannot be
+// directories by their *.arrow, *.arrows and *.parquet files. A path that cannot be
 // read becomes a warning.
 func ExpandPaths(paths []string) (files []string, warnings []string) {
 	for _, p := range paths {
@@ -41,7 +41,7 @@ func ExpandPaths(paths []string) (files []string, warnings []string) {
 			continue
 		}
 		if len(fs) == 0 {
-			warnings = append(warnings, fmt.Sprintf("%s: no trace files (*.arrow, *.arrows)", p))
+			warnings = append(warnings, fmt.Sprintf("%s: no trace files (*.arrow, *.arrows, *.parquet)", p))
 		}
 		files = append(files, fs...)
 	}

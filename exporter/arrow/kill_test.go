@@ -2,10 +2,12 @@ package arrow
 
 import (
 	"bufio"
+	"bytes"
 	"context"
 	"fmt"
 	"os"
 	"os/exec"
+	"path/filepath"
 	"slices"
 	"strconv"
 	"strings"
@@ -235,4 +237,70 @@ func strictParquetRows(t *testing.T, path string) int64 {
 	}
 	defer tbl.Release()
 	return tbl.NumRows()
+}
+
+// The stream writer's commit, cut where SIGKILL may cut it: after any
+// number of the bytes that follow a batch's first 8, before those 8. Every
+// Arrow reader then reads the batches before it, and no error.
+func TestTornStreamCommit(t *testing.T) {
+	dir := t.TempDir()
+	s, err := newSink(testMeta(), noEnv, WithDir(dir), WithFormat(FormatStream), WithBatchRows(100))
+	if err != nil {
+		t.Fatal(err)
+	}
+	recs := genRecords(1, 250)
+	consumeAll(t, s, recs[:200], 200) // two full batches, written
+	if err := s.Flush(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	path := s.Files()[0]
+	committed, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	consumeAll(t, s, recs[200:], 50)
+	if err := s.Shutdown(testCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	full, err := os.ReadFile(path)
+	if err != nil {
+		t.Fatal(err)
+	}
+	// The third batch's message starts where the committed bytes end.
+	next := full[len(committed) : len(full)-len(eosMarker)]
+	var torn []string
+	for _, k := range []int{8, 9, 64, len(next) / 2, len(next)} {
+		// What commitOrdered leaves when killed after writing next[8:k]
+		// but not next[:8]: a hole of zeros, then those bytes.
+		b := append(append(bytes.Clone(committed), make([]byte, 8)...), next[8:k]...)
+		p := filepath.Join(dir, fmt.Sprintf("torn-%d.arrows", k))
+		if err := os.WriteFile(p, b, 0o644); err != nil {
+			t.Fatal(err)
+		}
+		if n := strictStreamRows(t, p); n != 200 {
+			t.Errorf("%s: the Arrow stream reader reads %d rows, want 200", p, n)
+		}
+		if got, err := ReadAll(p); err != nil || !slices.Equal(got, recs[:200]) {
+			t.Errorf("%s: this package's reader reads %d records (%v), want 200", p, len(got), err)
+		}
+		torn = append(torn, p)
+	}
+	// The control: a plain append cut at the same place is a message that
+	// runs past the end, which the strict reader refuses.
+	cut := append(bytes.Clone(committed), next[:len(next)/2]...)
+	if sr, err := ipc.NewReader(bytes.NewReader(cut)); err == nil {
+		for sr.Next() {
+		}
+		if sr.Err() == nil {
+			t.Error("the Arrow stream reader takes a message cut in half: the test shows nothing")
+		}
+		sr.Release()
+	}
+	if _, err := exec.LookPath("node"); err == nil {
+		for _, tr := range readWithJS(t, torn...) {
+			if tr.Rows != 200 {
+				t.Errorf("%s: Arrow JS reads %d rows, want 200", tr.Path, tr.Rows)
+			}
+		}
+	}
 }
