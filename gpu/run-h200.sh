@@ -32,7 +32,7 @@ cd "$(dirname "$0")/../gpubin" || exit 1
 export VCCL_NCCL_LIB=${VCCL_NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | head -1)}
 T0=$SECONDS
 # vccl-bench under vcclrun, rank 0's table without the per-rank header lines.
-B() { timeout 150 ./vcclrun -n 2 -- ./vccl-bench "$@" 2>&1 | grep -v "#  Rank\|^\[.\] #$\|# Using\|(B)  \|out-of-place"; }
+B() { timeout 150 ./vcclrun --quiet -n 2 -- ./vccl-bench "$@" 2>&1 | grep -v "#  Rank\|^#$\|# Using\|(B)  \|out-of-place\|# nThread\|# Collective test"; }
 {
 	nvidia-smi topo -m
 	echo "=== tests"

@@ -240,7 +240,9 @@ func TestRunEveryCollective(t *testing.T) {
 						t.Errorf("row %d in place: %+v", i, *res.InPlace)
 					}
 				}
-				if got := strings.Count(table, "\n"); got != 8+n+len(sizes)+3 {
+				// nccl-tests' 8 header lines and ours, a line per rank and
+				// per size, nccl-tests' 4 footer lines.
+				if got := strings.Count(table, "\n"); got != 9+n+len(sizes)+4 {
 					t.Errorf("table of %d lines:\n%s", got, table)
 				}
 			})
@@ -419,10 +421,12 @@ func TestProgressStaysOutOfTheTable(t *testing.T) {
 
 func TestRow(t *testing.T) {
 	var b bytes.Buffer
-	writeRow(&b, Result{Size: 1048576, Count: 262144, Type: "float32", RedOp: "sum", Root: -1,
-		OutOfPlace: Measure{TimeUs: 250.04, AlgBW: 4.19, BusBW: 4.19, Wrong: 0},
+	writeRow(&b, Result{Size: 1048576, Count: 262144, Type: "float", RedOp: "sum", Root: -1,
+		OutOfPlace: Measure{TimeUs: 250.04, AlgBW: 4.19, BusBW: 1234.5, Wrong: 0},
 		InPlace:    &Measure{TimeUs: 12345.6, AlgBW: 0.08, BusBW: 0.08, Wrong: -1}})
-	want := "     1048576        262144   float32     sum      -1    250.0    4.19    4.19       0    12346    0.08    0.08     N/A\n"
+	// nccl-tests' number formats: two decimals where they fit the column,
+	// then one, then none; #wrong N/A unchecked.
+	want := "     1048576        262144     float     sum      -1   250.04    4.19  1234.5       0  12345.6    0.08    0.08    N/A\n"
 	if b.String() != want {
 		t.Errorf("row\n%q\nwant\n%q", b.String(), want)
 	}

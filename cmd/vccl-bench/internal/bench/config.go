@@ -28,6 +28,7 @@ type Config struct {
 	Check      bool
 	Root       int
 	JSON       bool
+	JSONFile   string // also write the JSON document there, beside the table
 	Telemetry  string // "" (VCCL_TELEMETRY decides), "on", "off" or "alternate"
 	Progress   string // "auto" (only when stderr is a terminal) or "off"
 	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
@@ -155,6 +156,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.IntVar(&v.check, "c", v.check, "1: check every result against the tool's own reference; 0: don't")
 	fs.IntVar(&cfg.Root, "r", cfg.Root, "root rank of broadcast and reduce")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
+	fs.StringVar(&cfg.JSONFile, "json-file", "", "also write the --json document to `FILE` (rank 0), with the table on stdout: one run, both forms")
 	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch (each the median over its blocks), both printed with their busbw ratio; on, the exporters VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for are attached, but for alternate, which times the records alone")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal, or under vcclrun on a terminal, which shows it below the table) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")

@@ -123,6 +123,12 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 			return 1
 		}
 	}
+	if comm.Rank() == 0 && cfg.JSONFile != "" {
+		if err := writeJSONFile(cfg.JSONFile, rep); err != nil {
+			fmt.Fprintf(stderr, "vccl-bench: --json-file: %v\n", err)
+			return 1
+		}
+	}
 	// Leave together. Without this a rank that finished its last call and
 	// closed can make a peer whose last receive has arrived but is not yet
 	// polled fail that call as "rank N is unreachable" (seen over TCP: the

@@ -4,29 +4,53 @@ import (
 	"encoding/json"
 	"fmt"
 	"io"
+	"os"
 	"strconv"
-	"strings"
+
+	"github.com/vccl-go/vccl/collective"
 )
 
-// The table is nccl-tests' layout, column for column, so that scripts and
-// eyes that read nccl-tests read it too.
+// The table is nccl-tests' output, line for line where nccl-tests has the
+// line (its header lines, type names, columns, number formats and
+// footer), so that scripts and eyes that read nccl-tests read it too.
+// What nccl-tests does not print goes on comment lines of its own.
+
+// NCCLTypeName is dt as nccl-tests names it in its type column (float,
+// half, double, bfloat16, int32, ...).
+func NCCLTypeName(dt collective.Datatype) string {
+	switch dt {
+	case collective.Float16:
+		return "half"
+	case collective.Float32:
+		return "float"
+	case collective.Float64:
+		return "double"
+	}
+	return dt.String()
+}
+
+// testName is what nccl-tests' "Collective test starting" line names.
+func testName(r *Report) string { return "vccl-bench " + r.Collective }
 
 func writeHeader(w io.Writer, r *Report) {
-	fmt.Fprintf(w, "# vccl-bench %s: %d ranks  minBytes %d maxBytes %d step: %s(factor) warmup iters: %d iters: %d validation: %d telemetry: %s\n",
-		r.Collective, r.Ranks, r.MinBytes, r.MaxBytes, strconv.FormatFloat(r.Factor, 'g', -1, 64), r.Warmup, r.Iters, b2i(r.Check), telemetryMode(r))
-	fmt.Fprintf(w, "# %s, %s, %d CPUs, %s\n", r.Host, r.Date, r.CPUs, r.GoVersion)
+	fmt.Fprintf(w, "# Collective test starting: %s\n", testName(r))
+	// Each rank is a process with one device (nccl-tests under mpirun
+	// with -g 1); the step is always a factor.
+	fmt.Fprintf(w, "# nThread 1 nGpus 1 minBytes %d maxBytes %d step: %s(factor) warmup iters: %d iters: %d agg iters: 1 validation: %d graph: 0 unalign: 0\n",
+		r.MinBytes, r.MaxBytes, strconv.FormatFloat(r.Factor, 'g', -1, 64), r.Warmup, r.Iters, b2i(r.Check))
+	fmt.Fprintf(w, "# vccl-bench %s: %d ranks on %s, %s, %d CPUs, %s; telemetry: %s\n",
+		r.Collective, r.Ranks, r.Host, r.Date, r.CPUs, r.GoVersion, telemetryMode(r))
 	fmt.Fprintln(w, "#")
-	fmt.Fprintln(w, "# Using ranks")
+	fmt.Fprintln(w, "# Using devices")
 	for _, ri := range r.RankInfo {
-		fmt.Fprintf(w, "#  Rank %2d Pid %7d on %10s transport %s cpus %d\n", ri.Rank, ri.Pid, ri.Host, ri.Transport, ri.CPUs)
+		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] transport %s, %d CPUs\n", ri.Rank, 0, ri.Pid, ri.Host, -1, "host", ri.Transport, ri.CPUs)
 	}
 	fmt.Fprintln(w, "#")
-	// The labels centred over their 33-column blocks, which start at 52 and 85.
-	fmt.Fprintf(w, "#%s%s%s%s\n", strings.Repeat(" ", 61), "out-of-place", strings.Repeat(" ", 97-74), "in-place")
-	fmt.Fprintf(w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s\n",
+	fmt.Fprintf(w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")
+	fmt.Fprintf(w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
 		"size", "count", "type", "redop", "root", "time", "algbw", "busbw", "#wrong", "time", "algbw", "busbw", "#wrong")
-	fmt.Fprintln(w, strings.TrimRight(fmt.Sprintf("# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s",
-		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", ""), " "))
+	fmt.Fprintf(w, "# %10s  %12s  %8s  %6s  %6s  %7s  %6s  %6s  %6s  %7s  %6s  %6s  %6s \n",
+		"(B)", "(elements)", "", "", "", "(us)", "(GB/s)", "(GB/s)", "", "(us)", "(GB/s)", "(GB/s)", "")
 }
 
 func writeRow(w io.Writer, r Result) {
@@ -36,11 +60,12 @@ func writeRow(w io.Writer, r Result) {
 			fmt.Fprintf(w, "  %7s  %6s  %6s  %6s", "N/A", "N/A", "N/A", "N/A")
 			continue
 		}
-		wrong := "N/A"
+		fmt.Fprintf(w, "  %7s  %6s  %6s", floatStr(m.TimeUs, 7), floatStr(m.AlgBW, 6), floatStr(m.BusBW, 6))
 		if m.Wrong >= 0 {
-			wrong = strconv.FormatInt(m.Wrong, 10)
+			fmt.Fprintf(w, "  %6d", m.Wrong)
+		} else {
+			fmt.Fprint(w, "    N/A")
 		}
-		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(m.TimeUs), m.AlgBW, m.BusBW, wrong)
 	}
 	fmt.Fprintln(w)
 	if r.OutOfPlace.TelemetryOn != nil {
@@ -59,7 +84,7 @@ func writeRow(w io.Writer, r Result) {
 		if m.NCCL.BusBW > 0 {
 			ratio = fmt.Sprintf("%.2fx", m.BusBW/m.NCCL.BusBW)
 		}
-		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(m.NCCL.TimeUs), m.NCCL.AlgBW, m.NCCL.BusBW, ratio)
+		fmt.Fprintf(w, "  %7s  %6s  %6s  %6s", floatStr(m.NCCL.TimeUs, 7), floatStr(m.NCCL.AlgBW, 6), floatStr(m.NCCL.BusBW, 6), ratio)
 	}
 	fmt.Fprintln(w)
 }
@@ -79,7 +104,7 @@ func writeTelemetryRow(w io.Writer, r Result) {
 		if m.BusBW > 0 {
 			ratio = fmt.Sprintf("%.3fx", on.BusBW/m.BusBW)
 		}
-		fmt.Fprintf(w, "  %7s  %6.2f  %6.2f  %6s", timeStr(on.TimeUs), on.AlgBW, on.BusBW, ratio)
+		fmt.Fprintf(w, "  %7s  %6s  %6s  %6s", floatStr(on.TimeUs, 7), floatStr(on.AlgBW, 6), floatStr(on.BusBW, 6), ratio)
 	}
 	fmt.Fprintln(w)
 }
@@ -91,31 +116,37 @@ func telemetryMode(r *Report) string {
 	return onOff(r.Telemetry)
 }
 
-// timeStr keeps the column 7 wide, as nccl-tests does.
-func timeStr(us float64) string {
-	switch {
-	case us >= 10000:
-		return fmt.Sprintf("%7.0f", us)
-	case us >= 100:
-		return fmt.Sprintf("%7.1f", us)
+// floatStr is v in a column width wide as nccl-tests writes it: two
+// decimals where they fit, then one, then none, then an exponent.
+func floatStr(v float64, width int) string {
+	for _, prec := range []int{2, 1, 0} {
+		if s := strconv.FormatFloat(v, 'f', prec, 64); len(s) <= width {
+			return fmt.Sprintf("%*s", width, s)
+		}
 	}
-	return fmt.Sprintf("%7.2f", us)
+	if width >= 7 {
+		return fmt.Sprintf("%*.1e", width, v)
+	}
+	return fmt.Sprintf("%*.0e", width, v)
 }
 
 func writeFooter(w io.Writer, r *Report) {
-	switch {
-	case r.Wrong < 0:
-		fmt.Fprintln(w, "# Out of bounds values : N/A (not checked: -c 0)")
-	case r.Wrong == 0:
-		fmt.Fprintln(w, "# Out of bounds values : 0 OK")
-	default:
-		fmt.Fprintf(w, "# Out of bounds values : %d FAILED\n", r.Wrong)
+	verdict := "OK"
+	if r.Wrong > 0 {
+		verdict = "FAILED"
 	}
-	fmt.Fprintf(w, "# Avg bus bandwidth    : %.6g \n", r.AvgBusBW)
+	// nccl-tests counts unchecked results as 0 wrong; say so apart.
+	fmt.Fprintf(w, "# %-20s : %d %s\n", "Out of bounds values", max(r.Wrong, 0), verdict)
+	if r.Wrong < 0 {
+		fmt.Fprintln(w, "# (results not checked: -c 0)")
+	}
+	// C's %g: six significant digits.
+	fmt.Fprintf(w, "# %-20s : %.6g \n", "Avg bus bandwidth", r.AvgBusBW)
 	if r.Telemetry {
 		fmt.Fprintf(w, "# Telemetry records    : %d kept, %d dropped (all ranks)\n", r.Records, r.RecordsDropped)
 	}
 	fmt.Fprintln(w, "#")
+	fmt.Fprintf(w, "# Collective test concluded: %s\n", testName(r))
 }
 
 // WriteJSON writes the report as one indented JSON document.
@@ -123,6 +154,18 @@ func WriteJSON(w io.Writer, r *Report) error {
 	enc := json.NewEncoder(w)
 	enc.SetIndent("", "  ")
 	return enc.Encode(r)
+}
+
+func writeJSONFile(path string, r *Report) error {
+	f, err := os.Create(path)
+	if err != nil {
+		return err
+	}
+	if err := WriteJSON(f, r); err != nil {
+		f.Close()
+		return err
+	}
+	return f.Close()
 }
 
 func b2i(b bool) int {

@@ -33,7 +33,7 @@ type Measure struct {
 type Result struct {
 	Size       int64    `json:"size"`
 	Count      int      `json:"count"`
-	Type       string   `json:"type"`
+	Type       string   `json:"type"` // as nccl-tests names it: float, half, double, bfloat16, int32, ...
 	RedOp      string   `json:"redop"`
 	Root       int      `json:"root"`
 	OutOfPlace Measure  `json:"out_of_place"`
@@ -53,7 +53,7 @@ type RankInfo struct {
 type Report struct {
 	Collective string     `json:"collective"`
 	Ranks      int        `json:"ranks"`
-	Type       string     `json:"type"`
+	Type       string     `json:"type"` // as nccl-tests names it
 	RedOp      string     `json:"redop"`
 	Root       int        `json:"root"`
 	MinBytes   int64      `json:"min_bytes"`
@@ -130,7 +130,7 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 		return nil, err
 	}
 	host, _ := os.Hostname()
-	rep := &Report{Collective: cfg.Coll.String(), Ranks: n, Type: cfg.Type.String(), RedOp: redopName(cfg), Root: rootOf(cfg),
+	rep := &Report{Collective: cfg.Coll.String(), Ranks: n, Type: NCCLTypeName(cfg.Type), RedOp: redopName(cfg), Root: rootOf(cfg),
 		MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, Factor: cfg.Factor, Iters: cfg.Iters, Warmup: cfg.Warmup,
 		Check: cfg.Check, Telemetry: opts.Telemetry, Alternate: opts.Alternate, Date: time.Now().Format(time.RFC3339), Host: host,
 		CPUs: hostCPUs(), GoVersion: runtime.Version(), Wrong: -1, Results: []Result{}}

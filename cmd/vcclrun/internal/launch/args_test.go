@@ -14,10 +14,14 @@ func TestParseArgs(t *testing.T) {
 		want    Config
 		wantErr string
 	}{
-		{args: []string{"-n", "4", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: true, Bind: BindCore, Prog: "prog", Args: []string{}}},
+		{args: []string{"-n", "4", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: TagOutputAuto, Bind: BindCore, Announce: true, Prog: "prog", Args: []string{}}},
+		{args: []string{"-n", "4", "--tag-output", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: TagOutputAll, Bind: BindCore, Announce: true, Prog: "prog", Args: []string{}}},
+		{args: []string{"-n", "4", "--tag-output=auto", "prog"}, want: Config{N: 4, Grace: 5 * time.Second, TagOutput: TagOutputAuto, Bind: BindCore, Announce: true, Prog: "prog", Args: []string{}}},
+		{args: []string{"-n", "4", "--tag-output=rank0", "prog"}, wantErr: `invalid boolean value "rank0" for -tag-output: want auto, true or false`},
 		{args: []string{"-n=2", "--grace", "1s", "--timeout=1m", "--tag-output=false", "--bind-to", "none", "--", "prog", "-n", "9", "--x"},
-			want: Config{N: 2, Grace: time.Second, Timeout: time.Minute, Bind: BindNone, Prog: "prog", Args: []string{"-n", "9", "--x"}}},
-		{args: []string{"-n", "1", "prog", "--", "a"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: true, Bind: BindCore, Prog: "prog", Args: []string{"--", "a"}}},
+			want: Config{N: 2, Grace: time.Second, Timeout: time.Minute, TagOutput: TagOutputNone, Bind: BindNone, Announce: true, Prog: "prog", Args: []string{"-n", "9", "--x"}}},
+		{args: []string{"-n", "1", "prog", "--", "a"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: TagOutputAuto, Bind: BindCore, Announce: true, Prog: "prog", Args: []string{"--", "a"}}},
+		{args: []string{"-n", "1", "--quiet", "prog"}, want: Config{N: 1, Grace: 5 * time.Second, TagOutput: TagOutputAuto, Bind: BindCore, Prog: "prog", Args: []string{}}},
 		{args: []string{"-n", "2", "--bind-to", "socket", "p"}, wantErr: `--bind-to "socket": want core or none`},
 		{args: []string{"prog"}, wantErr: "-n is required"},
 		{args: []string{"-n", "0", "prog"}, wantErr: "-n 0: need at least one rank"},
@@ -52,7 +56,7 @@ func TestHelp(t *testing.T) {
 	if code := Main(t.Context(), []string{"-h"}, &stdout, &stderr, nil); code != 0 {
 		t.Fatalf("-h: status %d", code)
 	}
-	for _, want := range []string{"usage: vcclrun -n N", "-grace", "-timeout", "-tag-output", "-bind-to"} {
+	for _, want := range []string{"usage: vcclrun -n N", "-grace", "-timeout", "-tag-output", "-bind-to", "-quiet"} {
 		if !strings.Contains(stdout.String(), want) {
 			t.Errorf("help lacks %q:\n%s", want, stdout.String())
 		}

@@ -21,15 +21,18 @@ import (
 	"syscall"
 	"time"
 
+	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/internal/term"
 )
 
 // Config describes one job.
 type Config struct {
-	N         int           // ranks to start, ≥ 1
-	Grace     time.Duration // between SIGTERM and SIGKILL when stopping ranks
-	Timeout   time.Duration // stop the job after this long; 0 = never
-	TagOutput bool          // prefix each output line with "[rank] "
+	N       int           // ranks to start, ≥ 1
+	Grace   time.Duration // between SIGTERM and SIGKILL when stopping ranks
+	Timeout time.Duration // stop the job after this long; 0 = never
+	// TagOutput says which output lines get a "[rank] " prefix:
+	// TagOutputAuto ("" too), TagOutputAll or TagOutputNone.
+	TagOutput string
 	// Bind: how ranks are bound to CPUs, BindCore (Open MPI's default:
 	// each rank whole cores of its own, when the ranks fit in the CPUs
 	// vcclrun may use; Linux only) or BindNone. "" is BindCore.
@@ -39,8 +42,11 @@ type Config struct {
 	// bar) are shown on one line kept below the output; the ranks learn it
 	// from term.StatusLinesVar.
 	StatusLine bool
-	Prog       string   // program (looked up in PATH if it has no slash)
-	Args       []string // its arguments
+	// Announce: say on Stderr, as soon as the job has them, its job id
+	// and where and how to watch it live.
+	Announce bool
+	Prog     string   // program (looked up in PATH if it has no slash)
+	Args     []string // its arguments
 
 	Env     []string         // environment the ranks inherit; nil = os.Environ()
 	Stdout  io.Writer        // nil = os.Stdout
@@ -52,6 +58,28 @@ type Config struct {
 // MaxRanks bounds -n: a local launcher's job, one process per rank, on one
 // host.
 const MaxRanks = 1024
+
+// Output tagging, Config.TagOutput and --tag-output.
+const (
+	// TagOutputAuto prefixes every line but those rank 0 writes to
+	// stdout, which pass through as they are: what rank 0 prints (a
+	// report, vccl-bench's table) reads as the program's own, as under
+	// mpirun or srun, and other ranks' lines stay told apart.
+	TagOutputAuto = "auto"
+	TagOutputAll  = "true"  // every line, rank 0's stdout too
+	TagOutputNone = "false" // none
+)
+
+// tagged says whether rank's lines on stdout (or stderr) get a prefix.
+func (c *Config) tagged(rank int, stdout bool) bool {
+	switch c.TagOutput {
+	case TagOutputAll:
+		return true
+	case TagOutputNone:
+		return false
+	}
+	return rank != 0 || !stdout
+}
 
 // Binding policies for Config.Bind, named as Open MPI's --bind-to.
 const (
@@ -258,13 +286,15 @@ func Run(ctx context.Context, cfg Config) error {
 		// stop waiting for them after this long.
 		cmd.WaitDelay = max(cfg.Grace, time.Second)
 		r := &rank{id: i, cmd: cmd}
-		if cfg.TagOutput || cfg.StatusLine {
-			prefix := ""
-			if cfg.TagOutput {
-				prefix = fmt.Sprintf("[%d] ", i)
+		if cfg.TagOutput != TagOutputNone || cfg.StatusLine {
+			prefix := func(stdout bool) string {
+				if cfg.tagged(i, stdout) {
+					return fmt.Sprintf("[%d] ", i)
+				}
+				return ""
 			}
-			o := newPrefixWriter(outW, prefix)
-			e := newPrefixWriter(errW, prefix)
+			o := newPrefixWriter(outW, prefix(true))
+			e := newPrefixWriter(errW, prefix(false))
 			if cfg.StatusLine {
 				e.status = func(text string) { errW.setStatus(i, text) }
 			}
@@ -349,6 +379,19 @@ func Run(ctx context.Context, cfg Config) error {
 			cause = &InterruptedError{Signal: sig}
 		}
 		armKill()
+	}
+	if cfg.Announce {
+		actx, cancel := context.WithCancel(ctx)
+		done := make(chan struct{})
+		defer func() { cancel(); <-done }()
+		go func() {
+			defer close(done)
+			tok := token
+			if tokenFile {
+				tok, _ = bootstrap.TokenFromEnv(envGetter(base))
+			}
+			announce(actx, errW, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tok, cfg.N, envGetter(base)("VCCL_TELEMETRY_DIR"))
+		}()
 	}
 	next := 0
 	for running > 0 || (next < cfg.N && cause == nil && !stopping) {

@@ -3,8 +3,10 @@ package launch
 import (
 	"bytes"
 	"context"
+	"encoding/json"
 	"errors"
 	"fmt"
+	"net/http"
 	"os"
 	"os/signal"
 	"path/filepath"
@@ -16,8 +18,11 @@ import (
 	"testing"
 	"time"
 
+	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/collective/bootstrap"
+	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/term"
+	"github.com/vccl-go/vccl/telemetry"
 )
 
 // The test binary doubles as the rank program: run with helperVar set, it
@@ -40,6 +45,32 @@ func helper(mode string) int {
 		select {}
 	}
 	switch mode {
+	case "telemetry":
+		// A VCCL job with live endpoints, up until the test has read
+		// vcclrun's announcement (it then creates the release file).
+		ctx := context.Background()
+		comm, err := collective.NewFromEnv(ctx, collective.WithTelemetry(true), collective.WithTelemetryAttachers(false))
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		e, err := telemetry.Attach(ctx, comm, telemetry.Config{Live: true})
+		if err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		for {
+			if _, err := os.Stat(os.Getenv("RELEASE_FILE")); err == nil {
+				break
+			}
+			time.Sleep(10 * time.Millisecond)
+		}
+		e.Close(ctx)
+		if err := comm.Close(); err != nil {
+			fmt.Fprintln(os.Stderr, err)
+			return 1
+		}
+		return 0
 	case "env":
 		fmt.Printf("env RANK=%s WORLD_SIZE=%s LOCAL_RANK=%s LOCAL_WORLD_SIZE=%s MASTER_ADDR=%s MASTER_PORT=%s VCCL_JOB_TOKEN=%s VCCL_RANK=%q\n",
 			rank, os.Getenv("WORLD_SIZE"), os.Getenv("LOCAL_RANK"), os.Getenv("LOCAL_WORLD_SIZE"),
@@ -217,7 +248,7 @@ func job(t *testing.T, n int, mode string, extraEnv ...string) (Config, *output,
 	stdout, stderr := newOutput(0), newOutput(0)
 	// The race detector otherwise sleeps a second in every exiting rank.
 	env := append([]string{helperVar + "=" + mode, "PATH=" + os.Getenv("PATH"), "GORACE=atexit_sleep_ms=0"}, extraEnv...)
-	return Config{N: n, Grace: 5 * time.Second, TagOutput: true, Prog: exe, Env: env, Stdout: stdout, Stderr: stderr}, stdout, stderr
+	return Config{N: n, Grace: 5 * time.Second, TagOutput: TagOutputAll, Prog: exe, Env: env, Stdout: stdout, Stderr: stderr}, stdout, stderr
 }
 
 // runJob runs cfg and checks it ended within the test's deadline.
@@ -304,12 +335,34 @@ func TestOutputTagged(t *testing.T) {
 	}
 
 	cfg, stdout, _ = job(t, 1, "output")
-	cfg.TagOutput = false
+	cfg.TagOutput = TagOutputNone
 	if err, _ := runJob(t, ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if got := stdout.String(); got != "first half\nsecond line\nno newline at exit" {
 		t.Errorf("untagged output = %q", got)
+	}
+
+	// By default rank 0's stdout passes through bare, whole lines; every
+	// other line is tagged.
+	cfg, stdout, stderr = job(t, 2, "output")
+	cfg.TagOutput = TagOutputAuto
+	if err, _ := runJob(t, ctx, cfg); err != nil {
+		t.Fatal(err)
+	}
+	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
+	bare := 0
+	for _, l := range lines {
+		switch l {
+		case "first half", "second line", "no newline at exit":
+			bare++
+		case "[1] first half", "[1] second line", "[1] no newline at exit":
+		default:
+			t.Errorf("stdout line %q", l)
+		}
+	}
+	if bare != 3 || len(lines) != 6 || !strings.Contains(stderr.String(), "[0] to stderr\n") || !strings.Contains(stderr.String(), "[1] to stderr\n") {
+		t.Errorf("auto tagging: stdout %q, stderr %q", stdout, stderr)
 	}
 }
 
@@ -553,5 +606,58 @@ func TestTooManyRanks(t *testing.T) {
 	}
 	if err := Run(context.Background(), Config{N: MaxRanks + 1, Prog: "/bin/true"}); err == nil || !strings.Contains(err.Error(), "at most") {
 		t.Fatalf("Run with %d ranks: %v", MaxRanks+1, err)
+	}
+}
+
+// vcclrun says on stderr, while the job runs, its job id (the one every
+// telemetry output carries), rank 0's live endpoint and a vccl-top command
+// line that watches the job, and never the job token.
+func TestAnnounce(t *testing.T) {
+	ctx := testCtx(t)
+	release := filepath.Join(t.TempDir(), "release")
+	cfg, _, stderr := job(t, 2, "telemetry", "RELEASE_FILE="+release)
+	cfg.Announce = true
+	errc := make(chan error, 1)
+	go func() { err, _ := runJob(t, ctx, cfg); errc <- err }()
+	live := regexp.MustCompile(`(?m)^vcclrun: live telemetry at (http://127\.0\.0\.1:\d+) \(rank 0: /metrics, /v1/info\), while the job runs; watch it: vccl-top --targets (\S+)$`)
+	var m []string
+	for m == nil {
+		select {
+		case err := <-errc:
+			t.Fatalf("the job ended (%v) before vcclrun said where to watch it:\n%s", err, stderr)
+		case <-ctx.Done():
+			t.Fatalf("no announcement:\n%s", stderr)
+		case <-time.After(20 * time.Millisecond):
+		}
+		m = live.FindStringSubmatch(stderr.String())
+	}
+	// The endpoint answers while the job runs, as announced.
+	resp, err := http.Get(m[1] + "/v1/info")
+	if err != nil {
+		t.Fatal(err)
+	}
+	var info struct {
+		CommID uint32 `json:"comm_id"`
+	}
+	err = json.NewDecoder(resp.Body).Decode(&info)
+	resp.Body.Close()
+	if err != nil {
+		t.Fatal(err)
+	}
+	if err := os.WriteFile(release, nil, 0o644); err != nil {
+		t.Fatal(err)
+	}
+	if err := <-errc; err != nil {
+		t.Fatalf("job: %v\n%s", err, stderr)
+	}
+	want := fmt.Sprintf("vcclrun: job %s: 2 ranks, rendezvous 127.0.0.1:", flowtel.JobID(info.CommID))
+	if !strings.HasPrefix(stderr.String(), want) {
+		t.Errorf("stderr does not start with %q:\n%s", want, stderr)
+	}
+	if n := len(strings.Split(m[2], ",")); n != 2 || !strings.HasPrefix(m[2], m[1]+",") {
+		t.Errorf("vccl-top --targets %s: want rank 0's endpoint, then rank 1's", m[2])
+	}
+	if tok := regexp.MustCompile(`[0-9a-f]{32}`).FindString(stderr.String()); tok != "" {
+		t.Errorf("stderr shows what looks like the job token %s:\n%s", tok, stderr)
 	}
 }

@@ -7,6 +7,8 @@ import (
 	"fmt"
 	"io"
 	"os"
+	"strconv"
+	"strings"
 	"time"
 
 	"github.com/vccl-go/vccl/internal/term"
@@ -25,6 +27,13 @@ them).
 If a rank fails, the others get SIGTERM and, after the grace period, SIGKILL.
 vcclrun exits 0 only if every rank exits 0.
 
+Rank 0's stdout passes through as it is, so that what rank 0 prints (a
+report, vccl-bench's table) reads as the program's own, as under mpirun;
+every other line gets a "[rank] " prefix (--tag-output). On stderr vcclrun
+says, as soon as the job has them, its job id and, once every rank serves
+its live telemetry (VCCL_TELEMETRY=1 and the telemetry package), where it
+is and the vccl-top command that watches the job (--quiet: neither).
+
 flags:
 `
 
@@ -32,14 +41,9 @@ flags:
 // end at "--" or at the first argument that is not a flag: everything after
 // that is the program and its arguments, untouched.
 func ParseArgs(args []string) (Config, error) {
-	fs := flag.NewFlagSet("vcclrun", flag.ContinueOnError)
-	fs.SetOutput(io.Discard)
 	cfg := Config{}
-	fs.IntVar(&cfg.N, "n", 0, "number of ranks to start (required, ≥ 1)")
-	fs.DurationVar(&cfg.Grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping ranks")
-	fs.DurationVar(&cfg.Timeout, "timeout", 0, "stop the job after this long (0: no limit)")
-	fs.BoolVar(&cfg.TagOutput, "tag-output", true, `prefix every output line with "[rank] " (--tag-output=false to turn off)`)
-	fs.StringVar(&cfg.Bind, "bind-to", BindCore, "bind each rank to cores of its own when the ranks fit (core), or not (none)")
+	fs := flags(&cfg)
+	fs.SetOutput(io.Discard)
 	if err := fs.Parse(args); err != nil {
 		return Config{}, err
 	}
@@ -63,6 +67,44 @@ func ParseArgs(args []string) (Config, error) {
 	return cfg, nil
 }
 
+func flags(cfg *Config) *flag.FlagSet {
+	fs := flag.NewFlagSet("vcclrun", flag.ContinueOnError)
+	fs.IntVar(&cfg.N, "n", 0, "number of ranks to start (required, ≥ 1)")
+	fs.DurationVar(&cfg.Grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping ranks")
+	fs.DurationVar(&cfg.Timeout, "timeout", 0, "stop the job after this long (0: no limit)")
+	cfg.TagOutput = TagOutputAuto
+	fs.Var((*tagFlag)(&cfg.TagOutput), "tag-output", `prefix output lines with "[rank] ": auto (every line but rank 0's stdout, which reads as the program's own), true (every line) or false (none)`)
+	fs.StringVar(&cfg.Bind, "bind-to", BindCore, "bind each rank to cores of its own when the ranks fit (core), or not (none)")
+	fs.BoolFunc("quiet", "don't print the job id and how to watch the job at its start", func(s string) error {
+		q, err := strconv.ParseBool(s)
+		cfg.Announce = !q
+		return err
+	})
+	cfg.Announce = true
+	return fs
+}
+
+// tagFlag is --tag-output: a boolean flag (--tag-output alone is true, as
+// Open MPI's) that also takes auto.
+type tagFlag string
+
+func (f *tagFlag) String() string   { return string(*f) }
+func (f *tagFlag) IsBoolFlag() bool { return true }
+
+func (f *tagFlag) Set(s string) error {
+	switch strings.ToLower(s) {
+	case TagOutputAuto:
+		*f = TagOutputAuto
+	case "true", "1", "all":
+		*f = TagOutputAll
+	case "false", "0", "none":
+		*f = TagOutputNone
+	default:
+		return fmt.Errorf("want auto, true or false")
+	}
+	return nil
+}
+
 func isSet(fs *flag.FlagSet, name string) bool {
 	set := false
 	fs.Visit(func(f *flag.Flag) { set = set || f.Name == name })
@@ -71,13 +113,8 @@ func isSet(fs *flag.FlagSet, name string) bool {
 
 // Usage writes the usage text and flag defaults to w.
 func Usage(w io.Writer) {
-	fs := flag.NewFlagSet("vcclrun", flag.ContinueOnError)
 	var c Config
-	fs.IntVar(&c.N, "n", 0, "number of ranks to start (required, ≥ 1)")
-	fs.DurationVar(&c.Grace, "grace", 5*time.Second, "time between SIGTERM and SIGKILL when stopping ranks")
-	fs.DurationVar(&c.Timeout, "timeout", 0, "stop the job after this long (0: no limit)")
-	fs.BoolVar(&c.TagOutput, "tag-output", true, `prefix every output line with "[rank] " (--tag-output=false to turn off)`)
-	fs.StringVar(&c.Bind, "bind-to", BindCore, "bind each rank to cores of its own when the ranks fit (core), or not (none)")
+	fs := flags(&c)
 	fs.SetOutput(w)
 	fmt.Fprint(w, usage)
 	fs.PrintDefaults()
