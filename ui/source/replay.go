@@ -19,7 +19,7 @@ import (
 
 // ReplayConfig configures a Replay.
 type ReplayConfig struct {
-	// Dir holds the Arrow traces (one file series per rank). With traces
+	// Dir holds the traces, Arrow or Parquet (one file series per rank). With traces
 	// of several communicators, the one with the most ranks is replayed.
 	Dir string
 	// Speed: 1 is real time (default), 2 twice as fast.

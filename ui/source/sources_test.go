@@ -8,11 +8,14 @@ import (
 	"math"
 	"net/http"
 	"net/http/httptest"
+	"path/filepath"
 	"strings"
 	"sync/atomic"
 	"testing"
 	"time"
 
+	"github.com/vccl-go/vccl/exporter/arrow"
+	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/gpu/nvml"
 	"github.com/vccl-go/vccl/ui"
 )
@@ -252,5 +255,44 @@ func TestWithGPUs(t *testing.T) {
 	b, _ := json.Marshal(f)
 	if !strings.Contains(string(b), `"nvlink_tx_bps"`) {
 		t.Errorf("json: %s", b)
+	}
+}
+
+// The replay reads Parquet traces as it reads Arrow ones, and names the
+// job by its id.
+func TestReplayParquet(t *testing.T) {
+	src := "../../cmd/vccl-top/testdata/trace"
+	files, err := arrow.ListFiles(src)
+	if err != nil || len(files) == 0 {
+		t.Fatalf("%s: %v, %v", src, files, err)
+	}
+	dir := t.TempDir()
+	for _, f := range files {
+		if _, err := arrow.ConvertFile(f, filepath.Join(dir, arrow.ConvertedName(f, arrow.FormatParquet)), arrow.FormatParquet); err != nil {
+			t.Fatal(err)
+		}
+	}
+	r, err := NewReplay(ReplayConfig{Dir: dir, Manual: true})
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer r.Close()
+	start, _ := r.Span()
+	if err := r.AdvanceTo(start + int64(time.Second)); err != nil {
+		t.Fatal(err)
+	}
+	f := r.Frame()
+	var bw float64
+	for _, l := range f.Links {
+		bw += l.BandwidthBps
+	}
+	meta, err := arrow.OpenFiles(files[0])
+	if err != nil {
+		t.Fatal(err)
+	}
+	job := flowtel.JobID(meta.File().Meta.CommID)
+	meta.Close()
+	if f.Up() != 4 || bw <= 0 || f.JobID != job {
+		t.Errorf("a second into the Parquet replay: %d up, %g B/s, job %q (want %q)", f.Up(), bw, f.JobID, job)
 	}
 }
