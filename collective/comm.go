@@ -260,7 +260,9 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 
 // NewFromEnv creates the communicator of a process started by a launcher:
 // torchrun, Open MPI, Slurm or vcclrun (see bootstrap.FromEnv), with VCCL_*
-// overrides. Options override the environment.
+// overrides; under Open MPI and Slurm, which name no rendezvous address, the
+// ranks derive it where the launcher's variables allow. Options override the
+// environment.
 func NewFromEnv(ctx context.Context, opts ...Option) (*Comm, error) {
 	env, err := bootstrap.FromEnv(osGetenv)
 	if err != nil {
@@ -270,7 +272,12 @@ func NewFromEnv(ctx context.Context, opts ...Option) (*Comm, error) {
 	if env.Size > 1 {
 		base = append(base, WithMaster(env.Addr()))
 	}
-	return New(ctx, append(base, opts...)...)
+	c, err := New(ctx, append(base, opts...)...)
+	if err != nil && env.Derived != "" {
+		// A port derived from the job id may be taken on this host.
+		return nil, fmt.Errorf("%w (the rendezvous address %s is the launcher's: %s; MASTER_ADDR and MASTER_PORT set another)", err, env.Addr(), env.Derived)
+	}
+	return c, err
 }
 
 // NewLocal creates n communicators in this process, one per rank, joined by

@@ -27,6 +27,11 @@ type Env struct {
 	// "vccl", "torchrun", "openmpi", "slurm", or "none" when no launcher
 	// variable is set (a single process: rank 0 of 1).
 	Source string
+
+	// Derived says how the launcher's variables gave the rendezvous
+	// address where no MASTER_* variable did (Open MPI, Slurm:
+	// rendezvous.go); empty when the variables gave it.
+	Derived string
 }
 
 // Addr returns MasterAddr:MasterPort, ready for Dial or Serve.
@@ -52,7 +57,8 @@ var launchers = []launcher{
 }
 
 // Variables for the rendezvous address, first set wins. Open MPI and Slurm
-// name no rendezvous address; under them, set one of these.
+// name no rendezvous address; under them the ranks derive what they can
+// (rendezvous.go), and these set the rest.
 var (
 	masterAddrVars = []string{"VCCL_MASTER_ADDR", "MASTER_ADDR"}
 	masterPortVars = []string{"VCCL_MASTER_PORT", "MASTER_PORT"}
@@ -103,9 +109,10 @@ func TokenFromEnv(getenv func(string) string) (string, error) {
 // from the first launcher whose rank variable is set, in this order: VCCL_*,
 // torchrun (RANK, …), Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, …).
 // The rendezvous address comes from VCCL_MASTER_ADDR/VCCL_MASTER_PORT, else
-// MASTER_ADDR/MASTER_PORT, whatever the launcher, and is required when the
-// world size is above 1. With no launcher variable at all, the process is
-// rank 0 of 1.
+// MASTER_ADDR/MASTER_PORT, whatever the launcher, else, under Open MPI and
+// Slurm, from the launcher's own variables where they settle it
+// (rendezvous.go: Derived says how), and is required when the world size
+// is above 1. With no launcher variable at all, the process is rank 0 of 1.
 func FromEnv(getenv func(string) string) (Env, error) {
 	get := func(name string) string { return strings.TrimSpace(getenv(name)) }
 	tok, err := TokenFromEnv(getenv)
@@ -156,6 +163,23 @@ func FromEnv(getenv func(string) string) (Env, error) {
 
 	addrVar, addr := first(get, masterAddrVars)
 	portVar, port := first(get, masterPortVars)
+	var hint string
+	if e.Size > 1 && (addr == "" || port == "") {
+		host, p, from, h := derivedRendezvous(get, e.Source, e.Size, e.LocalSize)
+		hint = h
+		var derived []string
+		if addr == "" && host != "" {
+			addr, addrVar = host, e.Source+"'s launch"
+			derived = append(derived, "host "+host)
+		}
+		if port == "" && p != 0 {
+			port, portVar = strconv.Itoa(p), from
+			derived = append(derived, "port "+port+" from "+from)
+		}
+		if len(derived) > 0 {
+			e.Derived = strings.Join(derived, ", ") + " (" + e.Source + ")"
+		}
+	}
 	e.MasterAddr = addr
 	if port != "" {
 		p, err := strconv.Atoi(port)
@@ -169,7 +193,10 @@ func FromEnv(getenv func(string) string) (Env, error) {
 	}
 	if e.Size > 1 {
 		if addr == "" {
-			return Env{}, fmt.Errorf("bootstrap: master address missing for a world of %d ranks (%s): set %s", e.Size, e.Source, strings.Join(masterAddrVars, " or "))
+			if hint != "" {
+				hint += "; or "
+			}
+			return Env{}, fmt.Errorf("bootstrap: master address missing for a world of %d ranks (%s): %sset %s", e.Size, e.Source, hint, strings.Join(masterAddrVars, " or "))
 		}
 		if port == "" {
 			return Env{}, fmt.Errorf("bootstrap: master port missing for a world of %d ranks (%s, %s=%s): set %s", e.Size, e.Source, addrVar, addr, strings.Join(masterPortVars, " or "))

@@ -92,6 +92,47 @@ func TestFromEnv(t *testing.T) {
 		{name: "size without rank", env: with(master, "WORLD_SIZE", "4"), wantErr: "WORLD_SIZE=4 is set but RANK (the rank) is not"},
 		{name: "master address missing", env: map[string]string{"RANK": "0", "WORLD_SIZE": "2", "MASTER_PORT": "1"}, wantErr: "master address missing for a world of 2 ranks (torchrun): set VCCL_MASTER_ADDR or MASTER_ADDR"},
 		{name: "master port missing", env: map[string]string{"SLURM_PROCID": "0", "SLURM_NTASKS": "2", "MASTER_ADDR": "h"}, wantErr: "master port missing"},
+		{
+			name: "open mpi on one host: loopback and a port from the job id",
+			env: map[string]string{"OMPI_COMM_WORLD_RANK": "1", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_RANK": "1",
+				"OMPI_COMM_WORLD_LOCAL_SIZE": "2", "OMPI_MCA_ess_base_jobid": "854851585", "PMIX_NAMESPACE": "854851585"},
+			want: Env{Rank: 1, Size: 2, LocalRank: 1, LocalSize: 2, MasterAddr: "127.0.0.1", MasterPort: 25851, Source: "openmpi",
+				Derived: "host 127.0.0.1, port 25851 from OMPI_MCA_ess_base_jobid (openmpi)"},
+		},
+		{
+			name: "open mpi 5 names its job in PMIX_NAMESPACE",
+			env: map[string]string{"OMPI_COMM_WORLD_RANK": "0", "OMPI_COMM_WORLD_SIZE": "2", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+				"PMIX_NAMESPACE": "prterun-vm-1234@1"},
+			want: Env{Rank: 0, Size: 2, LocalRank: -1, LocalSize: 2, MasterAddr: "127.0.0.1", MasterPort: 24492, Source: "openmpi",
+				Derived: "host 127.0.0.1, port 24492 from PMIX_NAMESPACE (openmpi)"},
+		},
+		{
+			name: "open mpi across hosts with MASTER_ADDR: the port from the job id",
+			env: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+				"OMPI_MCA_ess_base_jobid": "854851585", "MASTER_ADDR": "node0"},
+			want: Env{Rank: 3, Size: 4, LocalRank: -1, LocalSize: 2, MasterAddr: "node0", MasterPort: 25851, Source: "openmpi",
+				Derived: "port 25851 from OMPI_MCA_ess_base_jobid (openmpi)"},
+		},
+		{
+			name: "open mpi across hosts: where rank 0 runs is unknown",
+			env: map[string]string{"OMPI_COMM_WORLD_RANK": "3", "OMPI_COMM_WORLD_SIZE": "4", "OMPI_COMM_WORLD_LOCAL_SIZE": "2",
+				"OMPI_MCA_ess_base_jobid": "854851585"},
+			wantErr: "master address missing for a world of 4 ranks (openmpi): mpirun across hosts does not say where rank 0 runs: pass its host, mpirun -x MASTER_ADDR=HOST",
+		},
+		{
+			name: "slurm step on one node",
+			env: map[string]string{"SLURM_PROCID": "1", "SLURM_NTASKS": "2", "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0",
+				"SLURM_STEP_NUM_NODES": "1", "SLURM_STEP_NODELIST": "vm"},
+			want: Env{Rank: 1, Size: 2, LocalRank: -1, MasterAddr: "127.0.0.1", MasterPort: 20877, Source: "slurm",
+				Derived: "host 127.0.0.1, port 20877 from SLURM_JOB_ID, SLURM_STEP_ID (slurm)"},
+		},
+		{
+			name: "slurm step on several nodes: the first node of the list",
+			env: map[string]string{"SLURM_PROCID": "5", "SLURM_NTASKS": "6", "SLURM_JOB_ID": "42", "SLURM_STEP_ID": "0",
+				"SLURM_STEP_NUM_NODES": "3", "SLURM_STEP_NODELIST": "gpu[07-08],cpu1"},
+			want: Env{Rank: 5, Size: 6, LocalRank: -1, MasterAddr: "gpu07", MasterPort: 20877, Source: "slurm",
+				Derived: "host gpu07, port 20877 from SLURM_JOB_ID, SLURM_STEP_ID (slurm)"},
+		},
 		{name: "local rank beyond local size", env: with(master, "RANK", "0", "WORLD_SIZE", "8", "LOCAL_RANK", "4", "LOCAL_WORLD_SIZE", "4"), wantErr: "local rank LOCAL_RANK=4 out of range [0, 4)"},
 		{name: "local size beyond size", env: with(master, "RANK", "0", "WORLD_SIZE", "2", "LOCAL_WORLD_SIZE", "4"), wantErr: "local size LOCAL_WORLD_SIZE=4 out of range [1, 2]"},
 	}
@@ -128,6 +169,17 @@ func TestSlurmUniform(t *testing.T) {
 		}
 		if n != want {
 			t.Errorf("slurmUniform(%q) = %d, want %d", in, n, want)
+		}
+	}
+}
+
+func TestFirstHost(t *testing.T) {
+	for in, want := range map[string]string{
+		"node1": "node1", "node1,node2": "node1", "node[01-04,07]": "node01", "gpu[3,5]-ib,cpu1": "gpu3-ib",
+		"a[1-2],b[3-4]": "a1", "n[x-y]": "", "n[1": "",
+	} {
+		if got := firstHost(in); got != want {
+			t.Errorf("firstHost(%q) = %q, want %q", in, got, want)
 		}
 	}
 }
