@@ -46,11 +46,13 @@ func attachEnv(ctx context.Context, c *collective.Comm, getenv func(string) stri
 // Config says which exporters Attach connects. The zero Config connects
 // none.
 type Config struct {
-	// Dir receives the Arrow traces, one file series per rank, and the
+	// Dir receives the traces (Arrow or Parquet, VCCL_TELEMETRY_FORMAT),
+	// one file series per rank, and the
 	// live endpoints' endpoints.json. Empty: no traces.
 	Dir string
 	// ArrowOptions are passed to arrow.New after WithDir (compression,
-	// rotation, …; VCCL_TELEMETRY_ARROW_* are its defaults).
+	// format, rotation, …; VCCL_TELEMETRY_FORMAT and
+	// VCCL_TELEMETRY_ARROW_ROTATE are its defaults).
 	ArrowOptions []arrow.Option
 
 	// Live serves the rank's live endpoint (Prometheus /metrics, the
@@ -74,7 +76,7 @@ const (
 	EnvAddr = live.EnvAddr // VCCL_TELEMETRY_ADDR
 )
 
-// ConfigFromEnv is the Config the environment asks for: Arrow traces in
+// ConfigFromEnv is the Config the environment asks for: traces in
 // VCCL_TELEMETRY_DIR when it is set; the live endpoint unless
 // VCCL_TELEMETRY_ADDR is "off"; spans when OTEL_EXPORTER_OTLP_ENDPOINT or
 // OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set or OTEL_TRACES_EXPORTER names

@@ -230,8 +230,9 @@ func FilePrefix(comm uint32, rank int) string {
 
 var errClosed = errors.New("arrow: sink is shut down")
 
-// Sink is a flowtel.Sink that writes every record it consumes to Arrow IPC
-// files, one rank per file series (see the package documentation).
+// Sink is a flowtel.Sink that writes every record it consumes to trace
+// files (Arrow IPC stream or file, or Parquet), one rank per file series
+// (see the package documentation).
 //
 // Consume copies records into a column batch and returns; full batches are
 // written to disk by the sink's own goroutine. When that goroutine falls
