@@ -47,8 +47,8 @@ func attachEnv(ctx context.Context, c *collective.Comm, getenv func(string) stri
 // none.
 type Config struct {
 	// Dir receives the traces (Arrow or Parquet, VCCL_TELEMETRY_FORMAT),
-	// one file series per rank, and the
-	// live endpoints' endpoints.json. Empty: no traces.
+	// one file series per rank, and the live endpoints' endpoints.json.
+	// Empty: no traces.
 	Dir string
 	// ArrowOptions are passed to arrow.New after WithDir (compression,
 	// format, rotation, …; VCCL_TELEMETRY_FORMAT and

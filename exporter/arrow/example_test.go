@@ -103,3 +103,47 @@ func ExampleConvertFile() {
 	// vccl-00c0ffee-rank1-000.arrows -> vccl-00c0ffee-rank1-000.parquet 1 record
 	// wc 512 00c0ffee
 }
+
+// A rank's trace in Parquet, for DuckDB, Spark or pandas: a row group and a
+// footer per flushed batch, so the file opens at any time; this package
+// reads it as it reads Arrow.
+func ExampleWithFormat() {
+	dir, err := os.MkdirTemp("", "vccl-parquet-")
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer os.RemoveAll(dir)
+	sink, err := arrow.New(arrow.Meta{Rank: 0, WorldSize: 2, CommID: 0x2a}, arrow.WithDir(dir), arrow.WithFormat(arrow.FormatParquet))
+	if err != nil {
+		log.Fatal(err)
+	}
+	ctx := context.Background()
+	if err := sink.Consume(ctx, []flowtel.Record{{TsNs: 1, Kind: flowtel.KindCollBegin, Op: flowtel.OpAllReduce, Comm: 0x2a}}); err != nil {
+		log.Fatal(err)
+	}
+	if err := sink.Flush(ctx); err != nil { // a complete Parquet file from here on
+		log.Fatal(err)
+	}
+	if err := sink.Shutdown(ctx); err != nil {
+		log.Fatal(err)
+	}
+	recs, err := arrow.ReadAll(dir)
+	if err != nil {
+		log.Fatal(err)
+	}
+	fmt.Println(filepath.Base(sink.Files()[0]), len(recs), recs[0].Op)
+	fmt.Println(arrow.DerivedColumnNames)
+	// Output:
+	// vccl-0000002a-rank0-000.parquet 1 allreduce
+	// [time job_id kind_name status_name op_name algo_name dtype_name path_name]
+}
+
+// Trace files are named by the job id, the same string metrics, spans and
+// reports print.
+func ExampleFilePrefix() {
+	fmt.Println(arrow.FilePrefix(0xdeadbeef, 3))
+	fmt.Println(arrow.IsTraceName("vccl-deadbeef-rank3-000.parquet"), arrow.IsTraceName("notes.txt"))
+	// Output:
+	// vccl-deadbeef-rank3
+	// true false
+}
