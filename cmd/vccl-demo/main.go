@@ -15,6 +15,8 @@ import (
 	"flag"
 	"fmt"
 	"os"
+	"slices"
+	"strings"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -70,7 +72,11 @@ func run() error {
 		comm.Close()
 		return err
 	}
-	cfg.Outputs = ex.Outputs
+	// The report is read once the job is over: the live endpoint, which
+	// vcclrun pointed at while the job ran, is gone by then.
+	cfg.Outputs = func(ctx context.Context) []string {
+		return slices.DeleteFunc(ex.Outputs(ctx), func(l string) bool { return ex.Live != nil && strings.Contains(l, ex.Live.URL()) })
+	}
 	col.Start()
 	err = demo.Run(ctx, comm, cfg, win, colls, os.Stdout)
 	// Wind down: the endpoint (with the store still up, which rank 0's
@@ -82,10 +88,12 @@ func run() error {
 	rank, job, size := comm.Rank(), flowtel.JobID(comm.ID()), comm.Size()
 	err = errors.Join(err, ex.Close(sctx), comm.Close(), col.Shutdown(sctx))
 	if err == nil && ex.Arrow != nil && rank == 0 {
-		fmt.Printf("Arrow traces of every rank are in %s/ (read them with exporter/arrow, pyarrow, DuckDB or Arrow JS)\n", ex.Dir)
 		// The diagnosis of the job just run, once every rank's trace is
 		// finished.
 		err = demo.Analyze(sctx, ex.Dir, job, size, os.Stdout)
+		if err == nil {
+			fmt.Printf("\nThe traces stay in %s/ (pyarrow, DuckDB and Arrow JS read them): vccl-top --replay %s plays the job again, vccl-analyze %s diagnoses it.\n", ex.Dir, ex.Dir, ex.Dir)
+		}
 	}
 	return err
 }

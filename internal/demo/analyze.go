@@ -38,12 +38,27 @@ func Analyze(ctx context.Context, dir, uid string, size int, w io.Writer) error 
 	if err != nil {
 		return err
 	}
-	fmt.Fprintf(w, "\n== vccl-analyze %s/%s-* ==\n", dir, prefix)
+	fmt.Fprintf(w, "\n== the job, as vccl-analyze %s reads every rank's trace ==\n", dir)
 	for _, warn := range r.Warnings {
 		fmt.Fprintln(w, "warning:", warn)
 	}
-	return r.WriteText(w, false)
+	if err := r.WriteText(w, false); err != nil {
+		return err
+	}
+	_, err = fmt.Fprint(w, legend)
+	return err
 }
+
+// legend says what the job's figures mean: the one bus bandwidth of each
+// call size is there.
+const legend = `
+busbw is bus bandwidth as nccl-tests reports it: a call's payload over its
+time (from the last rank's start to the last rank's end), times 2(n-1)/n for
+all-reduce and 1 for send and recv, so that it compares with a link's
+bandwidth whatever the number of ranks; p50 and p99 over the calls of each
+size. skew is how long after the first rank the last one started a call.
+The gather is the report's own: rank 0 collecting the ranks' sections.
+`
 
 // finished returns the job's trace files once every rank's last one is
 // finished.

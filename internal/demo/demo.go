@@ -12,6 +12,7 @@ import (
 	"io"
 	"slices"
 	"sort"
+	"strconv"
 	"strings"
 	"sync"
 	"text/tabwriter"
@@ -44,7 +45,7 @@ func Run(ctx context.Context, c *collective.Comm, cfg Config, win *flowtel.Windo
 	if c.Collector() == nil {
 		return fmt.Errorf("demo: telemetry is off (set VCCL_TELEMETRY=1 or use WithTelemetry)")
 	}
-	var timings []string
+	var pingPong []string
 	peer := c.Rank() ^ 1
 	for _, size := range cfg.P2PSizes {
 		if peer >= c.Size() {
@@ -68,23 +69,22 @@ func Run(ctx context.Context, c *collective.Comm, cfg Config, win *flowtel.Windo
 			}
 		}
 		oneWay := time.Since(start) / time.Duration(2*cfg.Iters)
-		timings = append(timings, fmt.Sprintf("ping-pong %s with rank %d: %v one way, %.2f GB/s", human(size), peer, oneWay, float64(size)/oneWay.Seconds()/1e9))
+		pp := fmt.Sprintf("%s in %s", Bytes(uint64(size)), Duration(oneWay.Nanoseconds()))
+		if size >= 1<<10 {
+			pp += " (" + Rate(float64(size)/oneWay.Seconds()) + ")"
+		}
+		pingPong = append(pingPong, pp)
 	}
 	for _, size := range cfg.CollSizes {
 		buf := make([]float32, size/4)
 		for i := range buf {
 			buf[i] = float32(c.Rank())
 		}
-		start := time.Now()
 		for range cfg.Iters {
 			if err := collective.AllReduce(ctx, c, buf, buf, collective.Sum); err != nil {
 				return fmt.Errorf("all-reduce of %d bytes: %w", size, err)
 			}
 		}
-		el := time.Since(start) / time.Duration(cfg.Iters)
-		n := float64(c.Size())
-		busbw := float64(size) / el.Seconds() / 1e9 * 2 * (n - 1) / n
-		timings = append(timings, fmt.Sprintf("all-reduce %s: %v per call, busbw %.2f GB/s", human(size), el, busbw))
 	}
 	if err := c.Barrier(ctx); err != nil {
 		return err
@@ -93,47 +93,114 @@ func Run(ctx context.Context, c *collective.Comm, cfg Config, win *flowtel.Windo
 	if err := c.Collector().Flush(ctx); err != nil {
 		return err
 	}
-	report := Report(c.Rank(), timings, win.SnapshotAt(win.Now()), colls.Summary())
-	if cfg.Outputs != nil {
-		for _, l := range cfg.Outputs(ctx) {
-			report += "  " + l + "\n"
-		}
+	var timings []string
+	if len(pingPong) > 0 {
+		timings = append(timings, fmt.Sprintf("ping-pong with rank %d, one way: %s", peer, strings.Join(pingPong, ", ")))
 	}
+	var outputs []string
+	if cfg.Outputs != nil {
+		outputs = cfg.Outputs(ctx)
+	}
+	report := Report(c.Rank(), c.Size(), timings, win.SnapshotAt(win.Now()), colls.Summary(), outputs)
 	return gatherAndPrint(ctx, c, report, w)
 }
 
-func human(n int) string {
-	switch {
-	case n >= 1<<20:
-		return fmt.Sprintf("%d MiB", n>>20)
-	case n >= 1<<10:
-		return fmt.Sprintf("%d KiB", n>>10)
+// Report formats one rank's section of the report: its timings, the calls
+// and the links its telemetry records show, and lines of its own (where its
+// telemetry went).
+func Report(rank, size int, timings []string, links []flowtel.LinkStats, colls []CollSummary, lines []string) string {
+	var sb strings.Builder
+	fmt.Fprintf(&sb, "== rank %d of %d ==\n", rank, size)
+	for _, t := range timings {
+		fmt.Fprintf(&sb, "%s\n", t)
 	}
-	return fmt.Sprintf("%d B", n)
+	if len(colls) > 0 {
+		fmt.Fprintln(&sb, "calls, from coll_begin to coll_end in its records:")
+		tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "    call\tsize\tcalls\tmean\tmax\t\n")
+		for _, s := range colls {
+			fmt.Fprintf(tw, "    %s\t%s\t%d\t%s\t%s\t\n", s.Op, Bytes(s.Bytes), s.Calls, Duration(s.MeanNs), Duration(s.MaxNs))
+		}
+		tw.Flush()
+	}
+	if len(links) > 0 {
+		fmt.Fprintln(&sb, "links, from its work requests (latency: post to completion; credit wait: sends held back by the receiver):")
+		tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', tabwriter.AlignRight)
+		fmt.Fprintf(tw, "    link\tdir\tWRs\tbytes\trate\tlat p50\tlat p99\tlat max\tbacklog\tcredit wait\t\n")
+		for _, l := range links {
+			fmt.Fprintf(tw, "    %d→%d ch%d\t%s\t%d\t%s\t%s\t%s\t%s\t%s\t%d\t%s\t\n", l.Key.Rank, l.Key.Peer, l.Key.Channel, l.Key.Dir,
+				l.Completions, Bytes(l.Bytes), Rate(l.BandwidthBps), Duration(l.LatP50Ns), Duration(l.LatP99Ns),
+				Duration(l.LatMaxNs), l.Backlog, Duration(l.CreditWaitNs))
+		}
+		tw.Flush()
+	}
+	for _, l := range lines {
+		fmt.Fprintf(&sb, "%s\n", l)
+	}
+	return sb.String()
 }
 
-// Report formats one rank's part of the report.
-func Report(rank int, timings []string, links []flowtel.LinkStats, colls []CollSummary) string {
-	var sb strings.Builder
-	fmt.Fprintf(&sb, "== rank %d ==\n", rank)
-	for _, t := range timings {
-		fmt.Fprintf(&sb, "  %s\n", t)
+// Bytes is n in binary units, three significant digits: "8 B", "64 KiB",
+// "423 MiB", "1.5 GiB".
+func Bytes(n uint64) string {
+	if n < 1<<10 {
+		return fmt.Sprintf("%d B", n)
 	}
-	tw := tabwriter.NewWriter(&sb, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  link\tdir\tWRs\tbytes\tGB/s\tlat p50\tlat p99\tlat max\tbacklog\tcredit wait\t\n")
-	for _, l := range links {
-		fmt.Fprintf(tw, "  %d→%d ch%d\t%s\t%d\t%d\t%.2f\t%v\t%v\t%v\t%d\t%v\t\n", l.Key.Rank, l.Key.Peer, l.Key.Channel, l.Key.Dir,
-			l.Completions, l.Bytes, l.BandwidthBps/1e9, time.Duration(l.LatP50Ns), time.Duration(l.LatP99Ns),
-			time.Duration(l.LatMaxNs), l.Backlog, time.Duration(l.CreditWaitNs))
+	v, units := float64(n), []string{"KiB", "MiB", "GiB", "TiB"}
+	i := -1
+	for v >= 1<<10 && i < len(units)-1 {
+		v /= 1 << 10
+		i++
 	}
-	tw.Flush()
-	tw = tabwriter.NewWriter(&sb, 2, 4, 2, ' ', tabwriter.AlignRight)
-	fmt.Fprintf(tw, "  collective\tbytes\tcalls\tmean\tmax\t\n")
-	for _, s := range colls {
-		fmt.Fprintf(tw, "  %s\t%d\t%d\t%v\t%v\t\n", s.Op, s.Bytes, s.Calls, time.Duration(s.MeanNs), time.Duration(s.MaxNs))
+	return sig3(v) + " " + units[i]
+}
+
+// Duration is ns in the unit that keeps it between 1 and 1000, three
+// significant digits: "721 ns", "30.5 µs", "2.78 ms", "1.2 s".
+func Duration(ns int64) string {
+	v := float64(ns)
+	switch {
+	case ns == 0:
+		return "0"
+	case ns < 1_000:
+		return fmt.Sprintf("%d ns", ns)
+	case ns < 999_500: // what rounds to 1000 µs is 1 ms
+		return sig3(v/1e3) + " µs"
+	case ns < 999_500_000:
+		return sig3(v/1e6) + " ms"
 	}
-	tw.Flush()
-	return sb.String()
+	return sig3(v/1e9) + " s"
+}
+
+// Rate is a bandwidth in decimal units, as nccl-tests' GB/s: "252 MB/s",
+// "1.51 GB/s".
+func Rate(bps float64) string {
+	switch {
+	case bps >= 1e9:
+		return sig3(bps/1e9) + " GB/s"
+	case bps >= 1e6:
+		return sig3(bps/1e6) + " MB/s"
+	case bps >= 1e3:
+		return sig3(bps/1e3) + " kB/s"
+	}
+	return fmt.Sprintf("%.0f B/s", bps)
+}
+
+// sig3 writes v (1 ≤ v < 1000 or so) with three significant digits and no
+// trailing zeros: 4, 30.5, 423, 1.5.
+func sig3(v float64) string {
+	prec := 2
+	switch {
+	case v >= 100:
+		prec = 0
+	case v >= 10:
+		prec = 1
+	}
+	s := strconv.FormatFloat(v, 'f', prec, 64)
+	if strings.Contains(s, ".") {
+		s = strings.TrimRight(strings.TrimRight(s, "0"), ".")
+	}
+	return s
 }
 
 // gatherAndPrint collects every rank's report on rank 0, which prints them

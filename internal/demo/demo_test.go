@@ -58,7 +58,8 @@ func TestRunWritesTraces(t *testing.T) {
 	}
 	report := out[0].String()
 	for r := range comms {
-		for _, want := range []string{"== rank " + string(rune('0'+r)) + " ==", exs[r].Arrow.Files()[0], exs[r].Live.URL()} {
+		for _, want := range []string{"== rank " + string(rune('0'+r)) + " of 2 ==", exs[r].Arrow.Files()[0], exs[r].Live.URL(),
+			"ping-pong with rank " + string(rune('1'-r)) + ", one way: 64 KiB in ", "    allreduce   1 MiB      2 "} {
 			if !strings.Contains(report, want) {
 				t.Errorf("the report lacks %q:\n%s", want, report)
 			}
@@ -104,5 +105,21 @@ func TestRunWritesTraces(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, ".gitignore")); len(m) != 1 {
 		t.Error("no .gitignore in the trace directory the demo made")
+	}
+}
+
+// The report's units: a newcomer reads "423 MiB" and "2.78 ms", not
+// 443026080 and 2.775371ms.
+func TestUnits(t *testing.T) {
+	for _, c := range []struct{ got, want string }{
+		{Bytes(0), "0 B"}, {Bytes(8), "8 B"}, {Bytes(1023), "1023 B"}, {Bytes(64 << 10), "64 KiB"}, {Bytes(443026080), "423 MiB"},
+		{Bytes(3 << 29), "1.5 GiB"}, {Bytes(1<<20 + 1<<10), "1 MiB"},
+		{Duration(0), "0"}, {Duration(721), "721 ns"}, {Duration(30520), "30.5 µs"}, {Duration(2775371), "2.78 ms"},
+		{Duration(999_999), "1 ms"}, {Duration(999_400), "999 µs"}, {Duration(1_200_000_000), "1.2 s"},
+		{Rate(252e6), "252 MB/s"}, {Rate(1.5123e9), "1.51 GB/s"}, {Rate(10), "10 B/s"},
+	} {
+		if c.got != c.want {
+			t.Errorf("got %q, want %q", c.got, c.want)
+		}
 	}
 }
