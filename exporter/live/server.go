@@ -415,25 +415,48 @@ func (s *Server) serveMetrics(w http.ResponseWriter, r *http.Request) {
 
 // writeSummary writes the stand-in /metrics: a few gauges and counters in
 // the Prometheus text format, prefixed vccl_live_ so that they never clash
-// with the Prometheus exporter's names.
+// with the Prometheus exporter's names, each family whole and with its
+// help and type, as promtool check metrics wants them.
 func writeSummary(w io.Writer, info Info, snap Snapshot) {
 	fmt.Fprintln(w, "# The Prometheus exporter is not attached to this endpoint: a summary of the live windows follows.")
+	family := func(name, typ, help string) {
+		fmt.Fprintf(w, "# HELP %s %s\n# TYPE %s %s\n", name, help, name, typ)
+	}
+	family("vccl_live_info", "gauge", "This rank: 1, with its rank, world size, communicator and host as labels.")
 	fmt.Fprintf(w, "vccl_live_info{rank=%q,size=%q,uid=%q,host=%q} 1\n", strconv.Itoa(info.Rank), strconv.Itoa(info.Size), info.UID, info.Host)
 	if t := info.Telemetry; t != nil {
+		family("vccl_live_records_drained_total", "counter", "Telemetry records the collector drained from the rings.")
 		fmt.Fprintf(w, "vccl_live_records_drained_total %d\n", t.Drained)
+		family("vccl_live_records_ring_dropped_total", "counter", "Telemetry records dropped because a ring was full.")
 		fmt.Fprintf(w, "vccl_live_records_ring_dropped_total %d\n", t.RingDropped)
+		family("vccl_live_sink_dropped_records_total", "counter", "Telemetry records a sink dropped.")
 		for i, sk := range t.Sinks {
 			fmt.Fprintf(w, "vccl_live_sink_dropped_records_total{sink=\"%d\",type=%q} %d\n", i, sk.Sink, sk.DroppedRecords)
 		}
 	}
+	family("vccl_live_window_lost_records", "gauge", "Records the windows know were lost.")
 	fmt.Fprintf(w, "vccl_live_window_lost_records %d\n", snap.Lost)
-	for _, l := range snap.Links {
-		labels := fmt.Sprintf("rank=\"%d\",peer=\"%d\",channel=\"%d\",path=\"%d\",dir=%q", l.Rank, l.Peer, l.Channel, l.Path, l.Dir)
-		fmt.Fprintf(w, "vccl_live_link_window_bytes{%s} %d\n", labels, l.Bytes)
-		fmt.Fprintf(w, "vccl_live_link_bandwidth_bytes_per_second{%s} %g\n", labels, l.BandwidthBps)
-		fmt.Fprintf(w, "vccl_live_link_latency_p99_seconds{%s} %g\n", labels, float64(l.LatP99Ns)/1e9)
-		fmt.Fprintf(w, "vccl_live_link_backlog{%s} %d\n", labels, l.Backlog)
-		fmt.Fprintf(w, "vccl_live_link_credit_wait_seconds{%s} %g\n", labels, float64(l.CreditWaitNs)/1e9)
+	labels := make([]string, len(snap.Links))
+	for i, l := range snap.Links {
+		labels[i] = fmt.Sprintf("rank=\"%d\",peer=\"%d\",channel=\"%d\",path=\"%d\",dir=%q", l.Rank, l.Peer, l.Channel, l.Path, l.Dir)
+	}
+	for _, f := range []struct {
+		name, help string
+		value      func(l *Link) float64
+	}{
+		{"vccl_live_link_window_bytes", "Bytes completed on the link within its window.", func(l *Link) float64 { return float64(l.Bytes) }},
+		{"vccl_live_link_bandwidth_bytes_per_second", "The link's bandwidth over its window.", func(l *Link) float64 { return l.BandwidthBps }},
+		{"vccl_live_link_latency_p99_seconds", "99th percentile of the link's work request latency within its window.", func(l *Link) float64 { return float64(l.LatP99Ns) / 1e9 }},
+		{"vccl_live_link_backlog", "Work requests outstanding on the link.", func(l *Link) float64 { return float64(l.Backlog) }},
+		{"vccl_live_link_credit_wait_seconds", "Time within the window a send on the link waited for credit.", func(l *Link) float64 { return float64(l.CreditWaitNs) / 1e9 }},
+	} {
+		if len(snap.Links) == 0 {
+			break
+		}
+		family(f.name, "gauge", f.help)
+		for i := range snap.Links {
+			fmt.Fprintf(w, "%s{%s} %s\n", f.name, labels[i], strconv.FormatFloat(f.value(&snap.Links[i]), 'f', -1, 64))
+		}
 	}
 }
 

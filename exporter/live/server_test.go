@@ -10,6 +10,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -137,6 +138,7 @@ func TestInfoAndWindows(t *testing.T) {
 			t.Errorf("/metrics lacks %q:\n%s", want, m)
 		}
 	}
+	promtoolCheck(t, m)
 	s.SetMetrics(http.HandlerFunc(func(w http.ResponseWriter, r *http.Request) { fmt.Fprint(w, "from the prom exporter") }))
 	if m := getText(t, s.URL()+"/metrics"); m != "from the prom exporter" {
 		t.Errorf("/metrics with a handler: %q", m)
@@ -538,5 +540,22 @@ func TestMergeEndpointsConcurrent(t *testing.T) {
 	}
 	if m, _ := filepath.Glob(filepath.Join(dir, "*.tmp-*")); len(m) != 0 {
 		t.Errorf("left behind %v", m)
+	}
+}
+
+// promtoolCheck lints a /metrics body with promtool (Debian's prometheus
+// package, which .ci/setup.d/41-prometheus.sh installs), where it is
+// installed.
+func promtoolCheck(t *testing.T, body string) {
+	t.Helper()
+	bin, err := exec.LookPath("promtool")
+	if err != nil {
+		t.Log("promtool not found (apt-get install prometheus): /metrics not linted")
+		return
+	}
+	cmd := exec.Command(bin, "check", "metrics")
+	cmd.Stdin = strings.NewReader(body)
+	if out, err := cmd.CombinedOutput(); err != nil {
+		t.Errorf("promtool check metrics: %v\n%s\n%s", err, out, body)
 	}
 }
