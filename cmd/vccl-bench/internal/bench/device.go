@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 	"io"
+	"strings"
 	"time"
 	"unsafe"
 
@@ -109,6 +110,18 @@ func (d *deviceRun) describe(w io.Writer) {
 	if d.nccl != 0 {
 		fmt.Fprintf(w, "# NCCL %d on the same buffers and stream (ncclCommInitRank); the NCCL line under each row, busbw ratio VCCL/NCCL\n", d.ncclVer)
 	}
+}
+
+// info is the GPU's ordinal, PCI address as nccl-tests prints it
+// (0000:18:00) and name.
+func (d *deviceRun) info() (int, string, string) {
+	dev := d.p.Device()
+	bus, _ := dev.PCIBusID()
+	if i := strings.LastIndexByte(bus, '.'); i >= 0 {
+		bus = bus[:i]
+	}
+	name, _ := dev.Name()
+	return int(dev), strings.ToLower(bus), name
 }
 
 func (d *deviceRun) close(ctx context.Context) error {

@@ -43,7 +43,12 @@ func writeHeader(w io.Writer, r *Report) {
 	fmt.Fprintln(w, "#")
 	fmt.Fprintln(w, "# Using devices")
 	for _, ri := range r.RankInfo {
-		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] transport %s, %d CPUs\n", ri.Rank, 0, ri.Pid, ri.Host, -1, "host", ri.Transport, ri.CPUs)
+		// nccl-tests' line; a rank of host buffers has device -1.
+		bus, what := "host", fmt.Sprintf("transport %s, %d CPUs", ri.Transport, ri.CPUs)
+		if ri.Device >= 0 {
+			bus, what = ri.DeviceBus, ri.DeviceName+", "+what
+		}
+		fmt.Fprintf(w, "#  Rank %2d Group %2d Pid %6d on %10s device %2d [%s] %s\n", ri.Rank, 0, ri.Pid, ri.Host, ri.Device, bus, what)
 	}
 	fmt.Fprintln(w, "#")
 	fmt.Fprintf(w, "# %10s  %12s  %8s  %6s  %6s           out-of-place                       in-place          \n", "", "", "", "", "")

@@ -47,6 +47,12 @@ type RankInfo struct {
 	Host      string `json:"host"`
 	Transport string `json:"transport"` // to the next rank
 	CPUs      int    `json:"cpus"`      // the CPUs the rank may run on (its affinity: 1 when a launcher bound it to one)
+	// Device is the GPU's ordinal with --device gpu, -1 with host
+	// buffers; DeviceBus its PCI address (domain:bus:device, as
+	// nccl-tests prints it) and DeviceName its name.
+	Device     int    `json:"device"`
+	DeviceBus  string `json:"device_bus,omitempty"`
+	DeviceName string `json:"device_name,omitempty"`
 }
 
 // Report is the whole run: what the JSON output holds.
@@ -138,7 +144,7 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 		rep.Wrong = 0
 	}
 	var err error
-	if rep.RankInfo, err = gatherInfo(ctx, comm); err != nil {
+	if rep.RankInfo, err = gatherInfo(ctx, comm, opts.device); err != nil {
 		return nil, fmt.Errorf("exchanging rank information: %w", err)
 	}
 	sizes := Sizes(cfg.MinBytes, cfg.MaxBytes, cfg.Factor)
@@ -407,8 +413,9 @@ func btoi(b bool) int {
 	return 0
 }
 
-// gatherInfo collects every rank's pid, host and transport.
-func gatherInfo(ctx context.Context, comm *collective.Comm) ([]RankInfo, error) {
+// gatherInfo collects every rank's pid, host, transport and device (dev:
+// nil with host buffers).
+func gatherInfo(ctx context.Context, comm *collective.Comm, dev *deviceRun) ([]RankInfo, error) {
 	const slot = 512
 	n, rank := comm.Size(), comm.Rank()
 	host, _ := os.Hostname()
@@ -416,9 +423,13 @@ func gatherInfo(ctx context.Context, comm *collective.Comm) ([]RankInfo, error) 
 	if n > 1 {
 		tr = comm.Transport((rank + 1) % n)
 	}
-	b, _ := json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Host: host, Transport: tr, CPUs: runtime.NumCPU()})
+	me := RankInfo{Rank: rank, Pid: os.Getpid(), Host: host, Transport: tr, CPUs: runtime.NumCPU(), Device: -1}
+	if dev != nil {
+		me.Device, me.DeviceBus, me.DeviceName = dev.info()
+	}
+	b, _ := json.Marshal(me)
 	if len(b) > slot {
-		b, _ = json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Transport: tr, CPUs: runtime.NumCPU()})
+		b, _ = json.Marshal(RankInfo{Rank: rank, Pid: os.Getpid(), Transport: tr, CPUs: runtime.NumCPU(), Device: me.Device})
 	}
 	mine := make([]byte, slot)
 	copy(mine, b)
