@@ -43,7 +43,7 @@ B() { timeout 150 ./vcclrun --quiet -n 2 -- ./vccl-bench "$@" 2>&1 | grep -v "# 
 	[ "$1" = quick ] || timeout 300 ./ce.test -test.v 2>&1 | grep -E "^(--- |ok|PASS|FAIL)|FAIL|cases" | head -40
 	echo "tests took $((SECONDS - T0)) s"
 	echo "=== collective API on device buffers, two processes"
-	timeout 200 ./vcclrun -n 2 -- ./vccl-gpubench -proc -check 2>&1 | grep -v "^\[.\] *ok" | tail -20
+	timeout 200 ./vcclrun --quiet -n 2 -- ./vccl-gpubench -proc -check 2>&1 | grep -v "^\(\[.\]\)\? *ok" | tail -20
 	echo "=== the same, staged through host memory (VCCL_GPU_STAGE=1)"
 	VCCL_GPU_STAGE=1 timeout 200 ./vcclrun -n 2 -- ./vccl-gpubench -proc -check 2>&1 | tail -6
 	echo "checks done at $((SECONDS - T0)) s"

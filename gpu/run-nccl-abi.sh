@@ -90,14 +90,14 @@ if [ "$WHAT" = nccltests ] || [ "$WHAT" = all ]; then
 			for d in $TYPES; do
 				echo "--- ${t}_perf -d $d -c 1 -b 8 -e 256M -f 2 $ITER"
 				timeout $TL "$G/vcclrun" -n $N -- $NT/${t}_perf -d $d -c 1 -b 8 -e 256M -f 2 $ITER 2>&1 |
-					grep -E "^\[0\] +[0-9]|wrong|Avg bus|Out of bounds|error|Error|FAIL|Test " | grep -v "#  Rank" | tail -40
+					grep -E "^ +[0-9]|wrong|Avg bus|Out of bounds|error|Error|FAIL|Test " | grep -v "#  Rank" | tail -40
 			done
 		done
 		# Timing, and on a shared GPU each all-reduce path (the defaults
 		# change when ranks share a GPU: gpu/ce/local.go).
 		for v in "" VCCL_GPU_FUSED=1 VCCL_GPU_FLAGS=0; do
 			echo "--- $v all_reduce_perf -d float -c 0 -b 8 -e 256M -f 8 -n 20 -w 5 (timing)"
-			env $v timeout 120 "$G/vcclrun" -n $N -- $NT/all_reduce_perf -d float -c 0 -b 8 -e 256M -f 8 -n 20 -w 5 2>&1 | grep -E "^\[0\] +[0-9]|Avg bus"
+			env $v timeout 120 "$G/vcclrun" -n $N -- $NT/all_reduce_perf -d float -c 0 -b 8 -e 256M -f 8 -n 20 -w 5 2>&1 | grep -E "^ +[0-9]|Avg bus"
 			[ "$NGPU" -ge 2 ] && break
 		done
 		# The C boundary against the Go API on the same engine: the same
@@ -108,9 +108,9 @@ if [ "$WHAT" = nccltests ] || [ "$WHAT" = all ]; then
 			[ "$NGPU" -ge 2 ] && VS=--vs-nccl && export VCCL_NCCL_LIB=${VCCL_NCCL_LIB:-$(find /opt /usr -name 'libnccl.so.2' 2>/dev/null | grep -v gpubin | head -1)}
 			for i in 1 2; do
 				echo "--- round $i: all_reduce_perf -d float -c 0 -b 1M -e 256M -f 4 -n 50 -w 10"
-				timeout 120 "$G/vcclrun" -n $N -- $NT/all_reduce_perf -d float -c 0 -b 1M -e 256M -f 4 -n 50 -w 10 2>&1 | grep -E "^\[0\] +[0-9]"
+				timeout 120 "$G/vcclrun" -n $N -- $NT/all_reduce_perf -d float -c 0 -b 1M -e 256M -f 4 -n 50 -w 10 2>&1 | grep -E "^ +[0-9]"
 				echo "--- round $i: vccl-bench allreduce --device gpu $VS -c 0 -b 1M -e 256M -f 4 -n 50 -w 10"
-				timeout 120 "$G/vcclrun" -n $N -- "$G/vccl-bench" allreduce --device gpu $VS -c 0 -b 1M -e 256M -f 4 -n 50 -w 10 2>&1 | grep -E "^\[0\] +[0-9]"
+				timeout 120 "$G/vcclrun" -n $N -- "$G/vccl-bench" allreduce --device gpu $VS -c 0 -b 1M -e 256M -f 4 -n 50 -w 10 2>&1 | grep -E "^ +[0-9]"
 			done
 		fi
 		if [ "$NGPU" -ge 2 ]; then
