@@ -52,7 +52,9 @@
 // Comm.ObserveCalls registers (the telemetry package does), of every call
 // as it is numbered, and CallStarted keeps the caller's span context until
 // the call's span is built from its records. The calls of Split children
-// are parented alike.
+// are parented alike. Each rank's span of a collective is then in its own
+// caller's trace; vccl.comm and vccl.coll_seq say which spans are one
+// collective on several ranks.
 //
 // A collective called without one is, with the exporter's own tracer
 // provider (the default), a root in a trace that every rank's span of that
