@@ -5,6 +5,7 @@ import (
 	"io"
 	"net/http"
 	"os"
+	"os/exec"
 	"path/filepath"
 	"strings"
 	"sync"
@@ -116,6 +117,17 @@ func TestRegisteredAttacher(t *testing.T) {
 	resp.Body.Close()
 	if !strings.Contains(string(body), "vccl_collectives_total") {
 		t.Errorf("/metrics lacks the Prometheus exporter's metrics:\n%.2000s", body)
+	}
+	// What a rank serves passes promtool's lint, where promtool is
+	// installed (Debian's prometheus package, .ci/setup.d/41-prometheus.sh).
+	if promtool, err := exec.LookPath("promtool"); err == nil {
+		cmd := exec.CommandContext(ctx, promtool, "check", "metrics")
+		cmd.Stdin = strings.NewReader(string(body))
+		if out, err := cmd.CombinedOutput(); err != nil {
+			t.Errorf("promtool check metrics on rank 0's /metrics: %v\n%s", err, out)
+		}
+	} else {
+		t.Log("promtool not found (apt-get install prometheus): /metrics not linted")
 	}
 	for _, c := range comms {
 		if err := c.Close(); err != nil {
