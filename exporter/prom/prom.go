@@ -426,7 +426,11 @@ func (v *view) CallEnded(o *flowtel.Call) {
 		}
 		c.st.series[sk] = s
 	}
-	s.count[min(int(o.Status), len(s.count)-1)].Inc()
+	st := int(o.Status)
+	if st >= len(s.count) { // no call ends retransmitted: take it for a failure
+		st = int(flowtel.StatusError)
+	}
+	s.count[st].Inc()
 	if o.Status != flowtel.StatusOK || !o.Complete {
 		return
 	}
