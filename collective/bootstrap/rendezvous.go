@@ -101,19 +101,19 @@ func firstHost(list string) string {
 		}
 	}
 	first := strings.TrimSpace(list[:end])
-	open := strings.IndexByte(first, '[')
-	if open < 0 {
+	lb := strings.IndexByte(first, '[')
+	if lb < 0 {
 		return first
 	}
-	close := strings.IndexByte(first[open:], ']')
-	if close < 0 {
+	rb := strings.IndexByte(first[lb:], ']')
+	if rb < 0 {
 		return ""
 	}
-	ranges := first[open+1 : open+close]
+	ranges := first[lb+1 : lb+rb]
 	lo, _, _ := strings.Cut(ranges, ",")
 	lo, _, _ = strings.Cut(lo, "-")
 	if _, err := strconv.Atoi(lo); err != nil {
 		return ""
 	}
-	return first[:open] + lo + first[open+close+1:]
+	return first[:lb] + lo + first[lb+rb+1:]
 }
