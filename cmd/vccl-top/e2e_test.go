@@ -207,7 +207,9 @@ func (j *job) endpoints(t *testing.T) live.Endpoints {
 	}
 }
 
-var rendezvousRe = regexp.MustCompile(`\[0\] rendezvous (\S+)`)
+// rendezvousRe finds what rank 0 prints on stdout, which vcclrun passes
+// through bare.
+var rendezvousRe = regexp.MustCompile(`(?m)^rendezvous (\S+)$`)
 
 func TestLiveJobInTmux(t *testing.T) {
 	needTmux(t)
