@@ -356,10 +356,10 @@ func Run(ctx context.Context, cfg Config) error {
 		armKill()
 	}
 
-	// Ranks are started one by one, and between two starts whatever has
-	// happened is handled first: a signal, the timeout or a failed rank
-	// stops the starting at once (vcclrun -n 1000 answers SIGTERM at
-	// once, not once every rank has started).
+	// Ranks are started one by one, each start a case of the same select
+	// as a signal, the timeout and a rank's exit, so any of those stops
+	// the starting within a start or two (vcclrun -n 1000 answers SIGTERM
+	// at once, not once every rank has started).
 	exited := func(ev exitEvent) {
 		r := ranks[ev.rank]
 		r.exited = true
@@ -393,33 +393,28 @@ func Run(ctx context.Context, cfg Config) error {
 			announce(actx, errW, net.JoinHostPort("127.0.0.1", strconv.Itoa(port)), tok, cfg.N, envGetter(base)("VCCL_TELEMETRY_DIR"))
 		}()
 	}
+	// startable is ready while ranks remain to be started: the one select
+	// below then starts the next rank or handles what has happened.
+	ready := make(chan struct{})
+	close(ready)
 	next := 0
-	for running > 0 || (next < cfg.N && cause == nil && !stopping) {
+	for {
+		var startable <-chan struct{}
 		if next < cfg.N && cause == nil && !stopping {
-			select {
-			case ev := <-events:
-				exited(ev)
-			case <-timeoutC:
-				timeoutC = nil
-				stop(&TimeoutError{After: cfg.Timeout})
-			case <-ctxDone:
-				ctxDone = nil
-				stop(context.Cause(ctx))
-			case sig := <-sigC:
-				interrupted(sig)
-			default:
-				if err := startRank(next); err != nil {
-					signalAll(syscall.SIGKILL)
-					for range running {
-						<-events
-					}
-					return err
-				}
-				next++
-			}
-			continue
+			startable = ready
+		} else if running == 0 {
+			break
 		}
 		select {
+		case <-startable:
+			if err := startRank(next); err != nil {
+				signalAll(syscall.SIGKILL)
+				for range running {
+					<-events
+				}
+				return err
+			}
+			next++
 		case ev := <-events:
 			exited(ev)
 		case <-timeoutC:
