@@ -16,44 +16,18 @@ import (
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/exporter/arrow"
+	"github.com/vccl-go/vccl/exporter/arrow/arrowtest"
 	"github.com/vccl-go/vccl/exporter/live"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/bounded"
 	"github.com/vccl-go/vccl/ui"
 )
 
-// hostileTrace writes two ranks' traces whose metadata says the job has
-// world ranks, with a few transfers between them.
-func hostileTrace(t *testing.T, world int) string {
-	dir := t.TempDir()
-	for r := range 2 {
-		sink, err := arrow.New(arrow.Meta{Rank: r, WorldSize: world, CommUID: "hostile0", CommID: 7}, arrow.WithDir(dir))
-		if err != nil {
-			t.Fatal(err)
-		}
-		var recs []flowtel.Record
-		for i := range 100 {
-			post := flowtel.Record{TsNs: int64(i) * 1000, Kind: flowtel.KindWRPost, Rank: int32(r), Peer: int32(1 - r), QP: 1, Comm: 7,
-				WrID: flowtel.WRID(uint64(i), false), Bytes: 4096, Depth: 1}
-			wc := post
-			wc.TsNs, wc.Kind, wc.Depth = post.TsNs+500, flowtel.KindWC, 0
-			recs = append(recs, post, wc)
-		}
-		if err := sink.Consume(context.Background(), recs); err != nil {
-			t.Fatal(err)
-		}
-		if err := sink.Shutdown(context.Background()); err != nil {
-			t.Fatal(err)
-		}
-	}
-	return dir
-}
-
 // vccl-top --replay of a trace whose metadata says world_size = 2^31-1:
 // the replay, the analysis and a frame within 5 s and 200 MB.
 func TestHostileReplayWorldSize(t *testing.T) {
 	bounded.Check(t, bounded.Issue31, func(t *testing.T) {
-		dir := hostileTrace(t, math.MaxInt32)
+		dir := arrowtest.TwoRanks(t, math.MaxInt32)
 		r, err := NewReplay(ReplayConfig{Dir: dir, Manual: true, Window: flowtel.WindowConfig{N: 64, T: time.Second}})
 		if err != nil {
 			t.Fatal(err)
