@@ -23,12 +23,7 @@ func TestMatrixMultiProcess(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process matrix skipped in -short mode")
 	}
-	dir := t.TempDir()
-	launcher := filepath.Join(dir, "vcclrun")
-	build := exec.Command("go", "build", "-o", launcher, "github.com/vccl-go/vccl/cmd/vcclrun")
-	if out, err := build.CombinedOutput(); err != nil {
-		t.Fatalf("building vcclrun: %v\n%s", err, out)
-	}
+	launcher := buildVcclrun(t)
 	sizes := []int{2, 3}
 	if fullMatrix {
 		sizes = []int{2, 3, 4, 5, 6, 7, 8}
@@ -51,6 +46,17 @@ func TestMatrixMultiProcess(t *testing.T) {
 			})
 		}
 	}
+}
+
+// buildVcclrun builds the launcher the multi-process tests run their jobs
+// with, and returns its path.
+func buildVcclrun(t *testing.T) string {
+	t.Helper()
+	launcher := filepath.Join(t.TempDir(), "vcclrun")
+	if out, err := exec.Command("go", "build", "-o", launcher, "github.com/vccl-go/vccl/cmd/vcclrun").CombinedOutput(); err != nil {
+		t.Fatalf("building vcclrun: %v\n%s", err, out)
+	}
+	return launcher
 }
 
 // TestMatrixRank is one rank of TestMatrixMultiProcess's jobs.

@@ -27,11 +27,7 @@ func TestStoppedRankFailsTheCallItMissed(t *testing.T) {
 	if testing.Short() {
 		t.Skip("multi-process job skipped in -short mode")
 	}
-	dir := t.TempDir()
-	launcher := filepath.Join(dir, "vcclrun")
-	if out, err := exec.Command("go", "build", "-o", launcher, "github.com/vccl-go/vccl/cmd/vcclrun").CombinedOutput(); err != nil {
-		t.Fatalf("building vcclrun: %v\n%s", err, out)
-	}
+	launcher := buildVcclrun(t)
 	for _, tc := range []struct {
 		transport string
 		ranks     int
