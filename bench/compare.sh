@@ -1,9 +1,12 @@
 #!/usr/bin/env bash
 # Runs VCCL-Go's vccl-bench and its peers back to back on the same sizes and
 # writes the comparison into BENCHMARKS.md (the section between the
-# "bench/compare.sh" markers, replaced on every run).
+# "bench/compare.sh" markers, replaced on every run): the tables against
+# Open MPI and Gloo and telemetry's cost, with the date, machine and command.
 #
 #   bench/compare.sh                 # the full comparison (about 30 minutes on 2 cores; REPEAT=3 took 17)
+#   bench/compare.sh --markdown      # the same, the section printed on stdout, no file edited
+#   bench/compare.sh --from DIR      # no runs: the section again from an earlier run's raw outputs
 #   QUICK=1 OUT=/tmp/b.md bench/compare.sh   # a smoke run of the script itself
 #
 # Peers: Open MPI (Debian openmpi-bin, libopenmpi-dev; shared memory through
@@ -24,6 +27,20 @@
 #   BUILD_REF=HEAD build VCCL from this commit (git archive) instead of the working tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
+
+MARKDOWN=0
+FROM=
+while (($#)); do
+	case $1 in
+	--markdown) MARKDOWN=1 ;;
+	--from)
+		FROM=${2:?--from wants the raw directory of an earlier run}
+		shift
+		;;
+	*) echo "compare.sh: unknown argument $1 (want --markdown or --from DIR)" >&2; exit 2 ;;
+	esac
+	shift
+done
 export PATH="/usr/local/go/bin:$HOME/go/bin:$PATH"
 
 RANKS=${RANKS:-"2 4"}
@@ -43,6 +60,17 @@ RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 BUILD_REF=${BUILD_REF:-}
 
 log() { printf '== %s\n' "$*" >&2; }
+((MARKDOWN)) && OUT=-
+
+if [ -n "$FROM" ]; then
+	[ -d "$FROM" ] || { echo "compare.sh: --from $FROM: no such directory" >&2; exit 2; }
+	# The run's machine, load and timing are not in its raw outputs: the
+	# section says so rather than guess.
+	/usr/bin/python3 bench/report.py --raw "$FROM" --out "$OUT" --ranks "$RANKS" --repeat "$REPEAT" \
+		--command "bench/compare.sh (reported again with --from $FROM)" --bind "$BIND" \
+		--date "$(date -u -r "$FROM" '+%Y-%m-%d %H:%M UTC')"
+	exit
+fi
 
 # --- peers -------------------------------------------------------------------
 need=()
@@ -202,4 +230,8 @@ cmdline="bench/compare.sh"
 	--torch-version "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)" \
 	--go-version "$(go version)" --repeat "$REPEAT" --mpi-args "--mca pml ob1 $MPI_EXTRA" \
 	--commit "$VERSION" --handoff "${HANDOFF[*]}" --bind "$BIND"
-log "wrote the comparison into $OUT (raw outputs in $RAW)"
+if ((MARKDOWN)); then
+	log "printed the comparison (raw outputs in $RAW; bench/compare.sh --from $RAW prints it again)"
+else
+	log "wrote the comparison into $OUT (raw outputs in $RAW)"
+fi

@@ -1,6 +1,7 @@
 #!/usr/bin/python3
 """Turns bench/compare.sh's raw outputs into the Markdown section of
-BENCHMARKS.md between the bench/compare.sh markers (replacing it).
+BENCHMARKS.md between the bench/compare.sh markers (replacing it), or, with
+--out -, prints that section on stdout.
 
 Raw files are NAME.REP.txt with NAME = COLL.nN.IMPL.sI: the nccl-tests-style
 tables of vccl-bench, bench/mpi/* and bench/gloo/bench.py. Rows are
@@ -290,13 +291,16 @@ def section(a, data, failures):
     ranks = [int(x) for x in a.ranks.split()]
     ncpu = os.cpu_count() or 0
     out = [BEGIN, "## Peer comparison: VCCL-Go against Open MPI and Gloo (bench/compare.sh)", ""]
-    out += [f"- **Date:** {a.date or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())} (took {int(a.elapsed) // 60} min {int(a.elapsed) % 60} s)",
-            f"- **Machine:** {machine()}; load average {a.start_load} at the start, {a.end_load} at the end "
+    took = f" (took {int(a.elapsed) // 60} min {int(a.elapsed) % 60} s)" if int(a.elapsed) else ""
+    load = f"; load average {a.start_load} at the start, {a.end_load} at the end" if a.start_load else ""
+    out += [f"- **Date:** {a.date or time.strftime('%Y-%m-%d %H:%M UTC', time.gmtime())}{took}",
+            f"- **Machine:** {machine()}{load} "
             "(the machine is shared: ratios from one run, absolute numbers are noisy)",
-            f"- **Command:** `{a.command}` (commit {a.commit})",
+            f"- **Command:** `{a.command}`" + (f" (commit {a.commit})" if a.commit else ""),
             *handoff_line(a.handoff),
-            f"- **Software:** {a.go_version}; {a.mpi_version} (`mpirun {a.mpi_args}`, btl self,vader or "
-            f"self,tcp with btl_tcp_if_include lo); Gloo from torch {a.torch_version} (`/usr/bin/python3`, GLOO_SOCKET_IFNAME=lo)",
+            *([f"- **Software:** {a.go_version}; {a.mpi_version} (`mpirun {a.mpi_args}`, btl self,vader or "
+               f"self,tcp with btl_tcp_if_include lo); Gloo from torch {a.torch_version} (`/usr/bin/python3`, GLOO_SOCKET_IFNAME=lo)"]
+              if a.go_version else []),
             *bind_line(a.bind),
             f"- **Method:** every tool runs the same sizes the way nccl-tests does: warm-up, a barrier, N timed "
             "iterations of the blocking call, mean time per iteration averaged over ranks; busbw = size/time × "
@@ -337,6 +341,9 @@ def main():
     if not data:
         sys.exit(f"report.py: no results in {a.raw}")
     sec = section(a, data, failures)
+    if a.out == "-":  # compare.sh --markdown: the section alone, to paste
+        sys.stdout.write(sec)
+        return
     try:
         text = open(a.out).read()
     except FileNotFoundError:
