@@ -9,8 +9,9 @@ import (
 	"testing"
 )
 
-// TestNoIO: the model opens no socket and no file (ARCHITECTURE.md); its
-// data comes through Source, whose implementations live in ui/source.
+// TestNoIO: the model opens no socket and no file (an invariant of
+// docs/design.md); its data comes through Source, whose implementations
+// live in ui/source.
 func TestNoIO(t *testing.T) {
 	files, _ := filepath.Glob("*.go")
 	for _, f := range files {

@@ -12,13 +12,6 @@ import (
 	"time"
 )
 
-// The fault-tolerance harness: jobs of three ranks, each in its own network
-// namespace with a primary rail (nic0), a backup rail (nic1) and a
-// bootstrap rail, run loops of all-reduces while links go down and up,
-// rails are rate limited and ranks are killed. Every result is checked
-// element by element. VCCL_FAULT_FULL=1 runs the full acceptance counts
-// (make fault-full); the default is what CI runs.
-
 var full = os.Getenv("VCCL_FAULT_FULL") != ""
 
 func pick(ci, fullN int) int {

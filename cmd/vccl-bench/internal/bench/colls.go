@@ -144,9 +144,9 @@ type setup struct {
 // zeroed by make (the kernel's pages are zero already) and stays unmapped
 // until written: a timed call reading it reads the kernel's zero page,
 // always cached, and a single-copy read of it pins none of the sender's
-// memory. Open MPI's benchmark read such pages until its buffers were
-// filled too (a 2-rank 16 MiB broadcast 1.25-1.40 ms against 2.2-2.5 on
-// real data); users' buffers hold data.
+// memory, so such a benchmark times a copy no user's call makes (Open
+// MPI's did, until its buffers were filled too: BENCHMARKS.md, Method);
+// users' buffers hold data.
 func newSetup(cfg Config, rank, n int, maxBytes int64) *setup {
 	es := cfg.Type.Size()
 	l := cfg.Coll.Layout(maxBytes, es, n)

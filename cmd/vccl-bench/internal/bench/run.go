@@ -168,8 +168,7 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 	// As nccl-tests does, warm up at the largest and then the smallest
 	// size before the sweep: a job's first milliseconds run slow (its
 	// threads start, its pages fault in), and would otherwise be timed in
-	// the first row (2 ranks over shm, 1 KiB: 0.9-1.0 µs a call there
-	// against 0.45 in the same launch's later rows).
+	// the first row (BENCHMARKS.md, Method).
 	for _, size := range []int64{sizes[len(sizes)-1], sizes[0]} {
 		run, _, _ := s.prepare(ctx, comm, cfg.Coll.Layout(size, s.es, n), false)
 		if err := run(cfg.Warmup); err != nil {
@@ -363,8 +362,8 @@ func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, in
 }
 
 // altBlocks is how many blocks of each setting --telemetry alternate splits
-// the timed iterations into. The machine's slow spells (a collapsed run
-// here is 2-5x slower for seconds) then fall on both settings alike, where
+// the timed iterations into. A shared machine's slow spells (a run several
+// times slower for seconds) then fall on both settings alike, where
 // separate launches each got their own luck.
 const altBlocks = 10
 
