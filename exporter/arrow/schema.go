@@ -14,7 +14,7 @@ import (
 )
 
 // Column names, in the order the writer lays them out: the field names of
-// schema v1 (ARCHITECTURE.md).
+// schema v1 (flowtel.Record; the table in docs/design.md).
 var ColumnNames = [...]string{
 	"ts_ns", "kind", "status", "op", "algo", "dtype", "path", "channel",
 	"rank", "peer", "qp", "comm", "coll_seq", "wr_id", "bytes", "depth", "step",
