@@ -296,7 +296,7 @@ type sample struct {
 
 type linkState struct {
 	key       LinkKey
-	samples   fifo[sample]
+	samples   FIFO[sample]
 	waits     WaitSpans
 	qds       []*qpDir // the QP directions feeding this link
 	lastNs    int64
@@ -429,7 +429,7 @@ func (v *windowView) Completed(t *Transfer) {
 	} else {
 		l.unmatched++
 	}
-	l.samples.pushBounded(s, v.n)
+	l.samples.PushBounded(s, v.n)
 }
 
 func (v *windowView) WaitBegan(cw *CreditWait) {
@@ -527,8 +527,8 @@ func (w *Window) stats(l *linkState, now int64) LinkStats {
 		singleBytes  uint64
 		haveInWindow bool
 	)
-	for i := range l.samples.n {
-		s := l.samples.at(i)
+	for i := range l.samples.Len() {
+		s := l.samples.At(i)
 		if s.ts < start || s.ts > now {
 			continue
 		}
