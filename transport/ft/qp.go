@@ -122,22 +122,22 @@ type QP struct {
 	tx        *path // where data, credits and acks go; nil while no path is up
 	txIdx     int   // the path data left on last
 	txEpoch   uint32
-	sends     queue[sendWR] // posted, not acknowledged; sends.at(0) is message sendBase
-	allAcked  chan struct{} // Close's linger: signalled when sends empties
+	sends     flowtel.FIFO[sendWR] // posted, not acknowledged; sends.At(0) is message sendBase
+	allAcked  chan struct{}        // Close's linger: signalled when sends empties
 	sendBase  uint64
 	sendNext  uint64 // next message to transmit on tx
 	sendOff   uint64 // bytes of message sendNext already transmitted on tx
 	sendDone  uint64 // sends below this one have had their completion queued
-	credits   queue[uint64]
-	creditsIn uint64 // credits received; credits.at(i) is the size of credit sendBase+i
+	credits   flowtel.FIFO[uint64]
+	creditsIn uint64 // credits received; credits.At(i) is the size of credit sendBase+i
 
 	// Receive side: data the peer sends.
 	rx         *path // where the peer's data is accepted from (its latest resync)
 	rxEpoch    uint32
-	recvs      queue[recvWR] // posted, not delivered; recvs.at(0) is message recvBase
+	recvs      flowtel.FIFO[recvWR] // posted, not delivered; recvs.At(0) is message recvBase
 	recvBase   uint64
 	recvOff    uint64 // bytes of message recvBase received so far from rx
-	claim      *path  // the path reading into recvs.at(0)'s buffer now
+	claim      *path  // the path reading into recvs.At(0)'s buffer now
 	creditNext uint64 // next credit to send
 	ackSent    uint64 // acknowledged count last sent on tx
 
@@ -239,13 +239,13 @@ func (q *QP) PostSend(wr transport.WR) error {
 		q.mu.Unlock()
 		return nil
 	}
-	seq := q.sendBase + uint64(q.sends.len())
+	seq := q.sendBase + uint64(q.sends.Len())
 	s := sendWR{wr: wr, telID: id}
 	if len(wr.Buf) <= eagerMax {
 		s.own = eagerPool[eagerClass(len(wr.Buf))].Get().(*[]byte)
 		s.wr.Buf = (*s.own)[:copy(*s.own, wr.Buf)]
 	}
-	q.sends.push(s)
+	q.sends.Push(s)
 	hasCredit := q.creditsIn > seq
 	if !hasCredit {
 		q.core.CreditWait(id, &wr)
@@ -270,7 +270,7 @@ func (q *QP) PostRecv(wr transport.WR) error {
 		q.mu.Unlock()
 		return nil
 	}
-	q.recvs.push(recvWR{wr: wr, telID: id})
+	q.recvs.Push(recvWR{wr: wr, telID: id})
 	tx := q.tx
 	q.mu.Unlock()
 	if tx != nil {
@@ -292,7 +292,7 @@ func (q *QP) Close() error {
 	// cannot once the goodbye has gone (bounded by the link timeout).
 	deadline := time.Now().Add(q.prm.LinkTimeout)
 	q.mu.Lock()
-	for q.err == nil && q.sends.len() > 0 {
+	for q.err == nil && q.sends.Len() > 0 {
 		left := time.Until(deadline)
 		if left <= 0 {
 			break
@@ -366,8 +366,8 @@ func (q *QP) die(err error, st flowtel.Status) {
 	}
 	q.tx = nil
 	q.noteBackup(nanotime(), false)
-	for q.sends.len() > 0 {
-		s := q.sends.pop()
+	for q.sends.Len() > 0 {
+		s := q.sends.PopFront()
 		s.release()
 		if !s.done {
 			q.core.CompleteOn(transport.WC{ID: s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, s.telID, s.wr.Tag, s.path, st)
@@ -387,8 +387,8 @@ func (q *QP) flushRecvs() {
 	if q.err == nil || q.recvsFlushed || q.claim != nil {
 		return
 	}
-	for q.recvs.len() > 0 {
-		v := q.recvs.pop()
+	for q.recvs.Len() > 0 {
+		v := q.recvs.PopFront()
 		q.core.Complete(transport.WC{ID: v.wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, v.telID, v.wr.Tag)
 	}
 	q.recvsFlushed = true
@@ -542,7 +542,7 @@ func (q *QP) switchTx(pa *path) {
 		end++
 	}
 	for i := q.sendBase; i < end; i++ {
-		s := q.sends.at(int(i - q.sendBase))
+		s := q.sends.At(int(i - q.sendBase))
 		s.replay = true
 		bytes += uint64(len(s.wr.Buf))
 		wrs++
@@ -848,11 +848,11 @@ func (q *QP) onAck(pa *path, n uint64) error {
 	if q.err != nil || n <= q.sendBase {
 		return nil
 	}
-	if top := q.sendBase + uint64(q.sends.len()); n > top {
+	if top := q.sendBase + uint64(q.sends.Len()); n > top {
 		return fmt.Errorf("protocol error: acknowledgement of %d messages, only %d sent", n, top)
 	}
 	defer func() {
-		if q.sends.len() == 0 {
+		if q.sends.Len() == 0 {
 			select {
 			case q.allAcked <- struct{}{}:
 			default:
@@ -860,8 +860,8 @@ func (q *QP) onAck(pa *path, n uint64) error {
 		}
 	}()
 	for q.sendBase < n {
-		s := q.sends.pop()
-		credit := q.credits.pop()
+		s := q.sends.PopFront()
+		credit := q.credits.PopFront()
 		q.sendBase++
 		s.release()
 		q.stats.SendsAcked++
@@ -896,8 +896,8 @@ func (q *QP) onAck(pa *path, n uint64) error {
 // posting order: it stops at the first send that is not (a large one
 // waiting for its acknowledgement, or one not written yet). q.mu held.
 func (q *QP) completeWritten() {
-	for q.sendDone < q.sendBase+uint64(q.sends.len()) {
-		s := q.sends.at(int(q.sendDone - q.sendBase))
+	for q.sendDone < q.sendBase+uint64(q.sends.Len()) {
+		s := q.sends.At(int(q.sendDone - q.sendBase))
 		if !s.done {
 			if s.own == nil || !s.sent {
 				return
@@ -919,8 +919,8 @@ func (q *QP) completeWritten() {
 // small sends that fit their credit). q.mu held.
 func (q *QP) markWritten(seqs []uint64) {
 	for _, seq := range seqs {
-		if seq >= q.sendBase && seq < q.sendBase+uint64(q.sends.len()) {
-			q.sends.at(int(seq - q.sendBase)).sent = true
+		if seq >= q.sendBase && seq < q.sendBase+uint64(q.sends.Len()) {
+			q.sends.At(int(seq - q.sendBase)).sent = true
 		}
 	}
 	q.completeWritten()
@@ -938,13 +938,13 @@ func (q *QP) onCredit(seq, size uint64) error {
 		q.mu.Unlock()
 		return fmt.Errorf("protocol error: credit %d, want %d", seq, q.creditsIn)
 	}
-	q.credits.push(size)
+	q.credits.Push(size)
 	q.creditsIn++
 	i := int(seq - q.sendBase)
-	waiting := i < q.sends.len()
+	waiting := i < q.sends.Len()
 	if waiting {
 		// The send was posted before its credit: it waited.
-		s := q.sends.at(i)
+		s := q.sends.At(i)
 		q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
 	}
 	tx := q.tx
@@ -1031,11 +1031,11 @@ func (q *QP) onData(pa *path, h Header) error {
 		q.mu.Unlock()
 		return fmt.Errorf("protocol error: message %d arrived while %d is due", h.Seq, q.recvBase)
 	}
-	if q.recvs.len() == 0 {
+	if q.recvs.Len() == 0 {
 		q.mu.Unlock()
 		return fmt.Errorf("protocol error: message %d of %d bytes with no receive posted", h.Seq, h.Len)
 	}
-	r := q.recvs.at(0)
+	r := q.recvs.At(0)
 	if h.Flags&FlagTooLarge != 0 {
 		q.deliver(pa, h, transport.TooLargeError(int(h.Len), len(r.wr.Buf)))
 		q.mu.Unlock()
@@ -1073,7 +1073,7 @@ func (q *QP) onData(pa *path, h Header) error {
 
 // deliver completes the receive of message recvBase. q.mu held.
 func (q *QP) deliver(pa *path, h Header, err error) {
-	v := q.recvs.pop()
+	v := q.recvs.PopFront()
 	wc := transport.WC{ID: v.wr.ID, Op: transport.OpRecv, Bytes: int(q.recvOff)}
 	st := flowtel.StatusOK
 	if err != nil {
@@ -1138,16 +1138,19 @@ func (q *QP) fillBatch(pa *path, w *writerState) {
 		q.ackSent = q.recvBase
 		w.add(Header{Type: FrameAck, Seq: q.recvBase}, nil)
 	}
-	for q.creditNext < q.recvBase+uint64(q.recvs.len()) && w.n < maxBatchFrames-1 {
-		r := q.recvs.at(int(q.creditNext - q.recvBase))
+	// A receive can be delivered before its credit is sent again after a
+	// path change (switchTx rewinds creditNext): the peer has that credit.
+	q.creditNext = max(q.creditNext, q.recvBase)
+	for q.creditNext < q.recvBase+uint64(q.recvs.Len()) && w.n < maxBatchFrames-1 {
+		r := q.recvs.At(int(q.creditNext - q.recvBase))
 		w.add(Header{Type: FrameCredit, Seq: q.creditNext, Len: uint64(len(r.wr.Buf))}, nil)
 		q.creditNext++
 	}
-	for q.sendNext < q.sendBase+uint64(q.sends.len()) && q.creditsIn > q.sendNext &&
+	for q.sendNext < q.sendBase+uint64(q.sends.Len()) && q.creditsIn > q.sendNext &&
 		w.n < maxBatchFrames && w.payload < maxBatchBytes {
 		i := int(q.sendNext - q.sendBase)
-		s := q.sends.at(i)
-		credit := *q.credits.at(i)
+		s := q.sends.At(i)
+		credit := *q.credits.At(i)
 		total := uint64(len(s.wr.Buf))
 		s.path = flowtel.Path(pa.idx)
 		var flags uint8

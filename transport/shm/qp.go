@@ -131,22 +131,22 @@ type QP struct {
 	drained   uint64 // posts taken so far
 	spareS    []sendOp
 	spareR    []recvOp
-	sends     fifo[sendOp]
-	eager     fifo[eagerSend] // published ahead of their credits, in credit order
-	recvs     fifo[recvOp]
-	otail     uint64       // out ring: bytes published
-	ohead     uint64       // out ring: last head seen
-	ocredits  uint64       // last posted count seen
-	pread     uint64       // last read count seen from the peer (the credits it has taken)
-	ihead     uint64       // in ring: bytes consumed
-	ipub      uint64       // in ring: head last published
-	itail     uint64       // in ring: last tail seen
-	firstSeen uint64       // messages whose first record arrived
-	credPub   uint64       // receives announced to the peer
-	unann     fifo[uint64] // credit words (size, creditCMA) of the receives not yet announced, in order
-	notify    bool         // something was published: wake the peer if it sleeps
-	starved   bool         // the last pass stopped on its budget, not on the peer
-	ncomp     uint64       // completions queued (Close's flush too, under mu)
+	sends     flowtel.FIFO[sendOp]
+	eager     flowtel.FIFO[eagerSend] // published ahead of their credits, in credit order
+	recvs     flowtel.FIFO[recvOp]
+	otail     uint64               // out ring: bytes published
+	ohead     uint64               // out ring: last head seen
+	ocredits  uint64               // last posted count seen
+	pread     uint64               // last read count seen from the peer (the credits it has taken)
+	ihead     uint64               // in ring: bytes consumed
+	ipub      uint64               // in ring: head last published
+	itail     uint64               // in ring: last tail seen
+	firstSeen uint64               // messages whose first record arrived
+	credPub   uint64               // receives announced to the peer
+	unann     flowtel.FIFO[uint64] // credit words (size, creditCMA) of the receives not yet announced, in order
+	notify    bool                 // something was published: wake the peer if it sleeps
+	starved   bool                 // the last pass stopped on its budget, not on the peer
+	ncomp     uint64               // completions queued (Close's flush too, under mu)
 
 	// Single copy (cma_linux.go), guarded by mu.
 	cma          *cmaPeer           // nil: cannot read the peer
@@ -465,7 +465,7 @@ func (q *QP) pass(budget int, consume bool) bool {
 	// Sends first, then credits: what the peer waits for leaves before
 	// this side looks at what the peer wrote (each look at a word the
 	// peer wrote since is a cache miss, a few hundred ns here).
-	if q.sends.len() > 0 {
+	if q.sends.Len() > 0 {
 		b := budget
 		moved = q.sendPass(&b) || moved
 		q.starved = b <= 0
@@ -473,7 +473,7 @@ func (q *QP) pass(budget int, consume bool) bool {
 	if q.owed() {
 		moved = q.publishCredits() || moved
 	}
-	if q.recvs.len() > 0 {
+	if q.recvs.Len() > 0 {
 		if !consume {
 			q.starved = true // left for the owner's next Poll, or the background goroutine
 		} else {
@@ -485,7 +485,7 @@ func (q *QP) pass(budget int, consume bool) bool {
 			q.starved = q.starved || b <= 0
 		}
 	}
-	if consume && q.eager.len() > 0 {
+	if consume && q.eager.Len() > 0 {
 		moved = q.settleEager() || moved
 	}
 	if q.notify {
@@ -496,12 +496,12 @@ func (q *QP) pass(budget int, consume bool) bool {
 }
 
 // pending reports whether WRs or credits wait for progress. Under mu.
-func (q *QP) pending() bool { return q.sends.len()+q.eager.len()+q.recvs.len() > 0 || q.owed() }
+func (q *QP) pending() bool { return q.sends.Len()+q.eager.Len()+q.recvs.Len() > 0 || q.owed() }
 
 // owed reports whether receives, completed or not, wait to be announced:
 // eager messages can fill receives whose credits the peer has not had
 // yet, and their sends complete only when it has. Under mu.
-func (q *QP) owed() bool { return q.unann.len() > 0 }
+func (q *QP) owed() bool { return q.unann.Len() > 0 }
 
 func (q *QP) drainPosts() {
 	q.pmu.Lock()
@@ -510,7 +510,7 @@ func (q *QP) drainPosts() {
 	q.drained = q.posts.Load()
 	q.pmu.Unlock()
 	for i := range ps {
-		q.sends.push(ps[i])
+		q.sends.Push(ps[i])
 	}
 	if len(pr) > 0 && !q.probed {
 		q.probe()
@@ -537,8 +537,8 @@ func (q *QP) drainPosts() {
 			w |= creditCMA
 			pr[i].cma = true
 		}
-		q.recvs.push(pr[i])
-		q.unann.push(w)
+		q.recvs.Push(pr[i])
+		q.unann.Push(w)
 	}
 	clear(ps)
 	clear(pr)
@@ -550,7 +550,7 @@ func (q *QP) recvPass(budget *int) bool {
 	in := &q.seg.in
 	rb := in.ring
 	moved := false
-	for *budget > 0 && q.recvs.len() > 0 {
+	for *budget > 0 && q.recvs.Len() > 0 {
 		if q.ihead == q.itail {
 			q.itail = in.tail.Load()
 			if q.ihead == q.itail {
@@ -576,7 +576,7 @@ func (q *QP) recvPass(budget *int) bool {
 			q.protocolError("record of %d bytes at %d", n, q.ihead)
 			return true
 		}
-		r := q.recvs.front()
+		r := q.recvs.Front()
 		if flags&fFirst != 0 {
 			eager := flags&fEager != 0
 			if r.started || msgLen > math.MaxInt || !eager && q.firstSeen >= q.credPub {
@@ -610,14 +610,14 @@ func (q *QP) recvPass(budget *int) bool {
 				// and fails its send alike.
 				q.ihead += uint64(size)
 				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
-				q.recvs.pop()
+				q.recvs.PopFront()
 				moved = true
 				continue
 			}
 			if flags&fTooBig != 0 {
 				q.ihead += uint64(size)
 				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
-				q.recvs.pop()
+				q.recvs.PopFront()
 				moved = true
 				continue
 			}
@@ -665,7 +665,7 @@ func (q *QP) recvPass(budget *int) bool {
 				return true
 			}
 			q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, r.msgLen, nil)
-			q.recvs.pop()
+			q.recvs.PopFront()
 		}
 	}
 	if q.ipub != q.ihead {
@@ -733,7 +733,7 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 		r.started, r.msgLen, r.off = true, msgLen, msgLen
 		q.firstSeen++
 		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, msgLen, nil)
-		q.recvs.pop()
+		q.recvs.PopFront()
 	}
 	q.cmaIn++
 	in.cmaDone.Store(q.cmaIn)
@@ -778,7 +778,7 @@ func (q *QP) probe() {
 // arrive, and be consumed, before its sender has looked at its credit.
 func (q *QP) publishCredits() bool {
 	in := &q.seg.in
-	want := q.credPub + uint64(q.unann.len())
+	want := q.credPub + uint64(q.unann.Len())
 	if q.credPub >= want {
 		return false
 	}
@@ -794,8 +794,8 @@ func (q *QP) publishCredits() bool {
 		return false
 	}
 	for ; q.credPub < lim; q.credPub++ {
-		in.sizes[q.credPub&(q.slots-1)].Store(*q.unann.front())
-		q.unann.pop()
+		in.sizes[q.credPub&(q.slots-1)].Store(*q.unann.Front())
+		q.unann.PopFront()
 	}
 	in.posted.Store(q.credPub)
 	q.notify = true
@@ -824,8 +824,8 @@ func (q *QP) takeCredit(idx uint64) (limit int, cma bool) {
 // settleEager completes the eager sends whose credits have come.
 func (q *QP) settleEager() bool {
 	moved := false
-	for q.eager.len() > 0 {
-		e := q.eager.front()
+	for q.eager.Len() > 0 {
+		e := q.eager.Front()
 		if !q.credited(e.idx) {
 			break
 		}
@@ -834,7 +834,7 @@ func (q *QP) settleEager() bool {
 		} else {
 			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusOK, len(e.wr.Buf), nil)
 		}
-		q.eager.pop()
+		q.eager.PopFront()
 		moved = true
 	}
 	return moved
@@ -867,22 +867,22 @@ func (q *QP) sendPass(budget *int) bool {
 	rb := out.ring
 	R := len(rb)
 	moved := false
-	for q.sends.len() > 0 && *budget > 0 {
-		s := q.sends.front()
+	for q.sends.Len() > 0 && *budget > 0 {
+		s := q.sends.Front()
 		if !s.started {
 			if len(s.wr.Buf) <= eagerMax {
 				if !q.sendEager(s) {
 					break
 				}
 				*budget -= len(s.wr.Buf)
-				q.eager.push(eagerSend{wr: s.wr, telID: s.telID, idx: s.idx})
-				q.sends.pop()
+				q.eager.Push(eagerSend{wr: s.wr, telID: s.telID, idx: s.idx})
+				q.sends.PopFront()
 				moved = true
 				continue
 			}
 			// Credits are taken in order: the eager sends' first.
 			moved = q.settleEager() || moved
-			if q.eager.len() > 0 || !q.credited(s.idx) {
+			if q.eager.Len() > 0 || !q.credited(s.idx) {
 				break
 			}
 			s.started = true
@@ -903,7 +903,7 @@ func (q *QP) sendPass(budget *int) bool {
 				q.cmaFails, q.cmaOff, s.cma = f, true, false // resend through the ring
 			} else {
 				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
-				q.sends.pop()
+				q.sends.PopFront()
 				continue
 			}
 		} else if s.off == 0 && s.cmaOK && !q.cmaOff && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && q.chooseCMA(s.idx) {
@@ -993,7 +993,7 @@ func (q *QP) sendPass(budget *int) bool {
 				} else {
 					q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
 				}
-				q.sends.pop()
+				q.sends.PopFront()
 				break
 			}
 			if *budget <= 0 {
@@ -1034,8 +1034,8 @@ func (q *QP) chooseCMA(idx uint64) bool {
 // not count: every collective call exchanges its signature headers, a
 // broadcast too. Under mu.
 func (q *QP) exchanging(idx uint64) bool {
-	for i := range q.recvs.len() {
-		if len(q.recvs.at(i).wr.Buf) >= cmaMin {
+	for i := range q.recvs.Len() {
+		if len(q.recvs.At(i).wr.Buf) >= cmaMin {
 			q.exchangeTill = idx + exchangeSends
 			return true
 		}
@@ -1046,8 +1046,8 @@ func (q *QP) exchanging(idx uint64) bool {
 // sendsBig reports whether a send of cmaMin bytes or more is queued.
 // Under mu.
 func (q *QP) sendsBig() bool {
-	for i := range q.sends.len() {
-		if len(q.sends.at(i).wr.Buf) >= cmaMin {
+	for i := range q.sends.Len() {
+		if len(q.sends.At(i).wr.Buf) >= cmaMin {
 			return true
 		}
 	}
@@ -1131,7 +1131,7 @@ func (q *QP) streamWins() bool {
 	if !q.cmaStale {
 		cr = math.Float64frombits(q.seg.out.cmaRate.Load())
 	}
-	return streamBeatsCMA(q.streamRate, cr, q.recvs.len() > 0)
+	return streamBeatsCMA(q.streamRate, cr, q.recvs.Len() > 0)
 }
 
 // streamBeatsCMA decides between a streamed ring and single copy from what
@@ -1283,7 +1283,7 @@ func (q *QP) streamCheaper() bool {
 	if !q.streamMeasured() {
 		return true
 	}
-	duplex := q.recvs.len() > 0
+	duplex := q.recvs.Len() > 0
 	plain := ringCost(q.copyRate, math.Float64frombits(q.seg.out.readRate[0].Load()), duplex)
 	return ringCost(q.spellSend, q.spellRead, duplex) < plain
 }
@@ -1490,7 +1490,7 @@ func (q *QP) failAll(g *goneReason) bool {
 	if !q.pending() {
 		return false
 	}
-	if b := math.MaxInt; q.recvs.len() > 0 && !g.corrupt {
+	if b := math.MaxInt; q.recvs.Len() > 0 && !g.corrupt {
 		q.recvPass(&b)
 	}
 	if !g.corrupt {
@@ -1499,29 +1499,29 @@ func (q *QP) failAll(g *goneReason) bool {
 		// collective.
 		q.settleEager()
 		// Or read the send it was given by address, and acknowledged it.
-		if q.sends.len() > 0 {
+		if q.sends.Len() > 0 {
 			out := &q.seg.out
-			if s := q.sends.front(); s.cma && out.cmaDone.Load() == q.cmaSent && out.cmaFail.Load() == q.cmaFails {
+			if s := q.sends.Front(); s.cma && out.cmaDone.Load() == q.cmaSent && out.cmaFail.Load() == q.cmaFails {
 				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(s.wr.Buf), nil)
-				q.sends.pop()
+				q.sends.PopFront()
 			}
 		}
 	}
 	err := g.err
-	for q.eager.len() > 0 {
-		e := q.eager.front()
+	for q.eager.Len() > 0 {
+		e := q.eager.Front()
 		q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusError, 0, err)
-		q.eager.pop()
+		q.eager.PopFront()
 	}
-	for q.sends.len() > 0 {
-		s := q.sends.front()
+	for q.sends.Len() > 0 {
+		s := q.sends.Front()
 		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusError, 0, err)
-		q.sends.pop()
+		q.sends.PopFront()
 	}
-	for q.recvs.len() > 0 {
-		r := q.recvs.front()
+	for q.recvs.Len() > 0 {
+		r := q.recvs.Front()
 		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, err)
-		q.recvs.pop()
+		q.recvs.PopFront()
 	}
 	return true
 }
@@ -1674,23 +1674,23 @@ func (q *QP) Close() error {
 	// Announced before the flush: a peer that reads a send's buffer by
 	// address checks it after the read (readCMA).
 	q.seg.me.state.Store(stateClosed)
-	for q.eager.len() > 0 {
-		e := q.eager.front()
+	for q.eager.Len() > 0 {
+		e := q.eager.Front()
 		q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.eager.pop()
+		q.eager.PopFront()
 	}
-	for q.sends.len() > 0 {
-		s := q.sends.front()
+	for q.sends.Len() > 0 {
+		s := q.sends.Front()
 		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.sends.pop()
+		q.sends.PopFront()
 	}
 	for i := range ps {
 		q.complete(&ps[i].wr, ps[i].telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
 	}
-	for q.recvs.len() > 0 {
-		r := q.recvs.front()
+	for q.recvs.Len() > 0 {
+		r := q.recvs.Front()
 		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.recvs.pop()
+		q.recvs.PopFront()
 	}
 	for i := range pr {
 		q.complete(&pr[i].wr, pr[i].telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
@@ -1722,28 +1722,4 @@ func (q *QP) release() {
 	unix.Munmap(q.seg.mem)
 	q.live.Unlock()
 	q.cma.close()
-}
-
-// fifo is a queue on a slice.
-type fifo[T any] struct {
-	buf  []T
-	head int
-}
-
-func (f *fifo[T]) len() int    { return len(f.buf) - f.head }
-func (f *fifo[T]) push(v T)    { f.buf = append(f.buf, v) }
-func (f *fifo[T]) front() *T   { return &f.buf[f.head] }
-func (f *fifo[T]) at(i int) *T { return &f.buf[f.head+i] }
-func (f *fifo[T]) pop() {
-	var zero T
-	f.buf[f.head] = zero
-	f.head++
-	switch {
-	case f.head == len(f.buf):
-		f.buf, f.head = f.buf[:0], 0
-	case f.head >= 256 && 2*f.head >= len(f.buf):
-		n := copy(f.buf, f.buf[f.head:])
-		clear(f.buf[n:])
-		f.buf, f.head = f.buf[:n], 0
-	}
 }

@@ -318,7 +318,7 @@ func TestProtocolError(t *testing.T) {
 // waitEarly polls q until n eager messages wait there for their receives.
 func waitEarly(t *testing.T, q *QP, n int) {
 	t.Helper()
-	pollUntil(t, q, n, "eager messages arrived ahead of their receives", func() int { return q.early.len() })
+	pollUntil(t, q, n, "eager messages arrived ahead of their receives", func() int { return q.early.Len() })
 }
 
 // pollUntil polls q until count, read under q.mu, reaches n.
@@ -600,7 +600,7 @@ func TestMoreHoldsSends(t *testing.T) {
 		dsts[i] = make([]byte, size)
 		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
 	}
-	pollUntil(t, qa, len(dsts), "credits arrived", func() int { return qa.credits.len() })
+	pollUntil(t, qa, len(dsts), "credits arrived", func() int { return qa.credits.Len() })
 	post := func(i int, more bool) {
 		if err := p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(size, byte(i)), More: more}); err != nil {
 			t.Fatal(err)
@@ -609,7 +609,7 @@ func TestMoreHoldsSends(t *testing.T) {
 	post(0, true)
 	post(1, true)
 	qa.mu.Lock()
-	held := qa.sends.len()
+	held := qa.sends.Len()
 	qa.mu.Unlock()
 	if held != 2 {
 		t.Fatalf("%d of 2 sends flagged More still queued, want both held for the next post", held)
@@ -644,7 +644,7 @@ func TestSpinningOwnerKeepsFullBatch(t *testing.T) {
 		dst := make([]byte, size)
 		p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
 		qb.Poll(nil) // writes the credit
-		pollUntil(t, qa, 1, "credits arrived", func() int { return qa.credits.len() })
+		pollUntil(t, qa, 1, "credits arrived", func() int { return qa.credits.Len() })
 		if err := p.A.PostSend(transport.WR{ID: 2, Buf: msg}); err != nil {
 			t.Fatal(err)
 		}
