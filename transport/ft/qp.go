@@ -214,28 +214,17 @@ func (q *QP) Poll(dst []transport.WC) int { return q.core.Poll(dst) }
 // error.
 func (q *QP) Err() error { return q.core.Err() }
 
-func (q *QP) check(wr *transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	// uint64: MaxMessage is past a 32-bit int.
-	if uint64(len(wr.Buf)) > MaxMessage {
-		return fmt.Errorf("ft: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), uint64(MaxMessage))
-	}
-	return transport.CheckWR(wr)
-}
-
 // PostSend queues a send. It needs the peer's next credit: if none has
 // arrived yet the send waits, recorded as credit_wait. It completes when the
 // peer acknowledges it, so its buffer is kept for a replay until then.
 func (q *QP) PostSend(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpSend, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpSend, &wr)
 	q.mu.Lock()
 	if q.sendsFlushed {
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpSend, Status: q.errSt, Err: q.err}, id, wr.Tag)
+		q.core.Fail(transport.OpSend, &wr, id, q.errSt, q.err)
 		q.mu.Unlock()
 		return nil
 	}
@@ -260,13 +249,13 @@ func (q *QP) PostSend(wr transport.WR) error {
 
 // PostRecv queues a receive and a credit announcing its size to the peer.
 func (q *QP) PostRecv(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpRecv, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
 	q.mu.Lock()
 	if q.recvsFlushed {
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, id, wr.Tag)
+		q.core.Fail(transport.OpRecv, &wr, id, q.errSt, q.err)
 		q.mu.Unlock()
 		return nil
 	}
@@ -389,7 +378,7 @@ func (q *QP) flushRecvs() {
 	}
 	for q.recvs.Len() > 0 {
 		v := q.recvs.PopFront()
-		q.core.Complete(transport.WC{ID: v.wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, v.telID, v.wr.Tag)
+		q.core.Fail(transport.OpRecv, &v.wr, v.telID, q.errSt, q.err)
 	}
 	q.recvsFlushed = true
 }

@@ -53,10 +53,10 @@ func (q *QP) Err() error { return q.core.Err() }
 func (q *QP) Poll(dst []transport.WC) int { return q.core.Poll(dst) }
 
 func (q *QP) PostSend(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpSend, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpSend, &wr)
 	s := pendingWR{wr: wr, telID: id}
 	lk, peer := q.link, 1-q.side
 	lk.mu.Lock()
@@ -78,10 +78,10 @@ func (q *QP) PostSend(wr transport.WR) error {
 }
 
 func (q *QP) PostRecv(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpRecv, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
 	r := pendingWR{wr: wr, telID: id}
 	lk, peer := q.link, 1-q.side
 	lk.mu.Lock()
@@ -103,13 +103,6 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	return nil
 }
 
-func (q *QP) check(wr *transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	return transport.CheckWR(wr)
-}
-
 // deliver copies a matched send into its receive and completes both. The
 // caller holds lk.mu.
 func (lk *link) deliver(sender *QP, s pendingWR, receiver *QP, r pendingWR) {
@@ -127,7 +120,7 @@ func (lk *link) deliver(sender *QP, s pendingWR, receiver *QP, r pendingWR) {
 }
 
 func (q *QP) fail(p pendingWR, op transport.Opcode, st flowtel.Status, err error) {
-	q.core.Complete(transport.WC{ID: p.wr.ID, Op: op, Status: st, Err: err}, p.telID, p.wr.Tag)
+	q.core.Fail(op, &p.wr, p.telID, st, err)
 }
 
 // Close flushes this end's WRs and fails the peer's, as a vanished peer

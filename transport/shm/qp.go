@@ -224,52 +224,17 @@ func (q *QP) Outstanding() int { return q.core.Outstanding() }
 // PostSend queues a send; it copies up to postBudget bytes into the ring at
 // once when the peer has a receive posted, or when the send is at most
 // eagerMax bytes.
-func (q *QP) PostSend(wr transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	if err := transport.CheckWR(&wr); err != nil {
-		return err
-	}
-	q.live.RLock()
-	defer q.live.RUnlock()
-	if q.unmapped {
-		return transport.ErrClosed
-	}
-	id := q.core.Posted(transport.OpSend, &wr)
-	s := sendOp{wr: wr, telID: id, idx: q.nsend}
-	q.nsend++
-	if len(wr.Buf) > eagerMax && q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
-		// The receive this send needs is not posted yet. A send of at
-		// most eagerMax bytes moves without it, so it waits for no
-		// credit (and looks at none here: the peer's words are a cache
-		// miss each, and this one would come before the data).
-		s.waited = true
-		q.core.CreditWait(id, &wr)
-	}
-	q.busy()
-	q.pmu.Lock()
-	if q.pclosed {
-		q.pmu.Unlock()
-		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		return nil
-	}
-	q.psends = append(q.psends, s)
-	q.posts.Add(1)
-	q.pmu.Unlock()
-	q.afterPost()
-	return nil
-}
+func (q *QP) PostSend(wr transport.WR) error { return q.post(transport.OpSend, &wr) }
 
 // PostRecv queues a receive and announces it to the peer as a credit.
-func (q *QP) PostRecv(wr transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	if err := transport.CheckWR(&wr); err != nil {
+func (q *QP) PostRecv(wr transport.WR) error { return q.post(transport.OpRecv, &wr) }
+
+// post hands a checked WR to the progress pass through the post lists.
+func (q *QP) post(op transport.Opcode, wr *transport.WR) error {
+	if err := q.core.Check(wr, q.closed.Load()); err != nil {
 		return err
 	}
-	if wr.Reduce != nil && len(wr.Src) < len(wr.Buf) {
+	if op == transport.OpRecv && wr.Reduce != nil && len(wr.Src) < len(wr.Buf) {
 		return fmt.Errorf("shm: receive %d reduces %d bytes with a source of %d", wr.ID, len(wr.Buf), len(wr.Src))
 	}
 	q.live.RLock()
@@ -277,16 +242,32 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	if q.unmapped {
 		return transport.ErrClosed
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
-	r := recvOp{wr: wr, telID: id}
+	id := q.core.Posted(op, wr)
+	var s sendOp
+	if op == transport.OpSend {
+		s = sendOp{wr: *wr, telID: id, idx: q.nsend}
+		q.nsend++
+		if len(wr.Buf) > eagerMax && q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
+			// The receive this send needs is not posted yet. A send of at
+			// most eagerMax bytes moves without it, so it waits for no
+			// credit (and looks at none here: the peer's words are a cache
+			// miss each, and this one would come before the data).
+			s.waited = true
+			q.core.CreditWait(id, wr)
+		}
+	}
 	q.busy()
 	q.pmu.Lock()
 	if q.pclosed {
 		q.pmu.Unlock()
-		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		q.complete(wr, id, op, flowtel.StatusFlushed, 0, transport.ErrClosed)
 		return nil
 	}
-	q.precvs = append(q.precvs, r)
+	if op == transport.OpSend {
+		q.psends = append(q.psends, s)
+	} else {
+		q.precvs = append(q.precvs, recvOp{wr: *wr, telID: id})
+	}
 	q.posts.Add(1)
 	q.pmu.Unlock()
 	q.afterPost()

@@ -232,30 +232,19 @@ func (q *QP) Poll(dst []transport.WC) int {
 // as soon as the loss is seen, even with no WR outstanding.
 func (q *QP) Err() error { return q.core.Err() }
 
-func (q *QP) check(wr *transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	// uint64: MaxFrameLen is past a 32-bit int.
-	if uint64(len(wr.Buf)) > MaxFrameLen {
-		return fmt.Errorf("tcp: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), uint64(MaxFrameLen))
-	}
-	return transport.CheckWR(wr)
-}
-
 // PostSend queues a send and writes it at once if the socket takes it
 // (flagged More, with the send posted next). A send with no credit yet from
 // the peer records credit_wait; up to
 // eagerWindow sends of at most eagerMax bytes go anyway, and complete when
 // their credit comes.
 func (q *QP) PostSend(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpSend, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpSend, &wr)
 	q.mu.Lock()
 	if q.writerDone {
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpSend, Status: q.errSt, Err: q.err}, id, wr.Tag)
+		q.core.Fail(transport.OpSend, &wr, id, q.errSt, q.err)
 		q.mu.Unlock()
 		return nil
 	}
@@ -280,16 +269,16 @@ func (q *QP) PostSend(wr transport.WR) error {
 // next PostSend to carry or else the writer goroutine (while the owner
 // spins: the next Poll).
 func (q *QP) PostRecv(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpRecv, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
 	q.mu.Lock()
 	switch {
 	case q.early.Len() > 0:
 		q.deliverEarly(recvWR{wr: wr, telID: id}, q.early.PopFront())
 	case q.readerDone:
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, id, wr.Tag)
+		q.core.Fail(transport.OpRecv, &wr, id, q.errSt, q.err)
 		q.mu.Unlock()
 		return nil
 	default:
