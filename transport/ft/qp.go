@@ -218,15 +218,9 @@ func (q *QP) Err() error { return q.core.Err() }
 // arrived yet the send waits, recorded as credit_wait. It completes when the
 // peer acknowledges it, so its buffer is kept for a replay until then.
 func (q *QP) PostSend(wr transport.WR) error {
-	id, err := q.core.Admit(transport.OpSend, &wr, q.closed.Load())
-	if err != nil {
+	id, ok, err := q.admit(transport.OpSend, &wr)
+	if !ok {
 		return err
-	}
-	q.mu.Lock()
-	if q.sendsFlushed {
-		q.core.Fail(transport.OpSend, &wr, id, q.errSt, q.err)
-		q.mu.Unlock()
-		return nil
 	}
 	seq := q.sendBase + uint64(q.sends.Len())
 	s := sendWR{wr: wr, telID: id}
@@ -247,17 +241,31 @@ func (q *QP) PostSend(wr transport.WR) error {
 	return nil
 }
 
-// PostRecv queues a receive and a credit announcing its size to the peer.
-func (q *QP) PostRecv(wr transport.WR) error {
-	id, err := q.core.Admit(transport.OpRecv, &wr, q.closed.Load())
-	if err != nil {
-		return err
+// admit checks and accounts a WR and returns with q.mu held to queue it;
+// ok is false, q.mu not held, when the WR was refused (err) or, its side of
+// the link flushed already, completed at once (err nil).
+func (q *QP) admit(op transport.Opcode, wr *transport.WR) (id uint64, ok bool, err error) {
+	if id, err = q.core.Admit(op, wr, q.closed.Load()); err != nil {
+		return 0, false, err
 	}
 	q.mu.Lock()
-	if q.recvsFlushed {
-		q.core.Fail(transport.OpRecv, &wr, id, q.errSt, q.err)
-		q.mu.Unlock()
-		return nil
+	flushed := q.sendsFlushed
+	if op == transport.OpRecv {
+		flushed = q.recvsFlushed
+	}
+	if !flushed {
+		return id, true, nil
+	}
+	q.core.Fail(op, wr, id, q.errSt, q.err)
+	q.mu.Unlock()
+	return 0, false, nil
+}
+
+// PostRecv queues a receive and a credit announcing its size to the peer.
+func (q *QP) PostRecv(wr transport.WR) error {
+	id, ok, err := q.admit(transport.OpRecv, &wr)
+	if !ok {
+		return err
 	}
 	q.recvs.Push(recvWR{wr: wr, telID: id})
 	tx := q.tx

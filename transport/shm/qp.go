@@ -1655,30 +1655,27 @@ func (q *QP) Close() error {
 	// Announced before the flush: a peer that reads a send's buffer by
 	// address checks it after the read (readCMA).
 	q.seg.me.state.Store(stateClosed)
-	for q.eager.Len() > 0 {
-		e := q.eager.Front()
-		q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.eager.PopFront()
-	}
-	for q.sends.Len() > 0 {
-		s := q.sends.Front()
-		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.sends.PopFront()
-	}
-	for i := range ps {
-		q.complete(&ps[i].wr, ps[i].telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-	}
-	for q.recvs.Len() > 0 {
-		r := q.recvs.Front()
-		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.recvs.PopFront()
-	}
-	for i := range pr {
-		q.complete(&pr[i].wr, pr[i].telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
-	}
+	flushAll(q, transport.OpSend, &q.eager, nil, func(e *eagerSend) (*transport.WR, uint64) { return &e.wr, e.telID })
+	flushAll(q, transport.OpSend, &q.sends, ps, func(s *sendOp) (*transport.WR, uint64) { return &s.wr, s.telID })
+	flushAll(q, transport.OpRecv, &q.recvs, pr, func(r *recvOp) (*transport.WR, uint64) { return &r.wr, r.telID })
 	q.mu.Unlock()
 	q.release()
 	return nil
+}
+
+// flushAll completes, as flushed by Close, the WRs queued in f and then
+// those of rest (taken from the post lists), oldest first, emptying f; ref
+// gives an element's WR and telemetry id.
+func flushAll[T any](q *QP, op transport.Opcode, f *flowtel.FIFO[T], rest []T, ref func(*T) (*transport.WR, uint64)) {
+	for f.Len() > 0 {
+		wr, id := ref(f.Front())
+		q.complete(wr, id, op, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		f.PopFront()
+	}
+	for i := range rest {
+		wr, id := ref(&rest[i])
+		q.complete(wr, id, op, flowtel.StatusFlushed, 0, transport.ErrClosed)
+	}
 }
 
 // crash abandons the QP as a killed process would: no flush, no goodbye in
