@@ -7,7 +7,6 @@ import (
 	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +14,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/internal/sock"
 	"github.com/vccl-go/vccl/transport/tcp"
 )
 
@@ -38,8 +38,9 @@ type Backend struct {
 	// Params tunes failure detection; zero fields take the VCCL_FT_*
 	// variables, then the defaults.
 	Params Params
-	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
-	// connection.
+	// SockBuf sets SO_SNDBUF and SO_RCVBUF of every connection as
+	// tcp.Backend.SockBuf does: positive, that size; negative, the
+	// kernel's autotuning; zero, VCCL_TCP_SOCKBUF, then tcp's default.
 	SockBuf int
 	// Logger receives path changes and refused connections (slog.Default
 	// when nil).
@@ -114,13 +115,8 @@ func (b Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transpo
 		}
 	} else {
 		for i, name := range b.ifnames() {
-			addrs[i] = "127.0.0.1:0"
-			if name != "" {
-				ip, err := tcp.InterfaceAddr(name, 0)
-				if err != nil {
-					return nil, err
-				}
-				addrs[i] = netip.AddrPortFrom(ip, 0).String()
+			if addrs[i], err = sock.ListenAddr(name); err != nil {
+				return nil, fmt.Errorf("ft: path %d: %w", i, err)
 			}
 		}
 	}
@@ -171,24 +167,12 @@ func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config)
 	}
 	l.refs++ // held while accepting, then by the QP
 	l.mu.Unlock()
-	var conns [Paths]*net.TCPConn
 	var gens [Paths]uint64
-	errs := make([]error, Paths)
-	var wg sync.WaitGroup
-	for i := range Paths {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conns[i], gens[i], errs[i] = l.acceptPath(ctx, key, i)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
+	conns, err := eachPath(func(i int) (conn *net.TCPConn, err error) {
+		conn, gens[i], err = l.acceptPath(ctx, key, i)
+		return conn, err
+	})
+	if err != nil {
 		l.release()
 		return nil, err
 	}
@@ -207,6 +191,13 @@ func (l *listener) acceptPath(ctx context.Context, key string, i int) (*net.TCPC
 	if err != nil {
 		return nil, 0, fmt.Errorf("ft: path %d: %w", i, err)
 	}
+	return l.b.hello(ctx, c, i)
+}
+
+// hello takes an accepted connection of path i: it reads its hello and
+// sets its socket up, and returns it with the generation the hello names.
+// It closes a connection that fails.
+func (b Backend) hello(ctx context.Context, c net.Conn, i int) (*net.TCPConn, uint64, error) {
 	conn, ok := c.(*net.TCPConn)
 	if !ok {
 		c.Close()
@@ -214,7 +205,7 @@ func (l *listener) acceptPath(ctx context.Context, key string, i int) (*net.TCPC
 	}
 	gen, err := readHello(ctx, conn, i)
 	if err == nil {
-		err = l.b.setup(conn)
+		err = b.setup(conn, i)
 	}
 	if err != nil {
 		conn.Close()
@@ -276,6 +267,20 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 		return nil, err
 	}
 	ifn := b.ifnames()
+	conns, err := eachPath(func(i int) (*net.TCPConn, error) {
+		return b.dialPath(ctx, ifn[i], remote[i], key, i, 1, cfg.Token)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newQP(cfg, qpSetup{b: b, prm: prm, key: key, conns: conns, gens: [Paths]uint64{1, 1},
+		ifnames: ifn, remote: remote, dialer: true})
+}
+
+// eachPath runs connect for every path at once and returns the
+// connections; when any fails, it closes the others and returns the
+// errors joined.
+func eachPath(connect func(i int) (*net.TCPConn, error)) ([Paths]*net.TCPConn, error) {
 	var conns [Paths]*net.TCPConn
 	errs := make([]error, Paths)
 	var wg sync.WaitGroup
@@ -283,20 +288,19 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conns[i], errs[i] = b.dialPath(ctx, ifn[i], remote[i], key, i, 1, cfg.Token)
+			conns[i], errs[i] = connect(i)
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := errors.Join(errs...)
+	if err != nil {
 		for _, c := range conns {
 			if c != nil {
 				c.Close()
 			}
 		}
-		return nil, err
 	}
-	return newQP(cfg, qpSetup{b: b, prm: prm, key: key, conns: conns, gens: [Paths]uint64{1, 1},
-		ifnames: ifn, remote: remote, dialer: true})
+	return conns, err
 }
 
 func splitAddrs(addr string) ([Paths]string, error) {
@@ -317,29 +321,10 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	if b.faults != nil && b.faults.down[i].Load() {
 		return nil, fmt.Errorf("ft: path %d: dial %s: link down (test fault)", i, addr)
 	}
-	var d net.Dialer
-	target := addr
-	if ifname != "" {
-		remote, err := tcp.Resolve(ctx, addr)
-		if err != nil {
-			return nil, err
-		}
-		fam := 4
-		if remote.Addr().Is6() {
-			fam = 6
-		}
-		ip, err := tcp.InterfaceAddr(ifname, fam)
-		if err != nil {
-			return nil, err
-		}
-		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, 0))
-		target = remote.String()
-	}
-	c, err := d.DialContext(ctx, "tcp", target)
+	conn, err := sock.Dial(ctx, ifname, addr)
 	if err != nil {
-		return nil, fmt.Errorf("ft: path %d: dial %s from %s: %w", i, addr, orLoopback(ifname), err)
+		return nil, fmt.Errorf("ft: path %d: %w", i, err)
 	}
-	conn := c.(*net.TCPConn)
 	fail := func(err error) (*net.TCPConn, error) {
 		conn.Close()
 		return nil, err
@@ -347,7 +332,7 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	if err := transport.DialHandshake(ctx, conn, token, pathKey(key, i)); err != nil {
 		return fail(fmt.Errorf("ft: path %d: %w", i, err))
 	}
-	if err := b.setup(conn); err != nil {
+	if err := b.setup(conn, i); err != nil {
 		return fail(err)
 	}
 	var h [HeaderSize]byte
@@ -360,13 +345,6 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	}
 	conn.SetWriteDeadline(time.Time{})
 	return conn, nil
-}
-
-func orLoopback(ifname string) string {
-	if ifname == "" {
-		return "the default interface"
-	}
-	return ifname
 }
 
 // readHello reads a connection's first frame, which names its path and
@@ -392,21 +370,12 @@ func readHello(ctx context.Context, conn *net.TCPConn, want int) (uint64, error)
 	return h.Seq, nil
 }
 
-func (b Backend) setup(conn *net.TCPConn) error {
-	if err := conn.SetNoDelay(true); err != nil {
-		return fmt.Errorf("ft: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
-	}
-	// Reno within the host, as a tcp QP's connection: see tcp.SetCongestion.
-	if err := tcp.SetCongestion(conn, ""); err != nil {
-		return fmt.Errorf("ft: %w", err)
-	}
-	if b.SockBuf > 0 {
-		if err := conn.SetWriteBuffer(b.SockBuf); err != nil {
-			return fmt.Errorf("ft: SO_SNDBUF on %s: %w", conn.LocalAddr(), err)
-		}
-		if err := conn.SetReadBuffer(b.SockBuf); err != nil {
-			return fmt.Errorf("ft: SO_RCVBUF on %s: %w", conn.LocalAddr(), err)
-		}
+// setup gives path i's connection the socket options of tcp's: with
+// SockBuf 0, VCCL_TCP_SOCKBUF and then the same-host default apply; the
+// congestion control is VCCL_TCP_CONGESTION's, else reno within the host.
+func (b Backend) setup(conn *net.TCPConn, i int) error {
+	if err := tcp.SetupConn(conn, b.SockBuf, ""); err != nil {
+		return fmt.Errorf("ft: path %d: %w", i, err)
 	}
 	return nil
 }

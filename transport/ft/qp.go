@@ -684,17 +684,8 @@ func (q *QP) acceptLoop(i int) {
 		if err != nil {
 			return
 		}
-		conn, ok := c.(*net.TCPConn)
-		if !ok {
-			c.Close()
-			continue
-		}
-		gen, err := readHello(q.ctx, conn, i)
-		if err == nil {
-			err = q.b.setup(conn)
-		}
+		conn, gen, err := q.b.hello(q.ctx, c, i)
 		if err != nil {
-			conn.Close()
 			continue
 		}
 		q.install(i, conn, gen)

@@ -23,21 +23,6 @@ func connect(t *testing.T, b Backend, addr string) *transporttest.Pair {
 	return transporttest.Connect(t, transporttest.Factory{Backend: b, ListenAddr: addr})
 }
 
-func loopbackIfname(t *testing.T) string {
-	t.Helper()
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Skipf("no interfaces: %v", err)
-	}
-	for _, ifi := range ifs {
-		if ifi.Flags&net.FlagLoopback != 0 && ifi.Flags&net.FlagUp != 0 {
-			return ifi.Name
-		}
-	}
-	t.Skip("no loopback interface")
-	return ""
-}
-
 func checkTransfer(t *testing.T, p *transporttest.Pair, msg []byte) {
 	t.Helper()
 	dst := make([]byte, len(msg)+8)
@@ -60,7 +45,7 @@ func TestListenDefaultAddr(t *testing.T) {
 }
 
 func TestInterface(t *testing.T) {
-	lo := loopbackIfname(t)
+	lo := transporttest.LoopbackIfname(t)
 	for _, tc := range []struct {
 		name string
 		b    Backend
@@ -82,7 +67,7 @@ func TestInterface(t *testing.T) {
 }
 
 func TestInterfaceIPv6(t *testing.T) {
-	lo := loopbackIfname(t)
+	lo := transporttest.LoopbackIfname(t)
 	ln, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
 		t.Skipf("no IPv6 loopback here: %v", err)
@@ -114,22 +99,6 @@ func TestMissingInterface(t *testing.T) {
 	if _, err := (Backend{}).Dial(ctx, ln.Addr(), "k", transport.Config{Token: "t"}); err == nil ||
 		!strings.Contains(err.Error(), `"vcclnope2"`) || !strings.Contains(err.Error(), EnvSocketIfname) {
 		t.Fatalf("dial from a missing VCCL_SOCKET_IFNAME interface: %v", err)
-	}
-}
-
-func TestInterfaceAddrFamily(t *testing.T) {
-	lo := loopbackIfname(t)
-	ip, err := interfaceAddr(lo, 4)
-	if err != nil || !ip.Is4() || !ip.IsLoopback() {
-		t.Fatalf("IPv4 address of %s: %v, %v", lo, ip, err)
-	}
-	if ip, err := interfaceAddr(lo, 0); err != nil || !ip.Is4() {
-		t.Fatalf("default address of %s: %v, %v; want IPv4 first", lo, ip, err)
-	}
-	if ip, err := interfaceAddr(lo, 6); err == nil && !ip.Is6() {
-		t.Fatalf("IPv6 address of %s is %v", lo, ip)
-	} else if err != nil && !strings.Contains(err.Error(), "no IPv6 address") {
-		t.Fatalf("missing IPv6 address of %s: %v", lo, err)
 	}
 }
 
@@ -453,22 +422,6 @@ func pollOne(t *testing.T, q transport.QP, what string) transport.WC {
 		}
 	}
 	return wcs[0]
-}
-
-func TestResolve(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), transporttest.Deadline)
-	defer cancel()
-	for in, want := range map[string]string{"127.0.0.1:80": "127.0.0.1:80", "[::1]:7": "[::1]:7", "[::ffff:10.0.0.1]:9": "10.0.0.1:9"} {
-		if got, err := resolve(ctx, in); err != nil || got.String() != want {
-			t.Errorf("resolve(%q) = %v, %v; want %s", in, got, err, want)
-		}
-	}
-	if ap, err := resolve(ctx, "localhost:80"); err != nil || !ap.Addr().IsLoopback() || ap.Port() != 80 {
-		t.Errorf("resolve(localhost:80) = %v, %v", ap, err)
-	}
-	if _, err := resolve(ctx, "no-port"); err == nil {
-		t.Error("resolve accepted an address without a port")
-	}
 }
 
 // Err reports a lost peer, and the notifier wakes the owner, even with no WR
