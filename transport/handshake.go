@@ -65,7 +65,7 @@ func DialHandshake(ctx context.Context, conn net.Conn, token, key string) error 
 		return fmt.Errorf("transport: handshake key longer than %d bytes", maxHelloField)
 	}
 	k := jobauth.Key(token, jobauth.PurposeTransport)
-	stop := deadlineFrom(ctx, conn)
+	stop := SetupDeadline(ctx, conn)
 	defer stop()
 	nd := jobauth.Nonce()
 	msg := make([]byte, 0, 7+len(nd)+len(key))
@@ -75,14 +75,14 @@ func DialHandshake(ctx context.Context, conn net.Conn, token, key string) error 
 	msg = binary.LittleEndian.AppendUint16(msg, uint16(len(key)))
 	msg = append(msg, key...)
 	if _, err := conn.Write(msg); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
 	}
 	if err := readAnswer(conn, key); err != nil {
-		return ctxErr(ctx, err)
+		return CtxErr(ctx, err)
 	}
 	chall := make([]byte, jobauth.NonceSize+jobauth.ProofSize)
 	if _, err := io.ReadFull(conn, chall); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: no challenge: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: no challenge: %w", conn.RemoteAddr(), err))
 	}
 	nl, proof := chall[:jobauth.NonceSize], chall[jobauth.NonceSize:]
 	if !jobauth.Equal(proof, jobauth.Proof(k, "accept", nd, nl, []byte(key))) {
@@ -93,14 +93,14 @@ func DialHandshake(ctx context.Context, conn net.Conn, token, key string) error 
 		return fmt.Errorf("%w: %s does not hold this job's token (key %q)", ErrBadToken, conn.RemoteAddr(), key)
 	}
 	if _, err := conn.Write(jobauth.Proof(k, "dial", nd, nl, []byte(key))); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
 	}
 	var ok [3]byte
 	if err := readAnswer(conn, key); err != nil {
-		return ctxErr(ctx, err)
+		return CtxErr(ctx, err)
 	}
 	if _, err := io.ReadFull(conn, ok[:2]); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: no answer: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: no answer: %w", conn.RemoteAddr(), err))
 	}
 	return nil
 }
@@ -128,9 +128,11 @@ func readAnswer(conn net.Conn, key string) error {
 	return fmt.Errorf("transport: %s refused key %q: %s", conn.RemoteAddr(), key, reason)
 }
 
-// deadlineFrom applies ctx's deadline (or the handshake timeout) to conn and
-// unblocks conn if ctx is cancelled; the returned func clears both.
-func deadlineFrom(ctx context.Context, conn net.Conn) func() {
+// SetupDeadline bounds an exchange that sets a connection up (this
+// handshake, a backend's own setup messages): it applies ctx's deadline, at
+// most the handshake timeout away, to conn and unblocks conn if ctx is
+// cancelled; the returned func clears both.
+func SetupDeadline(ctx context.Context, conn net.Conn) func() {
 	d, ok := ctx.Deadline()
 	if !ok || time.Until(d) > handshakeTimeout {
 		d = time.Now().Add(handshakeTimeout)
@@ -143,7 +145,9 @@ func deadlineFrom(ctx context.Context, conn net.Conn) func() {
 	}
 }
 
-func ctxErr(ctx context.Context, err error) error {
+// CtxErr returns err, wrapped behind ctx's error once ctx is done, so that
+// errors.Is finds the cancellation or deadline that caused an I/O error.
+func CtxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
@@ -253,7 +257,7 @@ func (a *Acceptor) handshake(conn net.Conn) {
 	defer a.inHandshake.Add(-1)
 	ctx, cancel := context.WithTimeout(a.ctx, acceptorHelloTimeout)
 	defer cancel()
-	stop := deadlineFrom(ctx, conn)
+	stop := SetupDeadline(ctx, conn)
 	defer stop()
 	if a.cfg.Check != nil {
 		if err := a.cfg.Check(conn); err != nil {
