@@ -20,15 +20,9 @@ const (
 	DirRecv Dir = 1 // peer -> rank: receives posted by rank (WrID low bit 1)
 )
 
-func (d Dir) String() string {
-	switch d {
-	case DirSend:
-		return "send"
-	case DirRecv:
-		return "recv"
-	}
-	return fmt.Sprintf("dir(%d)", uint8(d))
-}
+var dirNames = [...]string{DirSend: "send", DirRecv: "recv"}
+
+func (d Dir) String() string { return codeName(dirNames[:], d, "dir") }
 
 // LinkKey names one direction of one link: the records of rank about its
 // traffic with peer on a channel and path. Send and receive traffic are kept
