@@ -142,8 +142,8 @@ func (c *Core) Complete(wc WC, telID uint64, tag Tag) {
 // record carries path and status recSt (flowtel.StatusRetransmitted for a WR
 // that was replayed on another path), while the WC the owner polls keeps
 // wc.Status. Any goroutine. With telemetry off (or paused) it reads no
-// clock: nothing would use the time, and over TCP the reading was half a
-// percent of a small call's CPU.
+// clock: nothing would use the time, and a clock read is a visible share
+// of a small call's CPU.
 func (c *Core) CompleteOn(wc WC, telID uint64, tag Tag, path flowtel.Path, recSt flowtel.Status) {
 	if wc.TsNs == 0 && c.cfg.Recorder.Enabled() {
 		wc.TsNs = c.Now()

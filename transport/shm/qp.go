@@ -355,8 +355,8 @@ func (q *QP) Poll(dst []transport.WC) int {
 // gives work. An owner that polls one idle QP while it moves data on others
 // (an engine with several peers) is not waiting: its idle QP neither yields
 // the core nor hands its wait over. A counter, not a time: busy runs a few
-// times in every call, and a clock read costs 25-40 ns on these VMs where
-// a plain store costs one. Racing owners may store the same value; it
+// times in every call, and a clock read costs tens of times what a plain
+// store does (more on VMs). Racing owners may store the same value; it
 // still changes, which is all idle looks at.
 var busyGen atomic.Uint64
 
@@ -1045,22 +1045,18 @@ const exchangeSends = 16
 // tried first, for a trial of cmaTrial sends (the receiver's moving
 // average of its reads then holds only theirs), and again after
 // cmaRetryMin sends through the ring, then twice as many each time it
-// loses, up to cmaRetryMax (a trial where the ring is cheaper costs ~1%
-// then). A trial's reads run slower than single copy does once both sides
-// use it (11-14 bytes per ns, one 6.8, against 21-24 later: what each
-// side's copies cost depends on what the other side's do), so single copy
-// keeps an exchange unless the ring costs less by a factor cmaBias; a
-// rate frozen since the last trial decides nothing, hence the retries.
+// loses, up to cmaRetryMax, so that a trial where the ring is cheaper is
+// a small share of the sends. A trial's reads run slower than single copy
+// does once both sides use it (what each side's copies cost depends on
+// what the other side's do), so single copy keeps an exchange unless the
+// ring costs less by a factor cmaBias; a rate frozen since the last trial
+// decides nothing, hence the retries.
 //
-// On the Intel host of 2026-12-01, close cores (cache-line hand-off 57
-// ns), the ring measured 25-30 bytes per ns in and 17 out (10.7 a byte
-// delivered both ways) and single copy read 21-24: a 2-rank 1 MiB
-// all-gather took 88-118 us through the ring and 56-59 by single copy
-// (Open MPI 46-48), send/recv of 1 MiB each way 144-169 against 110-119.
-// Where the ring's copies are cheap against single copy's reads (the AMD
-// EPYC hosts of 2026-11-30: 25 in, 27-36 out, single copy 5-8) it keeps
-// the ring; on the AMD host of 2026-12-01 10:16 a 4 MiB all-gather went by
-// single copy (a profile: the kernel's read 37% of a rank's CPU).
+// Which mode wins depends on the host: where cores hand cache lines over
+// quickly single copy can beat the ring for an exchange, and where the
+// ring's copies are cheap against single copy's page-by-page reads the
+// ring wins; the rates decide per QP rather than a rule per host
+// (BENCHMARKS.md has the runs on each kind of host).
 func (q *QP) exchangeCMA() bool {
 	if q.cmaTrial > 0 {
 		q.cmaTrial--
@@ -1126,14 +1122,12 @@ func (q *QP) streamWins() bool {
 // In an exchange (duplex: all-gather) it is single copy: there each core
 // makes both copies of every byte through a ring, against one read by
 // single copy, and the sender's rate does not say what the ring
-// delivers. Choosing by the rates there (the ring when streaming ran
-// twice as fast) made a 2-rank 16 MiB all-gather on the 16-core Xeon host
-// 1.4-1.8x slower.
+// delivers: choosing by the rates there picked the ring for exchanges that
+// single copy carried faster.
 //
-// Single copy reads pin the sender's pages one 4 KiB page at a time, and
-// on this VM read 5-8 bytes per ns in either placement, where a far
-// 2-rank broadcast through a streamed ring delivered ~14 (16 MiB in place
-// 1.18-1.21 ms against 2.26-2.89 by single copy, Open MPI 2.05-2.91).
+// Single copy reads pin the sender's pages one 4 KiB page at a time, so
+// for a one-way send between far cores a streamed ring, whose two copies
+// overlap, can deliver more; the rates say which.
 func streamBeatsCMA(streamRate, cmaRate float64, duplex bool) bool {
 	switch {
 	case duplex:
@@ -1254,12 +1248,10 @@ func (q *QP) ringCopyFor(n int, cmaOK bool) ringCopy {
 // ring run slow, a streamed spell delivers more than the plain ring: what
 // the last spell measured (or not measured yet: it is tried) against
 // the plain copies now. Each mode's cost is the sender's copy in and the
-// receiver's copy out (ringCost). On this VM's host a close pair's plain
-// copies into the ring time at 7-11 bytes per ns, under cmaBelow, yet the
-// receiver reads them at 27-36 bytes per ns against 12-16 streamed, and a
-// 2-rank 64 KiB all-reduce took 12-16 µs with this choice against 18-30
-// with the rate alone (BENCHMARKS.md, eleventh round); the far pairs on
-// the host before it streamed 4 MiB all-reduces 3x faster.
+// receiver's copy out (ringCost): the sender's rate alone misleads, since
+// a close pair's plain copies into the ring can time slow (under cmaBelow)
+// while the receiver reads them from cache far faster than it reads a
+// streamed record from memory.
 func (q *QP) streamCheaper() bool {
 	if !q.streamMeasured() {
 		return true
@@ -1390,14 +1382,10 @@ const (
 // teeRecheck is copied plainly and timed (the rate chooseCMA reads),
 // then copied into the tee; the rest go through copyTee untimed. With
 // every record timed through copyTee (counted as 1.5 records), the tee's
-// stores (the caller's output, from L3 or memory at 4 MiB) had slow spells
-// that took close QPs to single copy, and those launches ran slow: 2 ranks,
-// close, 4 MiB all-gather, launches of 300 calls, single-copy messages in
-// 6 launches of 6 (48-895; means 174-438 µs); timed plainly one in four,
-// in none of 12 (means 160-225). One in 16 keeps more of the gain: 5
-// interleaved launches, close, one in 4 / 8 / 16, launch means
-// 41.2-44.3 / 40.4-43.8 / 40.2-42.3 µs at 1 MiB, 142.7-158.9 /
-// 142.6-152.2 / 134.0-152.9 at 4 MiB, no single copy.
+// stores (the caller's output, from L3 or memory for large calls) had slow
+// spells that took close QPs to single copy, and those launches ran slow.
+// Timing a sample instead keeps the rate honest; the sample is sparse
+// because each timed record gives up copyTee's single pass.
 const teeRecheck = 16
 
 // teePiece is copyTee's piece: a page, well inside L1. A 64 KiB record

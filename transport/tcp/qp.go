@@ -22,12 +22,11 @@ const (
 	maxBatchFrames = 128
 	// maxBatchBytes stops adding sends to a batch once its payload reaches
 	// this size, so a batch does not hold the completion of its first send
-	// behind many megabytes of later ones. Over loopback one writev of
-	// 1 MiB moves bytes faster than four of 256 KiB: a plain C stream moved
-	// 1 MiB in 170-190 µs as one write, 240-310 as four; a 2-rank 1 MiB
-	// broadcast, whose four chunks are credited at once, went from 245 to
-	// 180 µs, all-reduce and all-gather at 1 MiB gained 8-10%, at 4 MiB
-	// they lost 10-15% (still 1.2-1.3x Open MPI there).
+	// behind many megabytes of later ones. It is a megabyte, not less,
+	// because each writev costs a system call and a pass of the kernel's
+	// TCP output over loopback, so one large write moves bytes faster than
+	// several small ones; larger batches delay the first completion of a
+	// multi-megabyte call more than they save (BENCHMARKS.md, TCP tables).
 	maxBatchBytes = 1 << 20
 	// readAhead is the read side's header buffer. A read that fetches a
 	// header may also fetch up to this many bytes after it: the next small
@@ -515,10 +514,9 @@ func (q *QP) credit(size uint64) bool {
 // A spinning owner keeps the batch because handing it off costs the owner
 // its CPU: a rank bound to one CPU runs one goroutine at a time
 // (GOMAXPROCS=1), and the writer's wait in poll(2), a system call the Go
-// scheduler sees, holds the rank's P until sysmon takes it back, 20 µs or
-// more later, every time the socket fills (2 ranks over loopback, 64 MiB
-// in place, handed off -> kept: all-gather 15.8-18.5 -> 13.3-14.0 ms,
-// all-reduce 31.5-33.7 -> 27.1-28.6 ms).
+// scheduler sees, holds the rank's P until sysmon takes it back, every
+// time the socket fills; the owner then waits out sysmon's period with
+// nothing to run.
 func (q *QP) pump() {
 	q.mu.Lock()
 	switch {
