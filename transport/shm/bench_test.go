@@ -46,22 +46,28 @@ func copyRate(size int) float64 {
 	return best
 }
 
+// seen fails the benchmark on a failed completion among wcs and reports
+// whether fn saw, in one of them, what it waits for.
+func seen(b *testing.B, wcs []transport.WC, fn func(transport.WC) bool) bool {
+	done := false
+	for _, wc := range wcs {
+		if wc.Status != flowtel.StatusOK {
+			b.Fatalf("%v completion: %v", wc.Op, wc.Err)
+		}
+		if fn(wc) {
+			done = true
+		}
+	}
+	return done
+}
+
 // spin polls qp until fn has seen what it waits for; it fails the
 // benchmark after a deadline instead of hanging.
 func spin(b *testing.B, qp transport.QP, wcs []transport.WC, fn func(transport.WC) bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
 		n := qp.Poll(wcs)
-		done := false
-		for _, wc := range wcs[:n] {
-			if wc.Status != flowtel.StatusOK {
-				b.Fatalf("%v completion: %v", wc.Op, wc.Err)
-			}
-			if fn(wc) {
-				done = true
-			}
-		}
-		if done {
+		if seen(b, wcs[:n], fn) {
 			return
 		}
 		if i&0xfff == 0 && time.Now().After(deadline) {
@@ -198,16 +204,7 @@ func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spinFor tim
 	var idleSince time.Time
 	for {
 		n := qp.Poll(wcs)
-		done := false
-		for _, wc := range wcs[:n] {
-			if wc.Status != flowtel.StatusOK {
-				b.Fatalf("%v completion: %v", wc.Op, wc.Err)
-			}
-			if fn(wc) {
-				done = true
-			}
-		}
-		if done {
+		if seen(b, wcs[:n], fn) {
 			return
 		}
 		if n > 0 {

@@ -180,6 +180,18 @@ func TestMixedSizesInFlight(t *testing.T) {
 	sizes := []int{0, 1, 15, 16, 17, readAhead - HeaderSize - 1, readAhead - HeaderSize, readAhead - 1, readAhead,
 		readAhead + 1, 3 * readAhead, 65535, 65536, 1 << 20, 7, 0, 1<<20 + 3}
 	const tooBig = 5
+	dsts := postRecvs(p, sizes, tooBig)
+	for i, n := range sizes {
+		p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(n, byte(i))})
+	}
+	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
+	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
+	checkMessages(t, sizes, tooBig, dsts, sc, rc)
+}
+
+// postRecvs posts on p.B a receive for each size, one byte short for the
+// message tooBig, and returns their buffers.
+func postRecvs(p *transporttest.Pair, sizes []int, tooBig int) [][]byte {
 	dsts := make([][]byte, len(sizes))
 	for i, n := range sizes {
 		dsts[i] = make([]byte, n)
@@ -188,11 +200,14 @@ func TestMixedSizesInFlight(t *testing.T) {
 		}
 		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
 	}
-	for i, n := range sizes {
-		p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(n, byte(i))})
-	}
-	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
-	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
+	return dsts
+}
+
+// checkMessages checks the completions of messages i of sizes[i] bytes
+// (patternOf(n, i)) sent into postRecvs' buffers: in order, intact, and
+// message tooBig failed on both sides with the same too-large error.
+func checkMessages(t *testing.T, sizes []int, tooBig int, dsts [][]byte, sc, rc []transport.WC) {
+	t.Helper()
 	for i, n := range sizes {
 		if sc[i].ID != uint64(i) || rc[i].ID != uint64(i) {
 			t.Fatalf("completion %d: send %d recv %d", i, sc[i].ID, rc[i].ID)
@@ -321,30 +336,10 @@ func TestEagerAheadOfReceives(t *testing.T) {
 	// All of them are written before any credit exists: their bytes are
 	// at the receiver, which holds them as early messages.
 	waitEarly(t, p.B.(*QP), len(sizes))
-	dsts := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		dsts[i] = make([]byte, n)
-		if i == tooBig {
-			dsts[i] = dsts[i][:n-1]
-		}
-		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
-	}
+	dsts := postRecvs(p, sizes, tooBig)
 	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
 	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
-	for i, n := range sizes {
-		if sc[i].ID != uint64(i) || rc[i].ID != uint64(i) {
-			t.Fatalf("completion %d: send %d recv %d", i, sc[i].ID, rc[i].ID)
-		}
-		if i == tooBig {
-			if !errors.Is(sc[i].Err, transport.ErrTooLarge) || sc[i].Err.Error() != rc[i].Err.Error() {
-				t.Fatalf("too-large message: send %v, recv %v", sc[i].Err, rc[i].Err)
-			}
-			continue
-		}
-		if sc[i].Err != nil || rc[i].Err != nil || rc[i].Bytes != n || !bytes.Equal(dsts[i], patternOf(n, byte(i))) {
-			t.Fatalf("message %d of %d bytes: send %v recv %v (%d bytes)", i, n, sc[i].Err, rc[i].Err, rc[i].Bytes)
-		}
-	}
+	checkMessages(t, sizes, tooBig, dsts, sc, rc)
 }
 
 // A receive filled by an eager message completes before its credit is
