@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
 	"os"
@@ -23,9 +22,6 @@ const Name = "ft"
 
 // Paths is the number of paths of a link: the primary and its backup.
 const Paths = 2
-
-// helloTimeout bounds the wait for a new connection's hello frame.
-const helloTimeout = 5 * time.Second
 
 // Backend is the fault-tolerant TCP backend. Its zero value is ready to use:
 // both paths then go over loopback (or the interfaces VCCL_SOCKET_IFNAME
@@ -194,26 +190,6 @@ func (l *listener) acceptPath(ctx context.Context, key string, i int) (*net.TCPC
 	return l.b.hello(ctx, c, i)
 }
 
-// hello takes an accepted connection of path i: it reads its hello and
-// sets its socket up, and returns it with the generation the hello names.
-// It closes a connection that fails.
-func (b Backend) hello(ctx context.Context, c net.Conn, i int) (*net.TCPConn, uint64, error) {
-	conn, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return nil, 0, errors.New("ft: accepted a connection that is not TCP")
-	}
-	gen, err := readHello(ctx, conn, i)
-	if err == nil {
-		err = b.setup(conn, i)
-	}
-	if err != nil {
-		conn.Close()
-		return nil, 0, err
-	}
-	return conn, gen, nil
-}
-
 // release drops one reference; the acceptors close with the last one after
 // Close.
 func (l *listener) release() {
@@ -345,29 +321,6 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	}
 	conn.SetWriteDeadline(time.Time{})
 	return conn, nil
-}
-
-// readHello reads a connection's first frame, which names its path and
-// generation, exactly (nothing after it is consumed).
-func readHello(ctx context.Context, conn *net.TCPConn, want int) (uint64, error) {
-	dl := time.Now().Add(helloTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	conn.SetReadDeadline(dl)
-	defer conn.SetReadDeadline(time.Time{})
-	var b [HeaderSize]byte
-	if _, err := io.ReadFull(conn, b[:]); err != nil {
-		return 0, fmt.Errorf("ft: path %d: no hello from %s: %w", want, conn.RemoteAddr(), err)
-	}
-	h, err := DecodeHeader(b[:])
-	if err != nil {
-		return 0, fmt.Errorf("ft: path %d: hello from %s: %w", want, conn.RemoteAddr(), err)
-	}
-	if h.Type != FrameHello || int(h.Aux) != want {
-		return 0, fmt.Errorf("ft: path %d: %s sent a %s frame for path %d instead of a hello", want, conn.RemoteAddr(), h.Type, h.Aux)
-	}
-	return h.Seq, nil
 }
 
 // setup gives path i's connection the socket options of tcp's: with

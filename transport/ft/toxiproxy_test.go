@@ -230,4 +230,3 @@ func TestToxiproxyLatency(t *testing.T) {
 		}
 	}
 }
-
