@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/internal/sock"
 )
 
@@ -27,8 +28,8 @@ import (
 // Only data frames carry a payload (len bytes after the header).
 const (
 	HeaderSize = 32
-	// MaxMessage bounds a WR's length.
-	MaxMessage = 1 << 38 // 256 GiB
+	// MaxMessage bounds a WR's length, as in every backend.
+	MaxMessage = transport.MaxMessage
 
 	frameMagic   = 'F'
 	frameVersion = 1

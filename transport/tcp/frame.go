@@ -5,6 +5,7 @@ import (
 	"errors"
 	"fmt"
 
+	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/internal/sock"
 )
 
@@ -30,8 +31,9 @@ import (
 const (
 	HeaderSize = 16
 	// MaxFrameLen bounds a frame's length field: a larger value is a corrupt
-	// or hostile stream, not a message. WRs longer than this are refused.
-	MaxFrameLen = 1 << 38 // 256 GiB
+	// or hostile stream, not a message. It is the longest WR any backend
+	// takes.
+	MaxFrameLen = transport.MaxMessage
 
 	frameMagic   = 'V'
 	frameVersion = 2 // 2: eager data frames
