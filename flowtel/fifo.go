@@ -35,6 +35,10 @@ func (q *FIFO[T]) PushSlot() *T {
 // PushBounded appends v, first removing the oldest elements so that the
 // queue holds at most bound (at least 1); its storage never exceeds bound.
 func (q *FIFO[T]) PushBounded(v T, bound int) {
+	if q.n == bound && q.n == len(q.buf) {
+		// Full at the bound: the slot Drop frees is the one Push fills.
+		q.Drop()
+	}
 	for q.n >= bound {
 		q.PopFront()
 	}
