@@ -14,9 +14,9 @@ type commState struct {
 	size      int32 // ranks (SetWorldSize, or the highest rank seen + 1)
 	sizeKnown bool
 
-	colls  map[uint64]*collState // collectives not yet judged
-	open   fifo[*collState]      // the same, oldest first (judged ones are skipped when they come first)
-	arrive []*collState          // collectives whose arrival window may still cover slices to judge, by creation
+	colls  map[uint64]*collState    // collectives not yet judged
+	open   flowtel.FIFO[*collState] // the same, oldest first (judged ones are skipped when they come first)
+	arrive []*collState             // collectives whose arrival window may still cover slices to judge, by creation
 
 	// Excused time (some rank has not arrived at a collective others
 	// began), cumulative up to slice cumAt.
@@ -133,7 +133,7 @@ func (a *Analyzer) collBegin(call *flowtel.Call) {
 		cs = &collState{seq: call.Seq, op: call.Op, algo: call.Algo, dtype: call.Dtype, minBegin: ts, maxBegin: ts}
 		c.colls[call.Seq] = cs
 		c.arrive = append(c.arrive, cs)
-		c.open.push(cs)
+		c.open.Push(cs)
 	}
 	cs.lastTs = max(cs.lastTs, ts)
 	for int(rank) >= len(cs.ranks) {
@@ -257,8 +257,8 @@ func (a *Analyzer) expireCollectives(ts int64) {
 // and, when judged ones behind an old open one make up most of it,
 // everywhere: its memory follows the collectives open.
 func (c *commState) pruneOpen() {
-	for c.open.n > 0 && (*c.open.front()).judged {
-		c.open.popFront()
+	for c.open.Len() > 0 && (*c.open.Front()).judged {
+		c.open.PopFront()
 	}
 	// The arrival windows of judged collectives are dropped as slices
 	// are judged (advanceExcuse); a trace with no link traffic judges
@@ -271,11 +271,11 @@ func (c *commState) pruneOpen() {
 		clear(c.arrive[:k])
 		c.arrive = c.arrive[k:]
 	}
-	if c.open.n > 2*len(c.colls)+1024 {
-		var keep fifo[*collState]
-		for i := range c.open.n {
-			if cs := *c.open.at(i); !cs.judged {
-				keep.push(cs)
+	if c.open.Len() > 2*len(c.colls)+1024 {
+		var keep flowtel.FIFO[*collState]
+		for i := range c.open.Len() {
+			if cs := *c.open.At(i); !cs.judged {
+				keep.Push(cs)
 			}
 		}
 		c.open = keep
@@ -285,8 +285,8 @@ func (c *commState) pruneOpen() {
 // expireOldest judges the oldest collective still open, to make room: in
 // constant time, whatever the number open.
 func (a *Analyzer) expireOldest(c *commState) {
-	for c.open.n > 0 {
-		cs := c.open.popFront()
+	for c.open.Len() > 0 {
+		cs := c.open.PopFront()
 		if !cs.judged {
 			a.judgeColl(c, cs)
 			return

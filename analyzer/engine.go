@@ -335,20 +335,20 @@ func (a *Analyzer) sendPost(t *flowtel.Transfer) {
 	// that has not begun its collective waits for that rank to arrive, not
 	// for the link: it is parked until the rank begins.
 	seq := t.WrID >> 1
-	for l.landQ.n > 0 && l.landQ.front().seq < seq {
-		l.landQ.popFront()
+	for l.landQ.Len() > 0 && l.landQ.Front().seq < seq {
+		l.landQ.PopFront()
 	}
-	if l.landQ.n > 0 && l.landQ.front().seq == seq {
+	if l.landQ.Len() > 0 && l.landQ.Front().seq == seq {
 		// Landed already (the receiver's record came first).
-		d := l.landQ.popFront()
+		d := l.landQ.PopFront()
 		a.pair(l, flightWR{seq: seq, post: t.PostNs, bytes: t.Bytes, coll: t.CollSeq}, d)
 	} else {
 		f := flightWR{seq: seq, post: t.PostNs, bytes: t.Bytes, coll: t.CollSeq, parked: !a.arrived(l, t.CollSeq)}
-		if l.flight.n >= maxPendingSends {
-			old := l.flight.popFront()
+		if l.flight.Len() >= maxPendingSends {
+			old := l.flight.PopFront()
 			l.drop(&old)
 		}
-		l.flight.push(f)
+		l.flight.Push(f)
 		if f.parked {
 			l.parked++
 		}
@@ -386,8 +386,8 @@ func (a *Analyzer) unpark(c *commState, rank int32, seq uint64, ts int64) {
 				continue
 			}
 			a.integrate(l, ts)
-			for i := 0; i < l.flight.n; i++ {
-				f := l.flight.at(i)
+			for i := 0; i < l.flight.Len(); i++ {
+				f := l.flight.At(i)
 				if f.parked && f.coll == seq {
 					f.parked = false
 					l.parked--
@@ -418,8 +418,8 @@ func (a *Analyzer) sendWC(t *flowtel.Transfer) {
 		// missing): the send's completion ends its flight.
 		a.integrate(l, t.DoneNs)
 		seq := t.WrID >> 1
-		for l.flight.n > 0 && l.flight.front().seq <= seq {
-			f := l.flight.popFront()
+		for l.flight.Len() > 0 && l.flight.Front().seq <= seq {
+			f := l.flight.PopFront()
 			l.drop(&f)
 		}
 	}
@@ -478,25 +478,25 @@ func (a *Analyzer) recvWC(t *flowtel.Transfer) {
 	if t.Matched {
 		d.posted = t.PostNs // the receive's post bounds the transfer's start (pair)
 	}
-	for l.flight.n > 0 && l.flight.front().seq < seq {
-		f := l.flight.popFront()
+	for l.flight.Len() > 0 && l.flight.Front().seq < seq {
+		f := l.flight.PopFront()
 		l.drop(&f)
 	}
-	if l.flight.n > 0 && l.flight.front().seq == seq {
-		f := l.flight.popFront()
+	if l.flight.Len() > 0 && l.flight.Front().seq == seq {
+		f := l.flight.PopFront()
 		l.drop(&f)
 		if !t.Failed() {
 			a.pair(l, f, d)
 		}
 		return
 	}
-	l.landQ.pushBounded(d, maxPairing)
+	l.landQ.PushBounded(d, maxPairing)
 }
 
 // flightOf returns the link's send in flight with send number seq.
 func (l *link) flightOf(seq uint64) *flightWR {
-	for i := l.flight.n - 1; i >= 0 && i >= l.flight.n-holScan; i-- {
-		if f := l.flight.at(i); f.seq == seq {
+	for i := l.flight.Len() - 1; i >= 0 && i >= l.flight.Len()-holScan; i-- {
+		if f := l.flight.At(i); f.seq == seq {
 			return f
 		}
 	}
@@ -536,8 +536,8 @@ func (a *Analyzer) creditEnd(w *flowtel.CreditWait) {
 	l.creditWaitNs += l.waitSpans.Ended(w)
 	seq := w.WrID >> 1
 	// Credit comes in posting order: the waiting send is near the front.
-	for i := 0; i < l.flight.n && i < holScan; i++ {
-		f := l.flight.at(i)
+	for i := 0; i < l.flight.Len() && i < holScan; i++ {
+		f := l.flight.At(i)
 		if f.seq != seq {
 			continue
 		}

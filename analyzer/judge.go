@@ -2,6 +2,8 @@ package analyzer
 
 import (
 	"math"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
 // linkDetect is a link's detector state.
@@ -37,7 +39,7 @@ func (d *linkDetect) init() {
 
 // window sums a link's slices over the last few.
 type window struct {
-	slices     fifo[winSlice]
+	slices     flowtel.FIFO[winSlice]
 	landed     uint64
 	busy, wire int64
 	backlog    float64
@@ -52,8 +54,8 @@ type winSlice struct {
 
 // add adds slice i and forgets the slices older than n.
 func (wn *window) add(i, n int64, acc *sliceAcc) {
-	for wn.slices.n > 0 && wn.slices.front().idx <= i-n {
-		s := wn.slices.popFront()
+	for wn.slices.Len() > 0 && wn.slices.Front().idx <= i-n {
+		s := wn.slices.PopFront()
 		wn.landed -= s.landed
 		wn.busy -= s.busy
 		wn.wire -= s.wire
@@ -62,7 +64,7 @@ func (wn *window) add(i, n int64, acc *sliceAcc) {
 	if acc.empty() {
 		return
 	}
-	wn.slices.pushBounded(winSlice{idx: i, landed: acc.landed, busy: acc.busy, wire: acc.wire, backlog: acc.backlog}, int(n))
+	wn.slices.PushBounded(winSlice{idx: i, landed: acc.landed, busy: acc.busy, wire: acc.wire, backlog: acc.backlog}, int(n))
 	wn.landed += acc.landed
 	wn.busy += acc.busy
 	wn.wire += acc.wire

@@ -67,7 +67,7 @@ type link struct {
 	lastTs   int64  // time the state was integrated up to
 
 	// Slices from base on, not yet judged.
-	slices   fifo[sliceAcc]
+	slices   flowtel.FIFO[sliceAcc]
 	base     int64 // slice index of slices' front
 	curIdx   int64 // cached slice of the latest lookup
 	curStart int64
@@ -75,10 +75,10 @@ type link struct {
 
 	// Sends in flight: posted by the sender, not yet landed at the
 	// receiver (the k-th send of a QP lands as the peer QP's k-th receive).
-	flight     fifo[flightWR]
-	landQ      fifo[landedWR] // landings whose post has not been seen yet
-	landMode   bool           // a landing was seen: landings end flights
-	arrivedSeq uint64         // the latest collective its receiver is known to have begun
+	flight     flowtel.FIFO[flightWR]
+	landQ      flowtel.FIFO[landedWR] // landings whose post has not been seen yet
+	landMode   bool                   // a landing was seen: landings end flights
+	arrivedSeq uint64                 // the latest collective its receiver is known to have begun
 	lastLanded int64
 	xferCache  *linkColl // accumulator of the collective of the latest pair
 	xferSeq    uint64
@@ -136,28 +136,28 @@ func (a *Analyzer) sliceAt(l *link, ts int64) *sliceAcc {
 		idx = ts / a.w
 		l.curIdx, l.curStart, l.curEnd = idx, idx*a.w, idx*a.w+a.w
 	}
-	if l.slices.n == 0 {
+	if l.slices.Len() == 0 {
 		l.base = max(idx, a.final)
 	}
 	off := idx - l.base
 	if off < 0 {
 		// A slice already judged: the oldest kept one stands in.
 		a.late++
-		if l.slices.n == 0 {
-			l.slices.push(sliceAcc{})
+		if l.slices.Len() == 0 {
+			l.slices.Push(sliceAcc{})
 		}
-		return l.slices.front()
+		return l.slices.Front()
 	}
-	if off >= int64(l.slices.n) {
+	if off >= int64(l.slices.Len()) {
 		if idx-a.final > maxAhead {
 			a.farAhead++
 			return nil
 		}
-		for int64(l.slices.n) <= off {
-			l.slices.push(sliceAcc{})
+		for int64(l.slices.Len()) <= off {
+			l.slices.Push(sliceAcc{})
 		}
 	}
-	return l.slices.at(int(off))
+	return l.slices.At(int(off))
 }
 
 // maxAhead bounds how many slices past the judged ones a link keeps; a record
@@ -206,16 +206,16 @@ func (a *Analyzer) integrate(l *link, t int64) {
 // take removes and returns the accumulator of slice idx (which must be the
 // oldest not yet judged), or a zero one.
 func (l *link) take(idx int64) sliceAcc {
-	if l.slices.n == 0 || l.base > idx {
+	if l.slices.Len() == 0 || l.base > idx {
 		return sliceAcc{}
 	}
 	l.base++
-	return l.slices.popFront()
+	return l.slices.PopFront()
 }
 
 // firstData returns the index of the link's oldest kept slice, or MaxInt64.
 func (l *link) firstData() int64 {
-	if l.slices.n == 0 {
+	if l.slices.Len() == 0 {
 		return math.MaxInt64
 	}
 	return l.base

@@ -17,21 +17,21 @@ import (
 // descheduled. Its links' troubles then are its own, not the network's.
 type rankLife struct {
 	rank     int32
-	down     fifo[downSpan] // closed not-running spans, oldest first (bounded)
-	downFrom int64          // > 0: not running since, still
-	maxDown  int64          // its longest not-running span
-	maxQuiet int64          // its longest silence with a call in flight, however short (the fold reports from 25 ms)
+	down     flowtel.FIFO[downSpan] // closed not-running spans, oldest first (bounded)
+	downFrom int64                  // > 0: not running since, still
+	maxDown  int64                  // its longest not-running span
+	maxQuiet int64                  // its longest silence with a call in flight, however short (the fold reports from 25 ms)
 
 	// Silent at the latest Advance or at Finish with work in flight.
 	openFrom  int64
 	openBeats bool
 	openCalls int
 
-	beats         fifo[int64] // its latest heartbeats (bounded)
-	recvs         fifo[int64] // its latest receives' completions, 1 ms apart at least (bounded)
-	lastDownSlice int64       // latest judged slice a not-running span overlapped (-1: none)
-	failedAt      int64       // first failed WR of a peer with it (0: none)
-	dead          *Finding    // it died (deadRanks)
+	beats         flowtel.FIFO[int64] // its latest heartbeats (bounded)
+	recvs         flowtel.FIFO[int64] // its latest receives' completions, 1 ms apart at least (bounded)
+	lastDownSlice int64               // latest judged slice a not-running span overlapped (-1: none)
+	failedAt      int64               // first failed WR of a peer with it (0: none)
+	dead          *Finding            // it died (deadRanks)
 }
 
 type downSpan struct {
@@ -82,7 +82,7 @@ func (a *Analyzer) gap(g *flowtel.Gap) {
 				}
 			}
 		}
-		rl.down.pushBounded(downSpan{from: g.FromNs, to: g.ToNs, calls: g.OpenCalls, waitFrom: waitFrom}, maxDownSpans)
+		rl.down.PushBounded(downSpan{from: g.FromNs, to: g.ToNs, calls: g.OpenCalls, waitFrom: waitFrom}, maxDownSpans)
 		rl.maxDown = max(rl.maxDown, g.ToNs-g.FromNs)
 		c.downAny = true
 	}
@@ -94,7 +94,7 @@ const maxBeats = 256
 // beat notes a heartbeat of a rank.
 func (a *Analyzer) beat(r *flowtel.Record) {
 	if r.Rank >= 0 && r.Rank < maxRanks {
-		a.comm(r.Comm).life(r.Rank).beats.pushBounded(r.TsNs, maxBeats)
+		a.comm(r.Comm).life(r.Rank).beats.PushBounded(r.TsNs, maxBeats)
 	}
 }
 
@@ -104,16 +104,16 @@ const recvSpacing = int64(time.Millisecond)
 
 // received notes a receive of the rank completed at ts.
 func (rl *rankLife) received(ts int64) {
-	if rl.recvs.n == 0 || ts-*rl.recvs.at(rl.recvs.n - 1) >= recvSpacing {
-		rl.recvs.pushBounded(ts, maxBeats)
+	if rl.recvs.Len() == 0 || ts-*rl.recvs.At(rl.recvs.Len() - 1) >= recvSpacing {
+		rl.recvs.PushBounded(ts, maxBeats)
 	}
 }
 
 // receivedIn reports whether a receive of the rank completed within
 // (from, to): data was coming in.
 func (rl *rankLife) receivedIn(from, to int64) bool {
-	for i := rl.recvs.n - 1; i >= 0; i-- {
-		ts := *rl.recvs.at(i)
+	for i := rl.recvs.Len() - 1; i >= 0; i-- {
+		ts := *rl.recvs.At(i)
 		if ts <= from {
 			return false
 		}
@@ -127,8 +127,8 @@ func (rl *rankLife) receivedIn(from, to int64) bool {
 // waitedIn reports whether the rank wrote a heartbeat within (from, to): it
 // ran and waited in the library then, for its peers.
 func (rl *rankLife) waitedIn(from, to int64) bool {
-	for i := rl.beats.n - 1; i >= 0; i-- {
-		ts := *rl.beats.at(i)
+	for i := rl.beats.Len() - 1; i >= 0; i-- {
+		ts := *rl.beats.At(i)
 		if ts <= from {
 			return false
 		}
@@ -143,8 +143,8 @@ func (rl *rankLife) waitedIn(from, to int64) bool {
 // none (or none kept).
 func (rl *rankLife) firstBeatIn(from, to int64) int64 {
 	var first int64
-	for i := rl.beats.n - 1; i >= 0; i-- {
-		ts := *rl.beats.at(i)
+	for i := rl.beats.Len() - 1; i >= 0; i-- {
+		ts := *rl.beats.At(i)
 		if ts <= from {
 			break
 		}
@@ -158,8 +158,8 @@ func (rl *rankLife) firstBeatIn(from, to int64) int64 {
 // downIn returns how long rank rl did not run within [from, to).
 func (rl *rankLife) downIn(from, to int64) int64 {
 	var t int64
-	for i := rl.down.n - 1; i >= 0; i-- {
-		s := rl.down.at(i)
+	for i := rl.down.Len() - 1; i >= 0; i-- {
+		s := rl.down.At(i)
 		if s.to <= from {
 			break
 		}
@@ -228,10 +228,10 @@ func (l *link) downDuring(from, to int64) bool {
 // waitsArrival reports whether the link's oldest send in flight belongs to
 // a collective not every rank has begun.
 func (l *link) waitsArrival() bool {
-	if l.flight.n == 0 {
+	if l.flight.Len() == 0 {
 		return false
 	}
-	seq := l.flight.front().coll
+	seq := l.flight.Front().coll
 	if seq == 0 || seq&p2pBit != 0 {
 		return false
 	}
@@ -265,8 +265,8 @@ func (a *Analyzer) rankFindings(c *commState) []Finding {
 		var f Finding
 		var longest int64
 		n := 0
-		for i := range rl.down.n {
-			s := rl.down.at(i)
+		for i := range rl.down.Len() {
+			s := rl.down.At(i)
 			// Its own silence costs the time its peers waited on it (a
 			// rank that began the job's first call before its peers had
 			// started waited on them), while the others ran (not a pause

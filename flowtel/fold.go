@@ -302,9 +302,9 @@ type Fold struct {
 	spill   foldRank
 
 	calls    map[foldCallKey]*foldCall
-	order    fifo[*foldCall] // open calls by creation, ended ones left in place
+	order    FIFO[*foldCall] // open calls by creation, ended ones left in place
 	recent   map[foldCallKey]struct{}
-	recentQ  fifo[foldCallKey]
+	recentQ  FIFO[foldCallKey]
 	freeCall []*foldCall
 
 	maxTs int64
@@ -339,13 +339,13 @@ type foldQP struct {
 	idx   uint32
 	rank  *foldRank
 	dir   [2]foldDir
-	waits fifo[foldWait] // sends waiting for credit, oldest first
+	waits FIFO[foldWait] // sends waiting for credit, oldest first
 }
 
 type foldDir struct {
-	pend      fifo[foldPend]
+	pend      FIFO[foldPend]
 	pendBytes uint64
-	maxQ      fifo[WRRef] // sends: pending sends larger than every later one, so the front is the largest
+	maxQ      FIFO[WRRef] // sends: pending sends larger than every later one, so the front is the largest
 	lastDone  int64
 }
 
@@ -538,45 +538,45 @@ func (f *Fold) post(q *foldQP, r *Record) {
 	qd := &q.dir[d]
 	t := f.transfer(q, r, d)
 	t.Status, t.PostNs = StatusOK, r.TsNs
-	if qd.pend.n >= f.cfg.MaxPending {
+	if qd.pend.Len() >= f.cfg.MaxPending {
 		f.orphan(q, qd)
 		t.Orphans++
 	}
 	// The entry is written in place: building it and copying it in costs
 	// more than the rest of the post.
-	p := qd.pend.pushSlot()
+	p := qd.pend.PushSlot()
 	p.wr.WrID, p.wr.CollSeq, p.wr.Bytes, p.wr.PostNs = r.WrID, r.CollSeq, r.Bytes, r.TsNs
 	p.hasAhead = false
 	if d == DirSend && f.cfg.Ahead {
 		// The largest send still ahead of this one names what it may
 		// wait behind; maxQ keeps the pending sends larger than every
 		// later one, so its front is the largest.
-		if qd.maxQ.n > 0 {
-			p.ahead, p.hasAhead = *qd.maxQ.front(), true
+		if qd.maxQ.Len() > 0 {
+			p.ahead, p.hasAhead = *qd.maxQ.Front(), true
 			t.Ahead, t.HasAhead = p.ahead, true
 		}
-		for qd.maxQ.n > 0 && qd.maxQ.back().Bytes <= r.Bytes {
-			qd.maxQ.popBack()
+		for qd.maxQ.Len() > 0 && qd.maxQ.Back().Bytes <= r.Bytes {
+			qd.maxQ.PopBack()
 		}
-		m := qd.maxQ.pushSlot()
+		m := qd.maxQ.PushSlot()
 		m.WrID, m.CollSeq, m.Bytes, m.PostNs = r.WrID, r.CollSeq, r.Bytes, r.TsNs
 	}
 	qd.pendBytes += r.Bytes
 	q.rank.pending++
-	t.Pending, t.PendingBytes = qd.pend.n, qd.pendBytes
+	t.Pending, t.PendingBytes = qd.pend.Len(), qd.pendBytes
 	f.h.Posted(t)
 }
 
 // orphan drops the oldest pending post of qd: its completion was lost.
 func (f *Fold) orphan(q *foldQP, qd *foldDir) {
-	old := qd.pend.front()
+	old := qd.pend.Front()
 	qd.pendBytes -= old.wr.Bytes
 	q.rank.pending--
 	f.stats.Orphaned++
-	for qd.maxQ.n > 0 && qd.maxQ.front().WrID <= old.wr.WrID {
-		qd.maxQ.drop()
+	for qd.maxQ.Len() > 0 && qd.maxQ.Front().WrID <= old.wr.WrID {
+		qd.maxQ.Drop()
 	}
-	qd.pend.drop()
+	qd.pend.Drop()
 }
 
 func (f *Fold) complete(q *foldQP, r *Record) {
@@ -584,13 +584,13 @@ func (f *Fold) complete(q *foldQP, r *Record) {
 	qd := &q.dir[d]
 	t := f.transfer(q, r, d)
 	t.DoneNs = r.TsNs
-	for qd.pend.n > 0 && qd.pend.front().wr.WrID < r.WrID {
+	for qd.pend.Len() > 0 && qd.pend.Front().wr.WrID < r.WrID {
 		f.orphan(q, qd)
 		t.Orphans++
 	}
-	if qd.pend.n > 0 && qd.pend.front().wr.WrID == r.WrID {
-		p := qd.pend.front() // read in place, then dropped
-		qd.pend.drop()
+	if qd.pend.Len() > 0 && qd.pend.Front().wr.WrID == r.WrID {
+		p := qd.pend.Front() // read in place, then dropped
+		qd.pend.Drop()
 		qd.pendBytes -= p.wr.Bytes
 		q.rank.pending--
 		t.Matched, t.PostNs = true, p.wr.PostNs
@@ -604,31 +604,31 @@ func (f *Fold) complete(q *foldQP, r *Record) {
 	} else {
 		f.stats.Unmatched++
 	}
-	for qd.maxQ.n > 0 && qd.maxQ.front().WrID <= r.WrID {
-		qd.maxQ.drop()
+	for qd.maxQ.Len() > 0 && qd.maxQ.Front().WrID <= r.WrID {
+		qd.maxQ.Drop()
 	}
 	t.PrevDoneNs = qd.lastDone
 	qd.lastDone = max(qd.lastDone, r.TsNs)
-	t.Pending, t.PendingBytes = qd.pend.n, qd.pendBytes
+	t.Pending, t.PendingBytes = qd.pend.Len(), qd.pendBytes
 	if d == DirSend {
 		// A completed send had its credit: a wait still open for it, or
 		// for an older send, lost its grant.
-		for q.waits.n > 0 && q.waits.front().wrID <= r.WrID {
-			f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, false)
+		for q.waits.Len() > 0 && q.waits.Front().wrID <= r.WrID {
+			f.endWait(q, q.waits.PopFront(), r.TsNs, r.Depth, false)
 		}
 	}
 	f.h.Completed(t)
 }
 
 func (f *Fold) waitBegin(q *foldQP, r *Record) {
-	if q.waits.n > 0 && r.WrID <= q.waits.back().wrID {
+	if q.waits.Len() > 0 && r.WrID <= q.waits.Back().wrID {
 		return // a duplicate, or out of order
 	}
-	if q.waits.n >= f.cfg.MaxPending {
-		f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, false)
+	if q.waits.Len() >= f.cfg.MaxPending {
+		f.endWait(q, q.waits.PopFront(), r.TsNs, r.Depth, false)
 	}
 	w := foldWait{wrID: r.WrID, coll: r.CollSeq, bytes: r.Bytes, step: r.Step, from: r.TsNs, link: linkKeyOf(r, DirSend)}
-	q.waits.push(w)
+	q.waits.Push(w)
 	f.cw = CreditWait{Link: w.link, Comm: r.Comm, QP: r.QP, QPIndex: q.idx, WrID: r.WrID, CollSeq: r.CollSeq, Step: r.Step,
 		Bytes: r.Bytes, FromNs: r.TsNs, Depth: r.Depth}
 	f.h.WaitBegan(&f.cw)
@@ -636,11 +636,11 @@ func (f *Fold) waitBegin(q *foldQP, r *Record) {
 
 func (f *Fold) grant(q *foldQP, r *Record) {
 	// Credit comes in posting order: older waits lost their grant.
-	for q.waits.n > 0 && q.waits.front().wrID < r.WrID {
-		f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, false)
+	for q.waits.Len() > 0 && q.waits.Front().wrID < r.WrID {
+		f.endWait(q, q.waits.PopFront(), r.TsNs, r.Depth, false)
 	}
-	if q.waits.n > 0 && q.waits.front().wrID == r.WrID {
-		f.endWait(q, q.waits.popFront(), r.TsNs, r.Depth, true)
+	if q.waits.Len() > 0 && q.waits.Front().wrID == r.WrID {
+		f.endWait(q, q.waits.PopFront(), r.TsNs, r.Depth, true)
 	}
 }
 
@@ -669,7 +669,7 @@ func (f *Fold) call(rk *foldRank, r *Record) {
 		c.Call = Call{Comm: r.Comm, Rank: r.Rank, Seq: r.CollSeq, Op: r.Op, Algo: r.Algo, Dtype: r.Dtype,
 			BeginNs: r.TsNs, Parts: 1}
 		f.calls[k] = c
-		f.order.push(c)
+		f.order.Push(c)
 		rk.calls++
 	}
 	if r.Kind == KindCollBegin {
@@ -711,11 +711,11 @@ func (f *Fold) endCall(c *foldCall) {
 	delete(f.calls, c.key)
 	c.ended = true
 	c.rk.calls--
-	if f.recentQ.n >= recentCalls {
-		delete(f.recent, f.recentQ.popFront())
+	if f.recentQ.Len() >= recentCalls {
+		delete(f.recent, f.recentQ.PopFront())
 	}
 	f.recent[c.key] = struct{}{}
-	f.recentQ.push(c.key)
+	f.recentQ.Push(c.key)
 	c.Bytes = max(c.Bytes, c.endBytes)
 	c.Complete = c.Begun >= c.Parts && c.Ended >= c.Parts
 	f.h.CallEnded(&c.Call)
@@ -724,18 +724,18 @@ func (f *Fold) endCall(c *foldCall) {
 
 // dropEnded recycles the ended calls at the front of the creation order.
 func (f *Fold) dropEnded() {
-	for f.order.n > 0 && (*f.order.front()).ended {
-		f.freeCall = append(f.freeCall, f.order.popFront())
+	for f.order.Len() > 0 && (*f.order.Front()).ended {
+		f.freeCall = append(f.freeCall, f.order.PopFront())
 	}
 }
 
 func (f *Fold) evictOldest() {
 	f.dropEnded()
-	if f.order.n == 0 {
+	if f.order.Len() == 0 {
 		return
 	}
 	f.stats.Evicted++
-	f.endCall(*f.order.front())
+	f.endCall(*f.order.Front())
 }
 
 // Advance tells the fold that the stream has reached now (ns, the records'
@@ -761,8 +761,8 @@ func (f *Fold) Advance(now int64) {
 // is ended incomplete, oldest first.
 func (f *Fold) Finish() {
 	f.Advance(f.maxTs)
-	for f.order.n > 0 {
-		c := f.order.popFront()
+	for f.order.Len() > 0 {
+		c := f.order.PopFront()
 		if !c.ended {
 			f.endCall(c)
 		}
@@ -791,7 +791,7 @@ func (f *Fold) OpenCalls() int { return len(f.calls) }
 // (Granted false) counts nothing of its own. Waits should end roughly in
 // time order, as a fold reports them; the spans kept are bounded.
 type WaitSpans struct {
-	spans fifo[span] // finished, disjoint, ordered by start
+	spans FIFO[span] // finished, disjoint, ordered by start
 	open  []openWait // the waits open now
 	bound int
 }
@@ -842,26 +842,26 @@ func (w *WaitSpans) Ended(cw *CreditWait) int64 {
 // add merges [from, to) into the spans and returns the time it newly covers.
 func (w *WaitSpans) add(from, to int64) int64 {
 	// Spans end roughly in time order: the ones it may overlap are last.
-	i := w.spans.n
-	for i > 0 && w.spans.at(i-1).to >= from {
+	i := w.spans.Len()
+	for i > 0 && w.spans.At(i-1).to >= from {
 		i--
 	}
-	if i == w.spans.n {
-		w.spans.pushBounded(span{from, to}, w.bound)
+	if i == w.spans.Len() {
+		w.spans.PushBounded(span{from, to}, w.bound)
 		return to - from
 	}
 	covered := int64(0)
 	lo, hi := from, to
-	for j := i; j < w.spans.n; j++ {
-		s := w.spans.at(j)
+	for j := i; j < w.spans.Len(); j++ {
+		s := w.spans.At(j)
 		covered += overlap(s.from, s.to, from, to)
 		lo, hi = min(lo, s.from), max(hi, s.to)
 	}
 	// Replace spans i.. with their merge.
-	for w.spans.n > i {
-		w.spans.popBack()
+	for w.spans.Len() > i {
+		w.spans.PopBack()
 	}
-	w.spans.push(span{lo, hi})
+	w.spans.Push(span{lo, hi})
 	return (to - from) - covered
 }
 
@@ -870,8 +870,8 @@ func (w *WaitSpans) add(from, to int64) int64 {
 func (w *WaitSpans) Within(lo, hi int64) int64 {
 	var t int64
 	lastTo := int64(math.MinInt64)
-	for i := range w.spans.n {
-		s := w.spans.at(i)
+	for i := range w.spans.Len() {
+		s := w.spans.At(i)
 		t += overlap(s.from, s.to, lo, hi)
 		lastTo = max(lastTo, s.to)
 	}
@@ -899,86 +899,4 @@ func overlap(a, b, lo, hi int64) int64 {
 		return b - a
 	}
 	return 0
-}
-
-// fifo is a queue on a ring that grows by doubling.
-type fifo[T any] struct {
-	buf  []T
-	head int // index of the oldest element
-	n    int
-}
-
-func (q *fifo[T]) push(v T) { *q.pushSlot() = v }
-
-// pushSlot appends an element and returns it to be filled in place; it
-// holds what the slot last held.
-func (q *fifo[T]) pushSlot() *T {
-	if q.n == len(q.buf) {
-		q.grow(max(2*len(q.buf), 8))
-	}
-	q.n++
-	return q.at(q.n - 1)
-}
-
-// drop removes the oldest element; a pointer to it stays valid until the
-// next push.
-func (q *fifo[T]) drop() {
-	q.head++
-	if q.head == len(q.buf) {
-		q.head = 0
-	}
-	q.n--
-}
-
-// pushBounded pushes v; once the queue holds bound elements, v replaces the
-// oldest instead.
-func (q *fifo[T]) pushBounded(v T, bound int) {
-	if q.n < bound {
-		if q.n == len(q.buf) {
-			q.grow(min(max(2*len(q.buf), 16), bound))
-		}
-		q.push(v)
-		return
-	}
-	q.popFront()
-	q.push(v)
-}
-
-func (q *fifo[T]) grow(c int) {
-	buf := make([]T, c)
-	k := copy(buf, q.buf[q.head:])
-	copy(buf[k:], q.buf[:q.head])
-	q.buf, q.head = buf, 0
-}
-
-// at returns the i-th oldest element.
-func (q *fifo[T]) at(i int) *T {
-	j := q.head + i
-	if j >= len(q.buf) {
-		j -= len(q.buf)
-	}
-	return &q.buf[j]
-}
-
-func (q *fifo[T]) front() *T { return &q.buf[q.head] }
-
-func (q *fifo[T]) back() *T { return q.at(q.n - 1) }
-
-// popFront removes the oldest element. The slot keeps its value until it is
-// reused: the queues hold no pointers that matter to the collector, and
-// clearing costs what the rest of a pop does.
-func (q *fifo[T]) popFront() T {
-	v := q.buf[q.head]
-	q.head++
-	if q.head == len(q.buf) {
-		q.head = 0
-	}
-	q.n--
-	return v
-}
-
-func (q *fifo[T]) popBack() T {
-	v := *q.back()
-	q.n--
-	return v
 }

@@ -97,21 +97,16 @@ var kindNames = [...]string{
 	KindHeartbeat:   "heartbeat",
 }
 
-func (k Kind) String() string {
-	if k < kindCount {
-		return kindNames[k]
-	}
-	return fmt.Sprintf("kind(%d)", uint8(k))
-}
+func (k Kind) String() string { return codeName(kindNames[:], k, "kind") }
 
 // ParseKind returns the Kind named s, as String prints it.
 func ParseKind(s string) (Kind, error) {
-	for k, n := range kindNames {
-		if n == s && Kind(k) != KindInvalid {
-			return Kind(k), nil
-		}
+	k, err := parseCode[Kind](kindNames[:], nil, s, "record kind")
+	if k == KindInvalid && err == nil {
+		// It prints so, but is no kind a record may have.
+		return 0, fmt.Errorf("flowtel: %q is no record kind", s)
 	}
-	return KindInvalid, fmt.Errorf("flowtel: unknown record kind %q", s)
+	return k, err
 }
 
 // Status says how the event a Record describes went.
@@ -128,12 +123,7 @@ const (
 
 var statusNames = [...]string{"ok", "error", "flushed", "retransmitted"}
 
-func (s Status) String() string {
-	if s < statusCount {
-		return statusNames[s]
-	}
-	return fmt.Sprintf("status(%d)", uint8(s))
-}
+func (s Status) String() string { return codeName(statusNames[:], s, "status") }
 
 // String formats a record compactly for logs and test failures.
 func (r Record) String() string {

@@ -101,9 +101,9 @@ func (r *Ring) room(t, w uint64) bool {
 			r.pendingLost += w
 			// The producer is the only writer: a store, not an add.
 			// (On amd64 sync/atomic's Store is an XCHG, a full barrier
-			// like a locked add; a plain release store measured no
-			// different end to end: docs/design.md. BenchmarkRecord/full
-			// is 3.6 ns a record either way.)
+			// like a locked add; a plain release store made no
+			// difference in BenchmarkRecord/full, so the portable form
+			// stays.)
 			r.dropped.Store(r.dropped.Load() + w)
 			return false
 		}

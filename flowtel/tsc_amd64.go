@@ -21,10 +21,10 @@ func init() {
 }
 
 // tscClock reads the host's monotonic clock through the CPU's time-stamp
-// counter. A vDSO clock_gettime costs about 24 ns on the VMs we measure on
-// (it fences the counter read and walks the kernel's seqlock); a bare RDTSC
-// costs 10, and a data-path event takes one or two readings, which is most
-// of what telemetry adds to a small collective.
+// counter. A vDSO clock_gettime fences the counter read and walks the
+// kernel's seqlock, which makes it a few times dearer than a bare RDTSC
+// (BenchmarkClockNow), and a data-path event takes one or two readings,
+// which is most of what telemetry adds to a small collective.
 //
 // The counter is converted with a (tick, ns, mult) anchor taken from a
 // paired reading of both clocks and re-taken every anchorEvery, by whichever
@@ -55,7 +55,8 @@ type tscClock struct {
 
 const (
 	// calibrateAfter is the first baseline the frequency is measured over:
-	// long enough that the pair's ~30 ns reading error is 15 ppm.
+	// long enough that the paired readings' error, tens of nanoseconds,
+	// is a few parts per million of it.
 	calibrateAfter = 2_000_000 // ns
 	// anchorEvery bounds how long the conversion runs on one estimate.
 	anchorEvery = 10_000_000 // ns

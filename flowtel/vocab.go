@@ -1,6 +1,10 @@
 package flowtel
 
-import "fmt"
+import (
+	"fmt"
+	"slices"
+	"strings"
+)
 
 // The vocabulary of a Record's Op, Algo, Dtype and Path fields. It lives here,
 // beside the record, so that every consumer (exporters, the analyzer,
@@ -35,22 +39,10 @@ var opNames = [...]string{"", "allreduce", "allgather", "reducescatter", "broadc
 // Valid reports whether o is a known operation.
 func (o Op) Valid() bool { return o > 0 && o < opEnd }
 
-func (o Op) String() string {
-	if !o.Valid() {
-		return fmt.Sprintf("op(%d)", uint8(o))
-	}
-	return opNames[o]
-}
+func (o Op) String() string { return codeName(opNames[:], o, "op") }
 
 // ParseOp returns the operation named s, as String prints it.
-func ParseOp(s string) (Op, error) {
-	for o := OpAllReduce; o < opEnd; o++ {
-		if opNames[o] == s {
-			return o, nil
-		}
-	}
-	return 0, fmt.Errorf("flowtel: unknown operation %q", s)
-}
+func ParseOp(s string) (Op, error) { return parseCode[Op](opNames[:], nil, s, "operation") }
 
 // IsP2P reports whether o moves data between two ranks only (send, recv and
 // grouped sends and receives), rather than across the communicator.
@@ -103,29 +95,15 @@ const (
 
 var algoNames = [...]string{"auto", "ring", "tree", "rd", "direct"}
 
-func (a Algorithm) String() string {
-	if a >= algoEnd {
-		return fmt.Sprintf("algo(%d)", uint8(a))
-	}
-	return algoNames[a]
-}
+func (a Algorithm) String() string { return codeName(algoNames[:], a, "algo") }
 
 // ParseAlgorithm returns the algorithm named s (auto, ring, tree, rd or
 // recursive-doubling, direct; empty is auto).
 func ParseAlgorithm(s string) (Algorithm, error) {
-	switch s {
-	case "":
-		return AlgoAuto, nil
-	case "recursive-doubling":
-		return AlgoRecursiveDoubling, nil
-	}
-	for a := AlgoAuto; a < algoEnd; a++ {
-		if algoNames[a] == s {
-			return a, nil
-		}
-	}
-	return 0, fmt.Errorf("flowtel: unknown algorithm %q (want auto, ring, tree, rd or direct)", s)
+	return parseCode(algoNames[:], algoAliases, s, "algorithm")
 }
+
+var algoAliases = map[string]Algorithm{"": AlgoAuto, "recursive-doubling": AlgoRecursiveDoubling}
 
 // Datatype is the element type of a collective's buffers (Record.Dtype).
 // Values are part of schema v1 and of the wire: append, never renumber.
@@ -173,12 +151,7 @@ func (d Datatype) Size() int {
 	return datatypeSizes[d]
 }
 
-func (d Datatype) String() string {
-	if !d.Valid() {
-		return fmt.Sprintf("datatype(%d)", uint8(d))
-	}
-	return datatypeNames[d]
-}
+func (d Datatype) String() string { return codeName(datatypeNames[:], d, "datatype") }
 
 // IsFloat reports whether d is a floating-point type.
 func (d Datatype) IsFloat() bool {
@@ -188,26 +161,13 @@ func (d Datatype) IsFloat() bool {
 // ParseDatatype returns the datatype named s: its String, or a name other
 // tools use for it ("float", "half", "double", "bf16", "fp32", "int", …).
 func ParseDatatype(s string) (Datatype, error) {
-	switch s {
-	case "half", "fp16", "f16":
-		return Float16, nil
-	case "bf16", "bfloat":
-		return BFloat16, nil
-	case "float", "fp32", "f32":
-		return Float32, nil
-	case "double", "fp64", "f64":
-		return Float64, nil
-	case "int", "i32":
-		return Int32, nil
-	case "char":
-		return Int8, nil
-	}
-	for d := Int8; d < datatypeEnd; d++ {
-		if datatypeNames[d] == s {
-			return d, nil
-		}
-	}
-	return 0, fmt.Errorf("flowtel: unknown datatype %q (want one of int8 uint8 int32 uint32 int64 uint64 float16 bfloat16 float32 float64)", s)
+	return parseCode(datatypeNames[:], datatypeAliases, s, "datatype")
+}
+
+var datatypeAliases = map[string]Datatype{
+	"half": Float16, "fp16": Float16, "f16": Float16, "bf16": BFloat16, "bfloat": BFloat16,
+	"float": Float32, "fp32": Float32, "f32": Float32, "double": Float64, "fp64": Float64, "f64": Float64,
+	"int": Int32, "i32": Int32, "char": Int8,
 }
 
 // Path is which of a link's connections a record is about (Record.Path).
@@ -219,12 +179,30 @@ const (
 	PathBackup  Path = 1
 )
 
-func (p Path) String() string {
-	switch p {
-	case PathPrimary:
-		return "primary"
-	case PathBackup:
-		return "backup"
+var pathNames = [...]string{PathPrimary: "primary", PathBackup: "backup"}
+
+func (p Path) String() string { return codeName(pathNames[:], p, "path") }
+
+// codeName is the String of the vocabulary's codes: the code's name, or
+// what(code) for a code with none, so that a code from a newer writer
+// still prints.
+func codeName[T ~uint8](names []string, c T, what string) string {
+	if int(c) < len(names) && names[c] != "" {
+		return names[c]
 	}
-	return fmt.Sprintf("path(%d)", uint8(p))
+	return fmt.Sprintf("%s(%d)", what, uint8(c))
+}
+
+// parseCode returns the code named s, as codeName prints it, or as one
+// of its aliases.
+func parseCode[T ~uint8](names []string, aliases map[string]T, s, what string) (T, error) {
+	if c, ok := aliases[s]; ok {
+		return c, nil
+	}
+	for c, n := range names {
+		if n != "" && n == s {
+			return T(c), nil
+		}
+	}
+	return 0, fmt.Errorf("flowtel: unknown %s %q (want one of %s)", what, s, strings.Join(slices.DeleteFunc(slices.Clone(names), func(n string) bool { return n == "" }), " "))
 }

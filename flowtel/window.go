@@ -20,15 +20,9 @@ const (
 	DirRecv Dir = 1 // peer -> rank: receives posted by rank (WrID low bit 1)
 )
 
-func (d Dir) String() string {
-	switch d {
-	case DirSend:
-		return "send"
-	case DirRecv:
-		return "recv"
-	}
-	return fmt.Sprintf("dir(%d)", uint8(d))
-}
+var dirNames = [...]string{DirSend: "send", DirRecv: "recv"}
+
+func (d Dir) String() string { return codeName(dirNames[:], d, "dir") }
 
 // LinkKey names one direction of one link: the records of rank about its
 // traffic with peer on a channel and path. Send and receive traffic are kept
@@ -296,7 +290,7 @@ type sample struct {
 
 type linkState struct {
 	key       LinkKey
-	samples   fifo[sample]
+	samples   FIFO[sample]
 	waits     WaitSpans
 	qds       []*qpDir // the QP directions feeding this link
 	lastNs    int64
@@ -429,7 +423,7 @@ func (v *windowView) Completed(t *Transfer) {
 	} else {
 		l.unmatched++
 	}
-	l.samples.pushBounded(s, v.n)
+	l.samples.PushBounded(s, v.n)
 }
 
 func (v *windowView) WaitBegan(cw *CreditWait) {
@@ -527,8 +521,8 @@ func (w *Window) stats(l *linkState, now int64) LinkStats {
 		singleBytes  uint64
 		haveInWindow bool
 	)
-	for i := range l.samples.n {
-		s := l.samples.at(i)
+	for i := range l.samples.Len() {
+		s := l.samples.At(i)
 		if s.ts < start || s.ts > now {
 			continue
 		}

@@ -1,6 +1,8 @@
 package transport
 
 import (
+	"errors"
+	"strings"
 	"testing"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -83,5 +85,70 @@ func TestCompletionStampedOnlyWithTelemetry(t *testing.T) {
 		if n, want := ring.Drain(make([]flowtel.Record, 8)), map[bool]int{false: 2, true: 0}[paused]; n != want {
 			t.Errorf("paused %v: %d records, want %d", paused, n, want)
 		}
+	}
+}
+
+// Admit refuses what no backend may take, before accounting it: a refused
+// WR leaves the QP's depth and its sequence of ids alone.
+func TestAdmitRefusesBeforeAccounting(t *testing.T) {
+	region := make([]byte, 64)
+	mr, err := Register(region[:32])
+	if err != nil {
+		t.Fatal(err)
+	}
+	for _, tc := range []struct {
+		name   string
+		wr     WR
+		closed bool
+		want   error  // errors.Is target, or nil
+		substr string // in the message, when want is nil and an error is due
+	}{
+		{"accepted", WR{Buf: region[:8]}, false, nil, ""},
+		{"accepted in region", WR{Buf: region[4:8], MR: mr}, false, nil, ""},
+		{"closed", WR{Buf: region[:8]}, true, ErrClosed, ""},
+		{"outside region", WR{Buf: region[30:40], MR: mr}, false, ErrMRMismatch, ""},
+		{"tee length", WR{Buf: region[:8], Tee: region[8:12]}, false, nil, "tee of 4 bytes"},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			t.Parallel()
+			c := NewCore("test", Config{})
+			id, err := c.Admit(OpSend, &tc.wr, tc.closed)
+			refused := tc.want != nil || tc.substr != ""
+			switch {
+			case !refused && err != nil:
+				t.Fatalf("Admit: %v, want the WR accepted", err)
+			case tc.want != nil && !errors.Is(err, tc.want):
+				t.Fatalf("Admit: %v, want %v", err, tc.want)
+			case tc.substr != "" && (err == nil || !strings.Contains(err.Error(), tc.substr)):
+				t.Fatalf("Admit: %v, want an error saying %q", err, tc.substr)
+			}
+			wantDepth := 1
+			if refused {
+				wantDepth = 0
+			}
+			if got := c.Outstanding(); got != wantDepth {
+				t.Fatalf("outstanding %d after Admit, want %d", got, wantDepth)
+			}
+			if next := c.Posted(OpSend, &WR{}); refused && next != flowtel.WRID(0, false) {
+				t.Fatalf("the next send got id %d, want the first send's: the refused WR took one", next)
+			} else if !refused && next == id {
+				t.Fatalf("the next send got id %d, the accepted WR's", next)
+			}
+		})
+	}
+}
+
+// Fail queues a completion with the WR's id and the status and error given.
+func TestFailCompletes(t *testing.T) {
+	c := NewCore("test", Config{Notifier: NewNotifier()})
+	wr := WR{ID: 42, Buf: make([]byte, 8)}
+	id := c.Posted(OpRecv, &wr)
+	c.Fail(OpRecv, &wr, id, flowtel.StatusFlushed, ErrClosed)
+	wcs := make([]WC, 2)
+	if n := c.Poll(wcs); n != 1 {
+		t.Fatalf("polled %d completions, want 1", n)
+	}
+	if wc := wcs[0]; wc.ID != 42 || wc.Op != OpRecv || wc.Status != flowtel.StatusFlushed || !errors.Is(wc.Err, ErrClosed) || wc.Bytes != 0 {
+		t.Fatalf("completion %+v, want WR 42, a receive, flushed with ErrClosed", wc)
 	}
 }

@@ -19,8 +19,11 @@
 //     wc, credit_wait and credit_grant records through the QP's Recorder, so
 //     each Recorder keeps a single producer.
 //
-// Core holds the bookkeeping every backend shares (completion queue, depth,
-// telemetry); Acceptor and Handshake the connection set-up shared by the
-// stream-socket backends. The conformance suite in transporttest is the
-// executable form of this contract.
+// Core holds the bookkeeping every backend shares: the check and
+// accounting that open every PostSend and PostRecv (Check, Admit, Fail,
+// MaxMessage), the completion queue, depth and telemetry. Acceptor,
+// Rendezvous and the handshake are the connection set-up shared by the
+// backends that listen; internal/sock the dialling and frame-header prefix
+// shared by the stream-socket backends (tcp, ft). The conformance suite in
+// transporttest is the executable form of this contract.
 package transport

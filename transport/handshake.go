@@ -65,7 +65,7 @@ func DialHandshake(ctx context.Context, conn net.Conn, token, key string) error 
 		return fmt.Errorf("transport: handshake key longer than %d bytes", maxHelloField)
 	}
 	k := jobauth.Key(token, jobauth.PurposeTransport)
-	stop := deadlineFrom(ctx, conn)
+	stop := SetupDeadline(ctx, conn)
 	defer stop()
 	nd := jobauth.Nonce()
 	msg := make([]byte, 0, 7+len(nd)+len(key))
@@ -75,14 +75,14 @@ func DialHandshake(ctx context.Context, conn net.Conn, token, key string) error 
 	msg = binary.LittleEndian.AppendUint16(msg, uint16(len(key)))
 	msg = append(msg, key...)
 	if _, err := conn.Write(msg); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
 	}
 	if err := readAnswer(conn, key); err != nil {
-		return ctxErr(ctx, err)
+		return CtxErr(ctx, err)
 	}
 	chall := make([]byte, jobauth.NonceSize+jobauth.ProofSize)
 	if _, err := io.ReadFull(conn, chall); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: no challenge: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: no challenge: %w", conn.RemoteAddr(), err))
 	}
 	nl, proof := chall[:jobauth.NonceSize], chall[jobauth.NonceSize:]
 	if !jobauth.Equal(proof, jobauth.Proof(k, "accept", nd, nl, []byte(key))) {
@@ -93,14 +93,14 @@ func DialHandshake(ctx context.Context, conn net.Conn, token, key string) error 
 		return fmt.Errorf("%w: %s does not hold this job's token (key %q)", ErrBadToken, conn.RemoteAddr(), key)
 	}
 	if _, err := conn.Write(jobauth.Proof(k, "dial", nd, nl, []byte(key))); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: %w", conn.RemoteAddr(), err))
 	}
 	var ok [3]byte
 	if err := readAnswer(conn, key); err != nil {
-		return ctxErr(ctx, err)
+		return CtxErr(ctx, err)
 	}
 	if _, err := io.ReadFull(conn, ok[:2]); err != nil {
-		return ctxErr(ctx, fmt.Errorf("transport: handshake with %s: no answer: %w", conn.RemoteAddr(), err))
+		return CtxErr(ctx, fmt.Errorf("transport: handshake with %s: no answer: %w", conn.RemoteAddr(), err))
 	}
 	return nil
 }
@@ -128,9 +128,11 @@ func readAnswer(conn net.Conn, key string) error {
 	return fmt.Errorf("transport: %s refused key %q: %s", conn.RemoteAddr(), key, reason)
 }
 
-// deadlineFrom applies ctx's deadline (or the handshake timeout) to conn and
-// unblocks conn if ctx is cancelled; the returned func clears both.
-func deadlineFrom(ctx context.Context, conn net.Conn) func() {
+// SetupDeadline bounds an exchange that sets a connection up (this
+// handshake, a backend's own setup messages): it applies ctx's deadline, at
+// most the handshake timeout away, to conn and unblocks conn if ctx is
+// cancelled; the returned func clears both.
+func SetupDeadline(ctx context.Context, conn net.Conn) func() {
 	d, ok := ctx.Deadline()
 	if !ok || time.Until(d) > handshakeTimeout {
 		d = time.Now().Add(handshakeTimeout)
@@ -143,7 +145,9 @@ func deadlineFrom(ctx context.Context, conn net.Conn) func() {
 	}
 }
 
-func ctxErr(ctx context.Context, err error) error {
+// CtxErr returns err, wrapped behind ctx's error once ctx is done, so that
+// errors.Is finds the cancellation or deadline that caused an I/O error.
+func CtxErr(ctx context.Context, err error) error {
 	if ctx.Err() != nil {
 		return fmt.Errorf("%w (%w)", ctx.Err(), err)
 	}
@@ -177,15 +181,11 @@ type Acceptor struct {
 
 	inHandshake atomic.Int32 // connections in the handshake (tests)
 
-	mu         sync.Mutex
-	arrived    map[string][]net.Conn
-	unaccepted int
-	claimed    map[string]bool // keys that arrived (not with RepeatKeys)
-	waiters    map[string]chan struct{}
-	err        error // set when the listener stops
-	stop       context.CancelFunc
-	ctx        context.Context // cancelled by Close, ending pending handshakes
-	wg         sync.WaitGroup
+	conns   Rendezvous[net.Conn] // stopped when the listener stops
+	claimed map[string]bool      // keys that arrived (not with RepeatKeys); under conns' lock
+	stop    context.CancelFunc
+	ctx     context.Context // cancelled by Close, ending pending handshakes
+	wg      sync.WaitGroup
 }
 
 // NewAcceptor starts accepting on ln. Refused connections are logged to log
@@ -202,7 +202,7 @@ func NewAcceptorConfig(ln net.Listener, cfg AcceptorConfig) *Acceptor {
 	}
 	a := &Acceptor{ln: ln, key: jobauth.Key(cfg.Token, jobauth.PurposeTransport), cfg: cfg, log: log,
 		gate:    jobauth.Gate{Max: MaxHandshakes, PerHost: MaxHandshakesPerHost},
-		arrived: map[string][]net.Conn{}, claimed: map[string]bool{}, waiters: map[string]chan struct{}{}}
+		claimed: map[string]bool{}}
 	a.refused.Interval = cfg.LogEvery
 	a.ctx, a.stop = context.WithCancel(context.Background())
 	a.wg.Add(1)
@@ -222,13 +222,7 @@ func (a *Acceptor) loop() {
 		conn, err := a.ln.Accept()
 		if err != nil {
 			a.gate.Free()
-			a.mu.Lock()
-			a.err = fmt.Errorf("%w: listener %s stopped: %v", ErrClosed, a.ln.Addr(), err)
-			for _, w := range a.waiters {
-				close(w)
-			}
-			a.waiters = map[string]chan struct{}{}
-			a.mu.Unlock()
+			a.conns.Stop(fmt.Errorf("%w: listener %s stopped: %v", ErrClosed, a.ln.Addr(), err))
 			return
 		}
 		host, ok := a.gate.Host(conn.RemoteAddr().String())
@@ -253,7 +247,7 @@ func (a *Acceptor) handshake(conn net.Conn) {
 	defer a.inHandshake.Add(-1)
 	ctx, cancel := context.WithTimeout(a.ctx, acceptorHelloTimeout)
 	defer cancel()
-	stop := deadlineFrom(ctx, conn)
+	stop := SetupDeadline(ctx, conn)
 	defer stop()
 	if a.cfg.Check != nil {
 		if err := a.cfg.Check(conn); err != nil {
@@ -282,38 +276,31 @@ func (a *Acceptor) handshake(conn net.Conn) {
 		a.refuse(conn, refuseToken, "job token mismatch", key)
 		return
 	}
-	a.mu.Lock()
 	var why string
+	err = a.conns.Offer(key, conn, func(waiting int) error {
+		switch {
+		case !a.cfg.RepeatKeys && a.claimed[key]:
+			why = "key claimed already: another connection presented it first"
+		case waiting >= MaxUnaccepted:
+			why = fmt.Sprintf("%d connections wait to be accepted already", MaxUnaccepted)
+		}
+		if why != "" {
+			return errors.New(why)
+		}
+		if _, err := conn.Write([]byte{0, 0, 0}); err != nil {
+			return err
+		}
+		if !a.cfg.RepeatKeys {
+			a.claimed[key] = true
+		}
+		return nil
+	})
 	switch {
-	case a.err != nil:
-		a.mu.Unlock()
-		conn.Close()
-		return
-	case !a.cfg.RepeatKeys && a.claimed[key]:
-		why = "key claimed already: another connection presented it first"
-	case a.unaccepted >= MaxUnaccepted:
-		why = fmt.Sprintf("%d connections wait to be accepted already", MaxUnaccepted)
-	}
-	if why != "" {
-		a.mu.Unlock()
+	case why != "":
 		a.refuse(conn, refuseKey, why, key)
-		return
-	}
-	if _, err := conn.Write([]byte{0, 0, 0}); err != nil {
-		a.mu.Unlock()
+	case err != nil: // the listener stopped, or the dialler left
 		conn.Close()
-		return
 	}
-	if !a.cfg.RepeatKeys {
-		a.claimed[key] = true
-	}
-	a.arrived[key] = append(a.arrived[key], conn)
-	a.unaccepted++
-	if w, ok := a.waiters[key]; ok {
-		close(w)
-		delete(a.waiters, key)
-	}
-	a.mu.Unlock()
 }
 
 func (a *Acceptor) logRefused(conn net.Conn, key, reason string) {
@@ -360,36 +347,7 @@ func readHello(r io.Reader) (key string, nonce []byte, err error) {
 
 // Accept returns the next connection that presented key, waiting within ctx.
 func (a *Acceptor) Accept(ctx context.Context, key string) (net.Conn, error) {
-	for {
-		a.mu.Lock()
-		if q := a.arrived[key]; len(q) > 0 {
-			conn := q[0]
-			if len(q) == 1 {
-				delete(a.arrived, key)
-			} else {
-				a.arrived[key] = q[1:]
-			}
-			a.unaccepted--
-			a.mu.Unlock()
-			return conn, nil
-		}
-		if a.err != nil {
-			err := a.err
-			a.mu.Unlock()
-			return nil, err
-		}
-		w, ok := a.waiters[key]
-		if !ok {
-			w = make(chan struct{})
-			a.waiters[key] = w
-		}
-		a.mu.Unlock()
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w %q on %s: %w", ErrNotAccepted, key, a.ln.Addr(), ctx.Err())
-		}
-	}
+	return a.conns.Take(ctx, key, a.ln.Addr().String())
 }
 
 // Close stops accepting and closes connections nobody accepted.
@@ -397,15 +355,9 @@ func (a *Acceptor) Close() error {
 	err := a.ln.Close()
 	a.stop()
 	a.wg.Wait()
-	a.mu.Lock()
-	for _, q := range a.arrived {
-		for _, c := range q {
-			c.Close()
-		}
+	for _, c := range a.conns.Drain() {
+		c.Close()
 	}
-	a.arrived = map[string][]net.Conn{}
-	a.unaccepted = 0
-	a.mu.Unlock()
 	if errors.Is(err, net.ErrClosed) {
 		return nil
 	}

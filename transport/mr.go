@@ -38,13 +38,23 @@ func (m *MR) Contains(b []byte) bool {
 	return p >= m.base && p+uintptr(len(b)) <= m.base+uintptr(len(m.buf))
 }
 
-// CheckWR validates a WR against its memory region, and its tee's length.
-func CheckWR(wr *WR) error {
+// MaxMessage bounds a WR's length in every backend: the stream backends
+// carry it in a 64-bit length field, where a larger value is a corrupt or
+// hostile stream, not a message.
+const MaxMessage = 1 << 38 // 256 GiB
+
+// checkWR validates a WR against its memory region, its tee's length and
+// MaxMessage.
+func checkWR(wr *WR) error {
 	if wr.MR != nil && !wr.MR.Contains(wr.Buf) {
 		return fmt.Errorf("%w: WR %d (%d bytes) is not inside region %d", ErrMRMismatch, wr.ID, len(wr.Buf), wr.MR.Key)
 	}
 	if wr.Tee != nil && len(wr.Tee) != len(wr.Buf) {
 		return fmt.Errorf("transport: WR %d has a tee of %d bytes for a buffer of %d", wr.ID, len(wr.Tee), len(wr.Buf))
+	}
+	// uint64: MaxMessage is past a 32-bit int.
+	if uint64(len(wr.Buf)) > MaxMessage {
+		return fmt.Errorf("transport: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), uint64(MaxMessage))
 	}
 	return nil
 }

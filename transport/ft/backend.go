@@ -4,10 +4,8 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"io"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"strings"
 	"sync"
@@ -15,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/internal/sock"
 	"github.com/vccl-go/vccl/transport/tcp"
 )
 
@@ -23,9 +22,6 @@ const Name = "ft"
 
 // Paths is the number of paths of a link: the primary and its backup.
 const Paths = 2
-
-// helloTimeout bounds the wait for a new connection's hello frame.
-const helloTimeout = 5 * time.Second
 
 // Backend is the fault-tolerant TCP backend. Its zero value is ready to use:
 // both paths then go over loopback (or the interfaces VCCL_SOCKET_IFNAME
@@ -38,8 +34,9 @@ type Backend struct {
 	// Params tunes failure detection; zero fields take the VCCL_FT_*
 	// variables, then the defaults.
 	Params Params
-	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
-	// connection.
+	// SockBuf sets SO_SNDBUF and SO_RCVBUF of every connection as
+	// tcp.Backend.SockBuf does: positive, that size; negative, the
+	// kernel's autotuning; zero, VCCL_TCP_SOCKBUF, then tcp's default.
 	SockBuf int
 	// Logger receives path changes and refused connections (slog.Default
 	// when nil).
@@ -114,13 +111,8 @@ func (b Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transpo
 		}
 	} else {
 		for i, name := range b.ifnames() {
-			addrs[i] = "127.0.0.1:0"
-			if name != "" {
-				ip, err := tcp.InterfaceAddr(name, 0)
-				if err != nil {
-					return nil, err
-				}
-				addrs[i] = netip.AddrPortFrom(ip, 0).String()
+			if addrs[i], err = sock.ListenAddr(name); err != nil {
+				return nil, fmt.Errorf("ft: path %d: %w", i, err)
 			}
 		}
 	}
@@ -171,24 +163,12 @@ func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config)
 	}
 	l.refs++ // held while accepting, then by the QP
 	l.mu.Unlock()
-	var conns [Paths]*net.TCPConn
 	var gens [Paths]uint64
-	errs := make([]error, Paths)
-	var wg sync.WaitGroup
-	for i := range Paths {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			conns[i], gens[i], errs[i] = l.acceptPath(ctx, key, i)
-		}()
-	}
-	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
-		for _, c := range conns {
-			if c != nil {
-				c.Close()
-			}
-		}
+	conns, err := eachPath(func(i int) (conn *net.TCPConn, err error) {
+		conn, gens[i], err = l.acceptPath(ctx, key, i)
+		return conn, err
+	})
+	if err != nil {
 		l.release()
 		return nil, err
 	}
@@ -207,20 +187,7 @@ func (l *listener) acceptPath(ctx context.Context, key string, i int) (*net.TCPC
 	if err != nil {
 		return nil, 0, fmt.Errorf("ft: path %d: %w", i, err)
 	}
-	conn, ok := c.(*net.TCPConn)
-	if !ok {
-		c.Close()
-		return nil, 0, errors.New("ft: accepted a connection that is not TCP")
-	}
-	gen, err := readHello(ctx, conn, i)
-	if err == nil {
-		err = l.b.setup(conn)
-	}
-	if err != nil {
-		conn.Close()
-		return nil, 0, err
-	}
-	return conn, gen, nil
+	return l.b.hello(ctx, c, i)
 }
 
 // release drops one reference; the acceptors close with the last one after
@@ -276,6 +243,20 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 		return nil, err
 	}
 	ifn := b.ifnames()
+	conns, err := eachPath(func(i int) (*net.TCPConn, error) {
+		return b.dialPath(ctx, ifn[i], remote[i], key, i, 1, cfg.Token)
+	})
+	if err != nil {
+		return nil, err
+	}
+	return newQP(cfg, qpSetup{b: b, prm: prm, key: key, conns: conns, gens: [Paths]uint64{1, 1},
+		ifnames: ifn, remote: remote, dialer: true})
+}
+
+// eachPath runs connect for every path at once and returns the
+// connections; when any fails, it closes the others and returns the
+// errors joined.
+func eachPath(connect func(i int) (*net.TCPConn, error)) ([Paths]*net.TCPConn, error) {
 	var conns [Paths]*net.TCPConn
 	errs := make([]error, Paths)
 	var wg sync.WaitGroup
@@ -283,20 +264,19 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			conns[i], errs[i] = b.dialPath(ctx, ifn[i], remote[i], key, i, 1, cfg.Token)
+			conns[i], errs[i] = connect(i)
 		}()
 	}
 	wg.Wait()
-	if err := errors.Join(errs...); err != nil {
+	err := errors.Join(errs...)
+	if err != nil {
 		for _, c := range conns {
 			if c != nil {
 				c.Close()
 			}
 		}
-		return nil, err
 	}
-	return newQP(cfg, qpSetup{b: b, prm: prm, key: key, conns: conns, gens: [Paths]uint64{1, 1},
-		ifnames: ifn, remote: remote, dialer: true})
+	return conns, err
 }
 
 func splitAddrs(addr string) ([Paths]string, error) {
@@ -317,29 +297,10 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	if b.faults != nil && b.faults.down[i].Load() {
 		return nil, fmt.Errorf("ft: path %d: dial %s: link down (test fault)", i, addr)
 	}
-	var d net.Dialer
-	target := addr
-	if ifname != "" {
-		remote, err := tcp.Resolve(ctx, addr)
-		if err != nil {
-			return nil, err
-		}
-		fam := 4
-		if remote.Addr().Is6() {
-			fam = 6
-		}
-		ip, err := tcp.InterfaceAddr(ifname, fam)
-		if err != nil {
-			return nil, err
-		}
-		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, 0))
-		target = remote.String()
-	}
-	c, err := d.DialContext(ctx, "tcp", target)
+	conn, err := sock.Dial(ctx, ifname, addr)
 	if err != nil {
-		return nil, fmt.Errorf("ft: path %d: dial %s from %s: %w", i, addr, orLoopback(ifname), err)
+		return nil, fmt.Errorf("ft: path %d: %w", i, err)
 	}
-	conn := c.(*net.TCPConn)
 	fail := func(err error) (*net.TCPConn, error) {
 		conn.Close()
 		return nil, err
@@ -347,7 +308,7 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	if err := transport.DialHandshake(ctx, conn, token, pathKey(key, i)); err != nil {
 		return fail(fmt.Errorf("ft: path %d: %w", i, err))
 	}
-	if err := b.setup(conn); err != nil {
+	if err := b.setup(conn, i); err != nil {
 		return fail(err)
 	}
 	var h [HeaderSize]byte
@@ -362,51 +323,12 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	return conn, nil
 }
 
-func orLoopback(ifname string) string {
-	if ifname == "" {
-		return "the default interface"
-	}
-	return ifname
-}
-
-// readHello reads a connection's first frame, which names its path and
-// generation, exactly (nothing after it is consumed).
-func readHello(ctx context.Context, conn *net.TCPConn, want int) (uint64, error) {
-	dl := time.Now().Add(helloTimeout)
-	if d, ok := ctx.Deadline(); ok && d.Before(dl) {
-		dl = d
-	}
-	conn.SetReadDeadline(dl)
-	defer conn.SetReadDeadline(time.Time{})
-	var b [HeaderSize]byte
-	if _, err := io.ReadFull(conn, b[:]); err != nil {
-		return 0, fmt.Errorf("ft: path %d: no hello from %s: %w", want, conn.RemoteAddr(), err)
-	}
-	h, err := DecodeHeader(b[:])
-	if err != nil {
-		return 0, fmt.Errorf("ft: path %d: hello from %s: %w", want, conn.RemoteAddr(), err)
-	}
-	if h.Type != FrameHello || int(h.Aux) != want {
-		return 0, fmt.Errorf("ft: path %d: %s sent a %s frame for path %d instead of a hello", want, conn.RemoteAddr(), h.Type, h.Aux)
-	}
-	return h.Seq, nil
-}
-
-func (b Backend) setup(conn *net.TCPConn) error {
-	if err := conn.SetNoDelay(true); err != nil {
-		return fmt.Errorf("ft: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
-	}
-	// Reno within the host, as a tcp QP's connection: see tcp.SetCongestion.
-	if err := tcp.SetCongestion(conn, ""); err != nil {
-		return fmt.Errorf("ft: %w", err)
-	}
-	if b.SockBuf > 0 {
-		if err := conn.SetWriteBuffer(b.SockBuf); err != nil {
-			return fmt.Errorf("ft: SO_SNDBUF on %s: %w", conn.LocalAddr(), err)
-		}
-		if err := conn.SetReadBuffer(b.SockBuf); err != nil {
-			return fmt.Errorf("ft: SO_RCVBUF on %s: %w", conn.LocalAddr(), err)
-		}
+// setup gives path i's connection the socket options of tcp's: with
+// SockBuf 0, VCCL_TCP_SOCKBUF and then the same-host default apply; the
+// congestion control is VCCL_TCP_CONGESTION's, else reno within the host.
+func (b Backend) setup(conn *net.TCPConn, i int) error {
+	if err := tcp.SetupConn(conn, b.SockBuf, ""); err != nil {
+		return fmt.Errorf("ft: path %d: %w", i, err)
 	}
 	return nil
 }

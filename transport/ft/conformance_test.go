@@ -2,7 +2,6 @@ package ft
 
 import (
 	"fmt"
-	"net"
 	"testing"
 
 	"github.com/vccl-go/vccl/transport"
@@ -24,14 +23,5 @@ func kill(qp transport.QP) {
 }
 
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, transporttest.Factory{Backend: Backend{}, Kill: kill})
-}
-
-func TestConformanceIPv6(t *testing.T) {
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback here: %v", err)
-	}
-	ln.Close()
-	transporttest.Run(t, transporttest.Factory{Backend: Backend{}, ListenAddr: "[::1]:0", Kill: kill})
+	transporttest.RunIPs(t, transporttest.Factory{Backend: Backend{}, Kill: kill})
 }

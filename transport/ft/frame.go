@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/internal/sock"
 )
 
 // The wire format. Every frame starts with a fixed 32-byte header, little
@@ -25,8 +28,8 @@ import (
 // Only data frames carry a payload (len bytes after the header).
 const (
 	HeaderSize = 32
-	// MaxMessage bounds a WR's length.
-	MaxMessage = 1 << 38 // 256 GiB
+	// MaxMessage bounds a WR's length, as in every backend.
+	MaxMessage = transport.MaxMessage
 
 	frameMagic   = 'F'
 	frameVersion = 1
@@ -80,10 +83,7 @@ var ErrBadFrame = errors.New("ft: malformed frame header")
 // PutHeader encodes h into b, which must hold HeaderSize bytes.
 func PutHeader(b []byte, h Header) {
 	_ = b[HeaderSize-1]
-	b[0] = frameMagic
-	b[1] = frameVersion
-	b[2] = byte(h.Type)
-	b[3] = h.Flags
+	sock.PutPrefix(b, frameMagic, frameVersion, uint8(h.Type), h.Flags)
 	binary.LittleEndian.PutUint32(b[4:8], h.Aux)
 	binary.LittleEndian.PutUint64(b[8:16], h.Seq)
 	binary.LittleEndian.PutUint64(b[16:24], h.Off)
@@ -94,14 +94,8 @@ func PutHeader(b []byte, h Header) {
 // buffer, a wrong magic or version, an unknown type, flags on a frame that
 // takes none, and lengths beyond MaxMessage.
 func DecodeHeader(b []byte) (Header, error) {
-	if len(b) < HeaderSize {
-		return Header{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadFrame, len(b), HeaderSize)
-	}
-	if b[0] != frameMagic {
-		return Header{}, fmt.Errorf("%w: magic %#02x, want %#02x", ErrBadFrame, b[0], frameMagic)
-	}
-	if b[1] != frameVersion {
-		return Header{}, fmt.Errorf("%w: version %d, want %d", ErrBadFrame, b[1], frameVersion)
+	if err := sock.CheckPrefix(b, HeaderSize, frameMagic, frameVersion, ErrBadFrame); err != nil {
+		return Header{}, err
 	}
 	h := Header{
 		Type:  FrameType(b[2]),

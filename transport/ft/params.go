@@ -1,6 +1,7 @@
 package ft
 
 import (
+	"cmp"
 	"fmt"
 	"strconv"
 	"strings"
@@ -88,24 +89,12 @@ func ParamsFromEnv(getenv func(string) string) (Params, error) {
 
 // merge returns p with its unset fields taken from base.
 func (p Params) merge(base Params) Params {
-	if p.Heartbeat == 0 {
-		p.Heartbeat = base.Heartbeat
-	}
-	if p.DeadAfter == 0 {
-		p.DeadAfter = base.DeadAfter
-	}
-	if p.LinkTimeout == 0 {
-		p.LinkTimeout = base.LinkTimeout
-	}
-	if p.Progress == 0 {
-		p.Progress = base.Progress
-	}
-	if p.Probe == 0 {
-		p.Probe = base.Probe
-	}
-	if p.Segment == 0 {
-		p.Segment = base.Segment
-	}
+	p.Heartbeat = cmp.Or(p.Heartbeat, base.Heartbeat)
+	p.DeadAfter = cmp.Or(p.DeadAfter, base.DeadAfter)
+	p.LinkTimeout = cmp.Or(p.LinkTimeout, base.LinkTimeout)
+	p.Progress = cmp.Or(p.Progress, base.Progress)
+	p.Probe = cmp.Or(p.Probe, base.Probe)
+	p.Segment = cmp.Or(p.Segment, base.Segment)
 	return p
 }
 

@@ -377,37 +377,3 @@ func (pa *path) discard(n uint64) error {
 	}
 	return nil
 }
-
-// queue is a FIFO ring that reuses its storage, so steady traffic does not
-// allocate.
-type queue[T any] struct {
-	buf  []T
-	head int
-	n    int
-}
-
-func (q *queue[T]) len() int { return q.n }
-
-func (q *queue[T]) push(v T) {
-	if q.n == len(q.buf) {
-		nb := make([]T, max(16, 2*len(q.buf)))
-		for i := range q.n {
-			nb[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
-		}
-		q.buf, q.head = nb, 0
-	}
-	q.buf[(q.head+q.n)&(len(q.buf)-1)] = v
-	q.n++
-}
-
-func (q *queue[T]) pop() T {
-	v := q.buf[q.head]
-	var zero T
-	q.buf[q.head] = zero
-	q.head = (q.head + 1) & (len(q.buf) - 1)
-	q.n--
-	return v
-}
-
-// at returns the i-th element from the head.
-func (q *queue[T]) at(i int) *T { return &q.buf[(q.head+i)&(len(q.buf)-1)] }

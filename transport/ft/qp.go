@@ -122,22 +122,22 @@ type QP struct {
 	tx        *path // where data, credits and acks go; nil while no path is up
 	txIdx     int   // the path data left on last
 	txEpoch   uint32
-	sends     queue[sendWR] // posted, not acknowledged; sends.at(0) is message sendBase
-	allAcked  chan struct{} // Close's linger: signalled when sends empties
+	sends     flowtel.FIFO[sendWR] // posted, not acknowledged; sends.At(0) is message sendBase
+	allAcked  chan struct{}        // Close's linger: signalled when sends empties
 	sendBase  uint64
 	sendNext  uint64 // next message to transmit on tx
 	sendOff   uint64 // bytes of message sendNext already transmitted on tx
 	sendDone  uint64 // sends below this one have had their completion queued
-	credits   queue[uint64]
-	creditsIn uint64 // credits received; credits.at(i) is the size of credit sendBase+i
+	credits   flowtel.FIFO[uint64]
+	creditsIn uint64 // credits received; credits.At(i) is the size of credit sendBase+i
 
 	// Receive side: data the peer sends.
 	rx         *path // where the peer's data is accepted from (its latest resync)
 	rxEpoch    uint32
-	recvs      queue[recvWR] // posted, not delivered; recvs.at(0) is message recvBase
+	recvs      flowtel.FIFO[recvWR] // posted, not delivered; recvs.At(0) is message recvBase
 	recvBase   uint64
 	recvOff    uint64 // bytes of message recvBase received so far from rx
-	claim      *path  // the path reading into recvs.at(0)'s buffer now
+	claim      *path  // the path reading into recvs.At(0)'s buffer now
 	creditNext uint64 // next credit to send
 	ackSent    uint64 // acknowledged count last sent on tx
 
@@ -214,38 +214,21 @@ func (q *QP) Poll(dst []transport.WC) int { return q.core.Poll(dst) }
 // error.
 func (q *QP) Err() error { return q.core.Err() }
 
-func (q *QP) check(wr *transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	// uint64: MaxMessage is past a 32-bit int.
-	if uint64(len(wr.Buf)) > MaxMessage {
-		return fmt.Errorf("ft: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), uint64(MaxMessage))
-	}
-	return transport.CheckWR(wr)
-}
-
 // PostSend queues a send. It needs the peer's next credit: if none has
 // arrived yet the send waits, recorded as credit_wait. It completes when the
 // peer acknowledges it, so its buffer is kept for a replay until then.
 func (q *QP) PostSend(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, ok, err := q.admit(transport.OpSend, &wr)
+	if !ok {
 		return err
 	}
-	id := q.core.Posted(transport.OpSend, &wr)
-	q.mu.Lock()
-	if q.sendsFlushed {
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpSend, Status: q.errSt, Err: q.err}, id, wr.Tag)
-		q.mu.Unlock()
-		return nil
-	}
-	seq := q.sendBase + uint64(q.sends.len())
+	seq := q.sendBase + uint64(q.sends.Len())
 	s := sendWR{wr: wr, telID: id}
 	if len(wr.Buf) <= eagerMax {
 		s.own = eagerPool[eagerClass(len(wr.Buf))].Get().(*[]byte)
 		s.wr.Buf = (*s.own)[:copy(*s.own, wr.Buf)]
 	}
-	q.sends.push(s)
+	q.sends.Push(s)
 	hasCredit := q.creditsIn > seq
 	if !hasCredit {
 		q.core.CreditWait(id, &wr)
@@ -258,19 +241,33 @@ func (q *QP) PostSend(wr transport.WR) error {
 	return nil
 }
 
+// admit checks and accounts a WR and returns with q.mu held to queue it;
+// ok is false, q.mu not held, when the WR was refused (err) or, its side of
+// the link flushed already, completed at once (err nil).
+func (q *QP) admit(op transport.Opcode, wr *transport.WR) (id uint64, ok bool, err error) {
+	if id, err = q.core.Admit(op, wr, q.closed.Load()); err != nil {
+		return 0, false, err
+	}
+	q.mu.Lock()
+	flushed := q.sendsFlushed
+	if op == transport.OpRecv {
+		flushed = q.recvsFlushed
+	}
+	if !flushed {
+		return id, true, nil
+	}
+	q.core.Fail(op, wr, id, q.errSt, q.err)
+	q.mu.Unlock()
+	return 0, false, nil
+}
+
 // PostRecv queues a receive and a credit announcing its size to the peer.
 func (q *QP) PostRecv(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, ok, err := q.admit(transport.OpRecv, &wr)
+	if !ok {
 		return err
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
-	q.mu.Lock()
-	if q.recvsFlushed {
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, id, wr.Tag)
-		q.mu.Unlock()
-		return nil
-	}
-	q.recvs.push(recvWR{wr: wr, telID: id})
+	q.recvs.Push(recvWR{wr: wr, telID: id})
 	tx := q.tx
 	q.mu.Unlock()
 	if tx != nil {
@@ -292,7 +289,7 @@ func (q *QP) Close() error {
 	// cannot once the goodbye has gone (bounded by the link timeout).
 	deadline := time.Now().Add(q.prm.LinkTimeout)
 	q.mu.Lock()
-	for q.err == nil && q.sends.len() > 0 {
+	for q.err == nil && q.sends.Len() > 0 {
 		left := time.Until(deadline)
 		if left <= 0 {
 			break
@@ -366,8 +363,8 @@ func (q *QP) die(err error, st flowtel.Status) {
 	}
 	q.tx = nil
 	q.noteBackup(nanotime(), false)
-	for q.sends.len() > 0 {
-		s := q.sends.pop()
+	for q.sends.Len() > 0 {
+		s := q.sends.PopFront()
 		s.release()
 		if !s.done {
 			q.core.CompleteOn(transport.WC{ID: s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, s.telID, s.wr.Tag, s.path, st)
@@ -387,9 +384,9 @@ func (q *QP) flushRecvs() {
 	if q.err == nil || q.recvsFlushed || q.claim != nil {
 		return
 	}
-	for q.recvs.len() > 0 {
-		v := q.recvs.pop()
-		q.core.Complete(transport.WC{ID: v.wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, v.telID, v.wr.Tag)
+	for q.recvs.Len() > 0 {
+		v := q.recvs.PopFront()
+		q.core.Fail(transport.OpRecv, &v.wr, v.telID, q.errSt, q.err)
 	}
 	q.recvsFlushed = true
 }
@@ -542,7 +539,7 @@ func (q *QP) switchTx(pa *path) {
 		end++
 	}
 	for i := q.sendBase; i < end; i++ {
-		s := q.sends.at(int(i - q.sendBase))
+		s := q.sends.At(int(i - q.sendBase))
 		s.replay = true
 		bytes += uint64(len(s.wr.Buf))
 		wrs++
@@ -687,17 +684,8 @@ func (q *QP) acceptLoop(i int) {
 		if err != nil {
 			return
 		}
-		conn, ok := c.(*net.TCPConn)
-		if !ok {
-			c.Close()
-			continue
-		}
-		gen, err := readHello(q.ctx, conn, i)
-		if err == nil {
-			err = q.b.setup(conn)
-		}
+		conn, gen, err := q.b.hello(q.ctx, c, i)
 		if err != nil {
-			conn.Close()
 			continue
 		}
 		q.install(i, conn, gen)
@@ -848,11 +836,11 @@ func (q *QP) onAck(pa *path, n uint64) error {
 	if q.err != nil || n <= q.sendBase {
 		return nil
 	}
-	if top := q.sendBase + uint64(q.sends.len()); n > top {
+	if top := q.sendBase + uint64(q.sends.Len()); n > top {
 		return fmt.Errorf("protocol error: acknowledgement of %d messages, only %d sent", n, top)
 	}
 	defer func() {
-		if q.sends.len() == 0 {
+		if q.sends.Len() == 0 {
 			select {
 			case q.allAcked <- struct{}{}:
 			default:
@@ -860,8 +848,8 @@ func (q *QP) onAck(pa *path, n uint64) error {
 		}
 	}()
 	for q.sendBase < n {
-		s := q.sends.pop()
-		credit := q.credits.pop()
+		s := q.sends.PopFront()
+		credit := q.credits.PopFront()
 		q.sendBase++
 		s.release()
 		q.stats.SendsAcked++
@@ -896,8 +884,8 @@ func (q *QP) onAck(pa *path, n uint64) error {
 // posting order: it stops at the first send that is not (a large one
 // waiting for its acknowledgement, or one not written yet). q.mu held.
 func (q *QP) completeWritten() {
-	for q.sendDone < q.sendBase+uint64(q.sends.len()) {
-		s := q.sends.at(int(q.sendDone - q.sendBase))
+	for q.sendDone < q.sendBase+uint64(q.sends.Len()) {
+		s := q.sends.At(int(q.sendDone - q.sendBase))
 		if !s.done {
 			if s.own == nil || !s.sent {
 				return
@@ -919,8 +907,8 @@ func (q *QP) completeWritten() {
 // small sends that fit their credit). q.mu held.
 func (q *QP) markWritten(seqs []uint64) {
 	for _, seq := range seqs {
-		if seq >= q.sendBase && seq < q.sendBase+uint64(q.sends.len()) {
-			q.sends.at(int(seq - q.sendBase)).sent = true
+		if seq >= q.sendBase && seq < q.sendBase+uint64(q.sends.Len()) {
+			q.sends.At(int(seq - q.sendBase)).sent = true
 		}
 	}
 	q.completeWritten()
@@ -938,13 +926,13 @@ func (q *QP) onCredit(seq, size uint64) error {
 		q.mu.Unlock()
 		return fmt.Errorf("protocol error: credit %d, want %d", seq, q.creditsIn)
 	}
-	q.credits.push(size)
+	q.credits.Push(size)
 	q.creditsIn++
 	i := int(seq - q.sendBase)
-	waiting := i < q.sends.len()
+	waiting := i < q.sends.Len()
 	if waiting {
 		// The send was posted before its credit: it waited.
-		s := q.sends.at(i)
+		s := q.sends.At(i)
 		q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
 	}
 	tx := q.tx
@@ -1031,11 +1019,11 @@ func (q *QP) onData(pa *path, h Header) error {
 		q.mu.Unlock()
 		return fmt.Errorf("protocol error: message %d arrived while %d is due", h.Seq, q.recvBase)
 	}
-	if q.recvs.len() == 0 {
+	if q.recvs.Len() == 0 {
 		q.mu.Unlock()
 		return fmt.Errorf("protocol error: message %d of %d bytes with no receive posted", h.Seq, h.Len)
 	}
-	r := q.recvs.at(0)
+	r := q.recvs.At(0)
 	if h.Flags&FlagTooLarge != 0 {
 		q.deliver(pa, h, transport.TooLargeError(int(h.Len), len(r.wr.Buf)))
 		q.mu.Unlock()
@@ -1073,7 +1061,7 @@ func (q *QP) onData(pa *path, h Header) error {
 
 // deliver completes the receive of message recvBase. q.mu held.
 func (q *QP) deliver(pa *path, h Header, err error) {
-	v := q.recvs.pop()
+	v := q.recvs.PopFront()
 	wc := transport.WC{ID: v.wr.ID, Op: transport.OpRecv, Bytes: int(q.recvOff)}
 	st := flowtel.StatusOK
 	if err != nil {
@@ -1138,16 +1126,19 @@ func (q *QP) fillBatch(pa *path, w *writerState) {
 		q.ackSent = q.recvBase
 		w.add(Header{Type: FrameAck, Seq: q.recvBase}, nil)
 	}
-	for q.creditNext < q.recvBase+uint64(q.recvs.len()) && w.n < maxBatchFrames-1 {
-		r := q.recvs.at(int(q.creditNext - q.recvBase))
+	// A receive can be delivered before its credit is sent again after a
+	// path change (switchTx rewinds creditNext): the peer has that credit.
+	q.creditNext = max(q.creditNext, q.recvBase)
+	for q.creditNext < q.recvBase+uint64(q.recvs.Len()) && w.n < maxBatchFrames-1 {
+		r := q.recvs.At(int(q.creditNext - q.recvBase))
 		w.add(Header{Type: FrameCredit, Seq: q.creditNext, Len: uint64(len(r.wr.Buf))}, nil)
 		q.creditNext++
 	}
-	for q.sendNext < q.sendBase+uint64(q.sends.len()) && q.creditsIn > q.sendNext &&
+	for q.sendNext < q.sendBase+uint64(q.sends.Len()) && q.creditsIn > q.sendNext &&
 		w.n < maxBatchFrames && w.payload < maxBatchBytes {
 		i := int(q.sendNext - q.sendBase)
-		s := q.sends.at(i)
-		credit := *q.credits.at(i)
+		s := q.sends.At(i)
+		credit := *q.credits.At(i)
 		total := uint64(len(s.wr.Buf))
 		s.path = flowtel.Path(pa.idx)
 		var flags uint8

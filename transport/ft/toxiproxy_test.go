@@ -119,12 +119,19 @@ func (tp *toxiproxy) proxy(name, upstream string) string {
 	return listen
 }
 
-func (tp *toxiproxy) addToxic(proxy, name, typ, stream string, attrs map[string]any) {
-	tp.call("POST", "/proxies/"+proxy+"/toxics", map[string]any{"name": name, "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs}, http.StatusOK)
+// addToxics adds a toxic of type typ to both directions of proxy, named
+// name-down and name-up.
+func (tp *toxiproxy) addToxics(proxy, name, typ string, attrs map[string]any) {
+	for _, stream := range []string{"downstream", "upstream"} {
+		tp.call("POST", "/proxies/"+proxy+"/toxics", map[string]any{"name": name + "-" + strings.TrimSuffix(stream, "stream"), "type": typ, "stream": stream, "toxicity": 1.0, "attributes": attrs}, http.StatusOK)
+	}
 }
 
-func (tp *toxiproxy) removeToxic(proxy, name string) {
-	tp.call("DELETE", "/proxies/"+proxy+"/toxics/"+name, nil, http.StatusNoContent)
+// removeToxics removes what addToxics added.
+func (tp *toxiproxy) removeToxics(proxy, name string) {
+	for _, dir := range []string{"down", "up"} {
+		tp.call("DELETE", "/proxies/"+proxy+"/toxics/"+name+"-"+dir, nil, http.StatusNoContent)
+	}
 }
 
 // proxiedPair connects a link whose primary path goes through a toxiproxy
@@ -166,23 +173,44 @@ func proxiedPair(t *testing.T, tp *toxiproxy, prm Params) *transporttest.Pair {
 	return p
 }
 
-func TestToxiproxyReset(t *testing.T) {
-	tp := startToxiproxy(t)
-	p := proxiedPair(t, tp, Params{})
-	tr := startTraffic(p, 3000, 64<<10)
-	tr.waitProgress(t, 100)
-	// Every connection through the proxy is reset, new ones too.
-	tp.addToxic("primary", "reset", "reset_peer", "downstream", map[string]any{"timeout": 0})
-	tp.addToxic("primary", "reset-up", "reset_peer", "upstream", map[string]any{"timeout": 0})
-	took := waitFor(t, "failover", 2*time.Second, func() bool { return stats(p.A).OnBackup && stats(p.B).OnBackup })
-	t.Logf("both ends on the backup %v after the resets began", took)
-	tr.waitProgress(t, 200)
-	tp.removeToxic("primary", "reset")
-	tp.removeToxic("primary", "reset-up")
-	took = waitFor(t, "fail-back", 2*time.Second, func() bool { return stats(p.A).Failbacks >= 1 && stats(p.B).Failbacks >= 1 && !stats(p.A).OnBackup })
-	t.Logf("fail-back %v after the resets stopped", took)
-	tr.wait(t)
-	t.Logf("rank 0: %+v", stats(p.A))
+// A primary path that the proxy resets, or blackholes, fails over to the
+// backup while traffic runs; a reset path fails back once it heals.
+func TestToxiproxyFailover(t *testing.T) {
+	for _, tc := range []struct {
+		name     string
+		prm      Params
+		msgs     int
+		size     int
+		toxic    string
+		within   time.Duration // of the failover
+		failback bool
+	}{
+		// Every connection through the proxy is reset, new ones too.
+		{"reset", Params{}, 3000, 64 << 10, "reset_peer", 2 * time.Second, true},
+		// A proxy that stops forwarding still acknowledges at the TCP
+		// level, so the path is declared down after the link timeout, not
+		// DeadAfter.
+		{"blackhole", Params{LinkTimeout: 300 * time.Millisecond, Progress: 300 * time.Millisecond},
+			2000, 16 << 10, "timeout", 3 * time.Second, false},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			tp := startToxiproxy(t)
+			p := proxiedPair(t, tp, tc.prm)
+			tr := startTraffic(p, tc.msgs, tc.size)
+			tr.waitProgress(t, 100)
+			tp.addToxics("primary", tc.name, tc.toxic, map[string]any{"timeout": 0})
+			took := waitFor(t, "failover", tc.within, func() bool { return stats(p.A).OnBackup && stats(p.B).OnBackup })
+			t.Logf("both ends on the backup %v after the %s began", took, tc.name)
+			tr.waitProgress(t, 200)
+			tp.removeToxics("primary", tc.name)
+			if tc.failback {
+				took = waitFor(t, "fail-back", 2*time.Second, func() bool { return stats(p.A).Failbacks >= 1 && stats(p.B).Failbacks >= 1 && !stats(p.A).OnBackup })
+				t.Logf("fail-back %v after the %s stopped", took, tc.name)
+			}
+			tr.wait(t)
+			t.Logf("rank 0: %+v", stats(p.A))
+		})
+	}
 }
 
 func TestToxiproxyLatency(t *testing.T) {
@@ -194,29 +222,11 @@ func TestToxiproxyLatency(t *testing.T) {
 	// round trip against DeadAfter's 60, the test now and then saw a path
 	// go down while the suite's other packages loaded the 2 cores the
 	// proxy shares with them.)
-	tp.addToxic("primary", "lat-down", "latency", "downstream", map[string]any{"latency": 10, "jitter": 3})
-	tp.addToxic("primary", "lat-up", "latency", "upstream", map[string]any{"latency": 10, "jitter": 3})
+	tp.addToxics("primary", "lat", "latency", map[string]any{"latency": 10, "jitter": 3})
 	tr.wait(t)
 	for _, q := range []transport.QP{p.A, p.B} {
 		if s := stats(q); s.LinkDowns != 0 {
 			t.Errorf("rank %d: %+v: 10 ms of latency took a path down", q.Info().Rank, s)
 		}
 	}
-}
-
-func TestToxiproxyBlackhole(t *testing.T) {
-	// A proxy that stops forwarding still acknowledges at the TCP level, so
-	// the path is declared down after the link timeout, not DeadAfter.
-	tp := startToxiproxy(t)
-	p := proxiedPair(t, tp, Params{LinkTimeout: 300 * time.Millisecond, Progress: 300 * time.Millisecond})
-	tr := startTraffic(p, 2000, 16<<10)
-	tr.waitProgress(t, 100)
-	tp.addToxic("primary", "hole-down", "timeout", "downstream", map[string]any{"timeout": 0})
-	tp.addToxic("primary", "hole-up", "timeout", "upstream", map[string]any{"timeout": 0})
-	took := waitFor(t, "failover", 3*time.Second, func() bool { return stats(p.A).OnBackup && stats(p.B).OnBackup })
-	t.Logf("both ends on the backup %v after the proxy stopped forwarding", took)
-	tr.waitProgress(t, 100)
-	tp.removeToxic("primary", "hole-down")
-	tp.removeToxic("primary", "hole-up")
-	tr.wait(t)
 }

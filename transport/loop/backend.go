@@ -33,7 +33,7 @@ func (Backend) Listen(_ context.Context, lc transport.ListenConfig) (transport.L
 	if addr == "" {
 		addr = fmt.Sprintf("loop:%d", nextAddr.Add(1))
 	}
-	l := &listener{addr: addr, token: lc.Token, arrived: map[string][]*link{}, waiters: map[string]chan struct{}{}}
+	l := &listener{addr: addr, token: lc.Token}
 	registryMu.Lock()
 	defer registryMu.Unlock()
 	if _, dup := registry[addr]; dup {
@@ -57,7 +57,7 @@ func (Backend) Dial(ctx context.Context, addr, key string, cfg transport.Config)
 	}
 	lk := &link{}
 	qp := newQP(lk, 0, cfg, addr)
-	if err := l.offer(key, lk); err != nil {
+	if err := l.links.Offer(key, lk, nil); err != nil {
 		return nil, err
 	}
 	return qp, ctx.Err()
@@ -66,58 +66,17 @@ func (Backend) Dial(ctx context.Context, addr, key string, cfg transport.Config)
 type listener struct {
 	addr  string
 	token string
-
-	mu      sync.Mutex
-	closed  bool
-	arrived map[string][]*link
-	waiters map[string]chan struct{}
+	links transport.Rendezvous[*link]
 }
 
 func (l *listener) Addr() string { return l.addr }
 
-func (l *listener) offer(key string, lk *link) error {
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return fmt.Errorf("%w: loop listener %s", transport.ErrClosed, l.addr)
-	}
-	l.arrived[key] = append(l.arrived[key], lk)
-	if w, ok := l.waiters[key]; ok {
-		close(w)
-		delete(l.waiters, key)
-	}
-	return nil
-}
-
 func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config) (transport.QP, error) {
-	for {
-		l.mu.Lock()
-		if q := l.arrived[key]; len(q) > 0 {
-			lk := q[0]
-			if len(q) == 1 {
-				delete(l.arrived, key)
-			} else {
-				l.arrived[key] = q[1:]
-			}
-			l.mu.Unlock()
-			return newQP(lk, 1, cfg, l.addr), nil
-		}
-		if l.closed {
-			l.mu.Unlock()
-			return nil, fmt.Errorf("%w: loop listener %s", transport.ErrClosed, l.addr)
-		}
-		w, ok := l.waiters[key]
-		if !ok {
-			w = make(chan struct{})
-			l.waiters[key] = w
-		}
-		l.mu.Unlock()
-		select {
-		case <-w:
-		case <-ctx.Done():
-			return nil, fmt.Errorf("%w %q on %s: %w", transport.ErrNotAccepted, key, l.addr, ctx.Err())
-		}
+	lk, err := l.links.Take(ctx, key, l.addr)
+	if err != nil {
+		return nil, err
 	}
+	return newQP(lk, 1, cfg, l.addr), nil
 }
 
 func (l *listener) Close() error {
@@ -126,21 +85,9 @@ func (l *listener) Close() error {
 		delete(registry, l.addr)
 	}
 	registryMu.Unlock()
-	l.mu.Lock()
-	defer l.mu.Unlock()
-	if l.closed {
-		return nil
+	l.links.Stop(fmt.Errorf("%w: loop listener %s", transport.ErrClosed, l.addr))
+	for _, lk := range l.links.Drain() {
+		lk.hangUp(1)
 	}
-	l.closed = true
-	for _, w := range l.waiters {
-		close(w)
-	}
-	l.waiters = nil
-	for _, q := range l.arrived {
-		for _, lk := range q {
-			lk.hangUp(1)
-		}
-	}
-	l.arrived = nil
 	return nil
 }

@@ -52,62 +52,49 @@ func (q *QP) Err() error { return q.core.Err() }
 
 func (q *QP) Poll(dst []transport.WC) int { return q.core.Poll(dst) }
 
-func (q *QP) PostSend(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
-		return err
-	}
-	id := q.core.Posted(transport.OpSend, &wr)
-	s := pendingWR{wr: wr, telID: id}
-	lk, peer := q.link, 1-q.side
-	lk.mu.Lock()
-	switch {
-	case lk.closed[peer]:
-		lk.mu.Unlock()
-		q.fail(s, transport.OpSend, flowtel.StatusError, fmt.Errorf("%w: loop peer of rank %d closed", transport.ErrPeerDead, q.core.Config().Rank))
-		return nil
-	case len(lk.recvs[peer]) > 0:
-		r := lk.recvs[peer][0]
-		lk.recvs[peer] = lk.recvs[peer][1:]
-		lk.deliver(q, s, lk.ends[peer], r)
-	default:
-		lk.sends[q.side] = append(lk.sends[q.side], s)
-		q.core.CreditWait(id, &wr)
-	}
-	lk.mu.Unlock()
-	return nil
-}
+// PostSend delivers the send into the oldest receive the peer has posted,
+// or queues it, waiting for credit, until the peer posts one.
+func (q *QP) PostSend(wr transport.WR) error { return q.post(transport.OpSend, &wr) }
 
-func (q *QP) PostRecv(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+// PostRecv takes the oldest send the peer queued, or queues the receive.
+func (q *QP) PostRecv(wr transport.WR) error { return q.post(transport.OpRecv, &wr) }
+
+// post matches a WR with the oldest WR of the other kind the peer queued,
+// or queues it. A send to a peer that has closed fails; a receive still
+// takes what the peer sent before it closed.
+func (q *QP) post(op transport.Opcode, wr *transport.WR) error {
+	id, err := q.core.Admit(op, wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
-	r := pendingWR{wr: wr, telID: id}
+	p := pendingWR{wr: *wr, telID: id}
 	lk, peer := q.link, 1-q.side
+	mine, theirs := &lk.sends, &lk.recvs
+	if op == transport.OpRecv {
+		mine, theirs = &lk.recvs, &lk.sends
+	}
 	lk.mu.Lock()
+	defer lk.mu.Unlock()
 	switch {
-	case len(lk.sends[peer]) > 0:
-		s := lk.sends[peer][0]
-		lk.sends[peer] = lk.sends[peer][1:]
+	case len(theirs[peer]) > 0 && (op == transport.OpRecv || !lk.closed[peer]):
+		o := theirs[peer][0]
+		theirs[peer] = theirs[peer][1:]
+		if op == transport.OpSend {
+			lk.deliver(q, p, lk.ends[peer], o)
+			break
+		}
 		sender := lk.ends[peer]
-		sender.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
-		lk.deliver(sender, s, q, r)
+		sender.core.Granted(o.telID, o.wr.Tag, len(o.wr.Buf))
+		lk.deliver(sender, o, q, p)
 	case lk.closed[peer]:
-		lk.mu.Unlock()
-		q.fail(r, transport.OpRecv, flowtel.StatusError, fmt.Errorf("%w: loop peer of rank %d closed", transport.ErrPeerDead, q.core.Config().Rank))
-		return nil
+		q.fail(p, op, flowtel.StatusError, fmt.Errorf("%w: loop peer of rank %d closed", transport.ErrPeerDead, q.core.Config().Rank))
 	default:
-		lk.recvs[q.side] = append(lk.recvs[q.side], r)
+		mine[q.side] = append(mine[q.side], p)
+		if op == transport.OpSend {
+			q.core.CreditWait(id, wr)
+		}
 	}
-	lk.mu.Unlock()
 	return nil
-}
-
-func (q *QP) check(wr *transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	return transport.CheckWR(wr)
 }
 
 // deliver copies a matched send into its receive and completes both. The
@@ -127,7 +114,7 @@ func (lk *link) deliver(sender *QP, s pendingWR, receiver *QP, r pendingWR) {
 }
 
 func (q *QP) fail(p pendingWR, op transport.Opcode, st flowtel.Status, err error) {
-	q.core.Complete(transport.WC{ID: p.wr.ID, Op: op, Status: st, Err: err}, p.telID, p.wr.Tag)
+	q.core.Fail(op, &p.wr, p.telID, st, err)
 }
 
 // Close flushes this end's WRs and fails the peer's, as a vanished peer

@@ -13,7 +13,6 @@ import (
 	"os"
 	"sync/atomic"
 	"syscall"
-	"time"
 
 	"golang.org/x/sys/unix"
 
@@ -142,7 +141,7 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 	copy(msg, setupMagic)
 	binary.LittleEndian.PutUint32(msg[4:], segVersion)
 	binary.LittleEndian.PutUint64(msg[8:], uint64(len(mem)))
-	stop := deadline(ctx, conn)
+	stop := transport.SetupDeadline(ctx, conn)
 	_, _, err = conn.WriteMsgUnix(msg, unix.UnixRights(fd), nil)
 	stop()
 	unix.Close(fd)
@@ -238,13 +237,13 @@ func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config)
 }
 
 func receiveSegment(ctx context.Context, conn *net.UnixConn) (*segment, error) {
-	stop := deadline(ctx, conn)
+	stop := transport.SetupDeadline(ctx, conn)
 	defer stop()
 	msg := make([]byte, setupLen)
 	oob := make([]byte, unix.CmsgSpace(4*4))
 	n, oobn, _, _, err := conn.ReadMsgUnix(msg, oob)
 	if err != nil {
-		return nil, ctxErr(ctx, fmt.Errorf("no segment from the dialler: %w", err))
+		return nil, transport.CtxErr(ctx, fmt.Errorf("no segment from the dialler: %w", err))
 	}
 	var fds []int
 	if cms, err := unix.ParseSocketControlMessage(oob[:oobn]); err == nil {
@@ -261,7 +260,7 @@ func receiveSegment(ctx context.Context, conn *net.UnixConn) (*segment, error) {
 	}()
 	if n < setupLen {
 		if _, err := io.ReadFull(conn, msg[n:]); err != nil {
-			return nil, ctxErr(ctx, fmt.Errorf("short setup message: %w", err))
+			return nil, transport.CtxErr(ctx, fmt.Errorf("short setup message: %w", err))
 		}
 	}
 	if string(msg[:4]) != setupMagic || binary.LittleEndian.Uint32(msg[4:]) != segVersion {
@@ -271,28 +270,6 @@ func receiveSegment(ctx context.Context, conn *net.UnixConn) (*segment, error) {
 		return nil, fmt.Errorf("setup message carries %d descriptors, want 1", len(fds))
 	}
 	return attachSegment(fds[0], binary.LittleEndian.Uint64(msg[8:]))
-}
-
-// deadline applies ctx's deadline (at most 10 s away) to conn and unblocks
-// conn if ctx is cancelled; the returned func clears both.
-func deadline(ctx context.Context, conn net.Conn) func() {
-	d, ok := ctx.Deadline()
-	if !ok || time.Until(d) > 10*time.Second {
-		d = time.Now().Add(10 * time.Second)
-	}
-	conn.SetDeadline(d)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
-	return func() {
-		stop()
-		conn.SetDeadline(time.Time{})
-	}
-}
-
-func ctxErr(ctx context.Context, err error) error {
-	if ctx.Err() != nil {
-		return fmt.Errorf("%w (%w)", ctx.Err(), err)
-	}
-	return err
 }
 
 // peerPID returns the process at the other end of conn (SO_PEERCRED), or 0.

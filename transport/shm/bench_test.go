@@ -46,22 +46,43 @@ func copyRate(size int) float64 {
 	return best
 }
 
+// timePings sends warm pings, waiting for each pong, so that both ends
+// settle, then times b.N more.
+func timePings(b *testing.B, qp transport.QP, ping []byte, warm int, wait func()) {
+	for range warm {
+		qp.PostSend(transport.WR{ID: 9, Buf: ping})
+		wait()
+	}
+	b.ResetTimer()
+	for range b.N {
+		qp.PostSend(transport.WR{ID: 9, Buf: ping})
+		wait()
+	}
+	b.StopTimer()
+}
+
+// seen fails the benchmark on a failed completion among wcs and reports
+// whether fn saw, in one of them, what it waits for.
+func seen(b *testing.B, wcs []transport.WC, fn func(transport.WC) bool) bool {
+	done := false
+	for _, wc := range wcs {
+		if wc.Status != flowtel.StatusOK {
+			b.Fatalf("%v completion: %v", wc.Op, wc.Err)
+		}
+		if fn(wc) {
+			done = true
+		}
+	}
+	return done
+}
+
 // spin polls qp until fn has seen what it waits for; it fails the
 // benchmark after a deadline instead of hanging.
 func spin(b *testing.B, qp transport.QP, wcs []transport.WC, fn func(transport.WC) bool) {
 	deadline := time.Now().Add(30 * time.Second)
 	for i := 0; ; i++ {
 		n := qp.Poll(wcs)
-		done := false
-		for _, wc := range wcs[:n] {
-			if wc.Status != flowtel.StatusOK {
-				b.Fatalf("%v completion: %v", wc.Op, wc.Err)
-			}
-			if fn(wc) {
-				done = true
-			}
-		}
-		if done {
+		if seen(b, wcs[:n], fn) {
 			return
 		}
 		if i&0xfff == 0 && time.Now().After(deadline) {
@@ -92,16 +113,7 @@ func BenchmarkLatency8B(b *testing.B) {
 					backoff(b, qp, p.not, spins, nap, deadline.C, wcs, gotPong)
 				}
 			}
-			for range 1000 { // both ends settle
-				qp.PostSend(transport.WR{ID: 9, Buf: ping})
-				wait()
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				qp.PostSend(transport.WR{ID: 9, Buf: ping})
-				wait()
-			}
-			b.StopTimer()
+			timePings(b, qp, ping, 1000, wait)
 			b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N)/2, "ns/oneway")
 		})
 	}
@@ -169,16 +181,7 @@ func BenchmarkSlowPeer(b *testing.B) {
 				deadline.Reset(30 * time.Second)
 				backoff(b, qp, p.not, spins, nap, deadline.C, wcs, gotPong)
 			}
-			for range 20 {
-				qp.PostSend(transport.WR{ID: 9, Buf: ping})
-				wait()
-			}
-			b.ResetTimer()
-			for i := 0; i < b.N; i++ {
-				qp.PostSend(transport.WR{ID: 9, Buf: ping})
-				wait()
-			}
-			b.StopTimer()
+			timePings(b, qp, ping, 20, wait)
 			rt := float64(b.Elapsed().Nanoseconds()) / float64(b.N)
 			b.ReportMetric((rt-float64(slowEcho.Nanoseconds()))/1e3, "us/late")
 		})
@@ -198,16 +201,7 @@ func backoff(b *testing.B, qp transport.QP, not *transport.Notifier, spinFor tim
 	var idleSince time.Time
 	for {
 		n := qp.Poll(wcs)
-		done := false
-		for _, wc := range wcs[:n] {
-			if wc.Status != flowtel.StatusOK {
-				b.Fatalf("%v completion: %v", wc.Op, wc.Err)
-			}
-			if fn(wc) {
-				done = true
-			}
-		}
-		if done {
+		if seen(b, wcs[:n], fn) {
 			return
 		}
 		if n > 0 {

@@ -19,10 +19,11 @@ import (
 // payload straight from the sender's memory into the posted receive with
 // one process_vm_readv and acknowledges, and only then does the send
 // complete. The ring's two copies make the sender write lines the
-// receiver's core just read; when the two vCPUs are far apart (this VM's
-// CPUs flip between ~30 and ~165 ns apart) each such write waits for the
-// line to come back, and a 1 MiB transfer took 4-6x longer. A single copy
-// by the receiver only reads the sender's lines and writes its own.
+// receiver's core just read; when the two cores are far apart (on a VM the
+// placement can change from one launch to the next) each such write waits
+// for the line to come back, and a large transfer takes several times
+// longer. A single copy by the receiver only reads the sender's lines and
+// writes its own.
 //
 // It is used only where it is known to work: each process allows any
 // process of its user to read it (PR_SET_PTRACER_ANY, for Yama's
@@ -40,14 +41,11 @@ import (
 // the send and its owner may then reuse the buffer (Close publishes
 // "closed" before it flushes).
 
-// Single copy costs more than the ring where the two cores are close
-// (2-rank broadcast of 4 MiB, sent in 512 KiB chunks: ~400 us against
-// ~230) and far less where they are far (~400 us against ~1700), so the
-// sender chooses: it times its copies into the ring (rateSample bytes or
-// more, one clock read either side) and takes single copy while their
-// moving average is below cmaBelow. Close, that average ended 2-rank
-// 4 MiB broadcasts at 12-25 bytes per ns; far, at 6.4 (a CPU profile of a
-// far run put the copy at about 3 GB/s). Once single copy carries a QP,
+// Single copy costs more than the ring where the two cores are close and
+// far less where they are far, so the sender chooses: it times its copies
+// into the ring (rateSample bytes or more, one clock read either side) and
+// takes single copy while their moving average is below cmaBelow, a rate
+// between what close and far placements show. Once single copy carries a QP,
 // the ring's copies cannot say when to leave it (they write lines no one
 // touched for a while, slow in either placement); the receiver times each
 // single-copy record's trip from the sender's clock instead (noteHandoff).
@@ -74,18 +72,19 @@ const (
 	// this many bytes a streamed spell measures that again.
 	replainAfter = 256 << 20
 	// reduceQuiet: after a reducing receive, this many plain receives
-	// on the QP do not offer single copy (QP.drainPosts). 2 ranks, far
-	// placement, 4 MiB all-reduce with the ring streamed: 1400-1700 us
-	// with single copy offered, 540-570 without.
+	// on the QP do not offer single copy (QP.drainPosts): an all-reduce
+	// reduces out of the ring in one pass, and offering single copy in
+	// between broke its streamed ring into slow single-copy reads.
 	reduceQuiet = 16
 	// handoffWindow, closeHandoff, closeWindows, cmaCloseRest: a receiver
 	// that reads single-copy records handoffWindow at a time and finds,
 	// closeWindows windows in a row, the least publish-to-read time of
-	// one below closeHandoff (the cores are close: cache-line hand-off
-	// ~30 ns one way, against ~165 far) does not offer single copy for
-	// its next cmaCloseRest receives. The least of 32 measured 35-54 ns
-	// (p10) and 60-76 (median) close, 95 and 145 far, where 11% of the
-	// windows read below 100 ns: one such window alone is no verdict.
+	// one below closeHandoff (the cores are close: their cache-line
+	// hand-off is several times quicker than far cores') does not offer
+	// single copy for its next cmaCloseRest receives. The least of a
+	// window filters out the reads that waited; several windows in a row
+	// are needed because a far pair's window now and then reads low: one
+	// such window alone is no verdict.
 	handoffWindow = 32
 	closeHandoff  = 100 // ns
 	closeWindows  = 2
@@ -211,10 +210,10 @@ func (c *cmaPeer) read(dst []byte, addr uint64) error {
 
 // processVMReadv copies len(dst) bytes at addr in process pid into dst
 // with one process_vm_readv. It is a raw system call, which the Go
-// scheduler does not see: a copy of a megabyte takes ~80 µs, and a rank
-// bound to one CPU (GOMAXPROCS=1) that enters a scheduler-visible call that
-// long has its P taken away by sysmon, which then keeps waking every 20 µs
-// on that CPU instead of backing off to 10 ms (as transport/tcp's socket
+// scheduler does not see: a copy of a megabyte is long, and a rank bound
+// to one CPU (GOMAXPROCS=1) that enters a scheduler-visible call that long
+// has its P taken away by sysmon, which then keeps waking at its shortest
+// period on that CPU instead of backing off (as transport/tcp's socket
 // calls did). The call never waits for anything but the copy, as a raw
 // call must.
 func processVMReadv(pid int, dst []byte, addr uint64) (int, error) {

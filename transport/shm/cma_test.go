@@ -397,11 +397,11 @@ func TestExchangeCMA(t *testing.T) {
 	if send() {
 		t.Fatal("single copy for a one-way send at 20 bytes/ns")
 	}
-	q.recvs.push(recvOp{wr: transport.WR{Buf: make([]byte, 1024)}})
+	q.recvs.Push(recvOp{wr: transport.WR{Buf: make([]byte, 1024)}})
 	if send() {
 		t.Fatal("single copy beside a small receive only")
 	}
-	q.recvs.push(recvOp{wr: transport.WR{Buf: make([]byte, cmaMin)}})
+	q.recvs.Push(recvOp{wr: transport.WR{Buf: make([]byte, cmaMin)}})
 	for i := range cmaTrial {
 		if !send() {
 			t.Fatalf("exchange send %d of the trial through the ring", i)
@@ -433,8 +433,8 @@ func TestExchangeCMA(t *testing.T) {
 	trial()
 	ringRun(2 * cmaRetryMin)
 	trial()
-	q.recvs.pop()
-	q.recvs.pop()
+	q.recvs.PopFront()
+	q.recvs.PopFront()
 	q.seg.out.cmaRate.Store(math.Float64bits(20))
 	for i := range exchangeSends - 1 {
 		if !send() {

@@ -29,8 +29,8 @@
 // both sizes. A credit's slot is reused only once the sender says, in a
 // word of its own, that it has read it, since an eager message can be
 // consumed before its sender looks at its credit. Every word the peer
-// wrote since this side last read it is a cache miss (230-290 ns between
-// the two cores of these VMs), so a post looks at none before its data
+// wrote since this side last read it is a cache miss, as long as the
+// whole rest of a small post, so a post looks at none before its data
 // leaves: PostSend publishes its records and PostRecv announces its
 // receive, and what arrived is taken, and eager sends completed, by the
 // next Poll. The
@@ -39,11 +39,10 @@
 // each record's payload out of the ring into it, so a collective's receive
 // and reduction are one pass. Where the two cores are close, two copies,
 // pipelined, beat one: a single-copy path through process_vm_readv (Open
-// MPI's CMA) measured 2-3 times slower from 256 KiB to 64 MiB, since the
-// kernel pins and copies page by page on the receiver's core alone; on a
-// loaded machine it ran at 3-6 GB/s one way and 1-3 GB/s each way when
-// both ends read at once, against 16-39 GB/s for a memcpy of the same
-// sizes. Where they are far, each store into the ring waits for a line
+// MPI's CMA) is slower there at every size, since the kernel pins and
+// copies page by page on the receiver's core alone, and slower still when
+// both ends read at once (BENCHMARKS.md has the figures). Where they are
+// far, each store into the ring waits for a line
 // the peer's core read, and the sender, while its timed copies into the
 // ring run slow, takes single copy for an exchange and, for a one-way
 // send, either single copy or a ring it streams into past the caches,

@@ -131,22 +131,22 @@ type QP struct {
 	drained   uint64 // posts taken so far
 	spareS    []sendOp
 	spareR    []recvOp
-	sends     fifo[sendOp]
-	eager     fifo[eagerSend] // published ahead of their credits, in credit order
-	recvs     fifo[recvOp]
-	otail     uint64       // out ring: bytes published
-	ohead     uint64       // out ring: last head seen
-	ocredits  uint64       // last posted count seen
-	pread     uint64       // last read count seen from the peer (the credits it has taken)
-	ihead     uint64       // in ring: bytes consumed
-	ipub      uint64       // in ring: head last published
-	itail     uint64       // in ring: last tail seen
-	firstSeen uint64       // messages whose first record arrived
-	credPub   uint64       // receives announced to the peer
-	unann     fifo[uint64] // credit words (size, creditCMA) of the receives not yet announced, in order
-	notify    bool         // something was published: wake the peer if it sleeps
-	starved   bool         // the last pass stopped on its budget, not on the peer
-	ncomp     uint64       // completions queued (Close's flush too, under mu)
+	sends     flowtel.FIFO[sendOp]
+	eager     flowtel.FIFO[eagerSend] // published ahead of their credits, in credit order
+	recvs     flowtel.FIFO[recvOp]
+	otail     uint64               // out ring: bytes published
+	ohead     uint64               // out ring: last head seen
+	ocredits  uint64               // last posted count seen
+	pread     uint64               // last read count seen from the peer (the credits it has taken)
+	ihead     uint64               // in ring: bytes consumed
+	ipub      uint64               // in ring: head last published
+	itail     uint64               // in ring: last tail seen
+	firstSeen uint64               // messages whose first record arrived
+	credPub   uint64               // receives announced to the peer
+	unann     flowtel.FIFO[uint64] // credit words (size, creditCMA) of the receives not yet announced, in order
+	notify    bool                 // something was published: wake the peer if it sleeps
+	starved   bool                 // the last pass stopped on its budget, not on the peer
+	ncomp     uint64               // completions queued (Close's flush too, under mu)
 
 	// Single copy (cma_linux.go), guarded by mu.
 	cma          *cmaPeer           // nil: cannot read the peer
@@ -224,52 +224,17 @@ func (q *QP) Outstanding() int { return q.core.Outstanding() }
 // PostSend queues a send; it copies up to postBudget bytes into the ring at
 // once when the peer has a receive posted, or when the send is at most
 // eagerMax bytes.
-func (q *QP) PostSend(wr transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	if err := transport.CheckWR(&wr); err != nil {
-		return err
-	}
-	q.live.RLock()
-	defer q.live.RUnlock()
-	if q.unmapped {
-		return transport.ErrClosed
-	}
-	id := q.core.Posted(transport.OpSend, &wr)
-	s := sendOp{wr: wr, telID: id, idx: q.nsend}
-	q.nsend++
-	if len(wr.Buf) > eagerMax && q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
-		// The receive this send needs is not posted yet. A send of at
-		// most eagerMax bytes moves without it, so it waits for no
-		// credit (and looks at none here: the peer's words are a cache
-		// miss each, and this one would come before the data).
-		s.waited = true
-		q.core.CreditWait(id, &wr)
-	}
-	q.busy()
-	q.pmu.Lock()
-	if q.pclosed {
-		q.pmu.Unlock()
-		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		return nil
-	}
-	q.psends = append(q.psends, s)
-	q.posts.Add(1)
-	q.pmu.Unlock()
-	q.afterPost()
-	return nil
-}
+func (q *QP) PostSend(wr transport.WR) error { return q.post(transport.OpSend, &wr) }
 
 // PostRecv queues a receive and announces it to the peer as a credit.
-func (q *QP) PostRecv(wr transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	if err := transport.CheckWR(&wr); err != nil {
+func (q *QP) PostRecv(wr transport.WR) error { return q.post(transport.OpRecv, &wr) }
+
+// post hands a checked WR to the progress pass through the post lists.
+func (q *QP) post(op transport.Opcode, wr *transport.WR) error {
+	if err := q.core.Check(wr, q.closed.Load()); err != nil {
 		return err
 	}
-	if wr.Reduce != nil && len(wr.Src) < len(wr.Buf) {
+	if op == transport.OpRecv && wr.Reduce != nil && len(wr.Src) < len(wr.Buf) {
 		return fmt.Errorf("shm: receive %d reduces %d bytes with a source of %d", wr.ID, len(wr.Buf), len(wr.Src))
 	}
 	q.live.RLock()
@@ -277,16 +242,32 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	if q.unmapped {
 		return transport.ErrClosed
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
-	r := recvOp{wr: wr, telID: id}
+	id := q.core.Posted(op, wr)
+	var s sendOp
+	if op == transport.OpSend {
+		s = sendOp{wr: *wr, telID: id, idx: q.nsend}
+		q.nsend++
+		if len(wr.Buf) > eagerMax && q.gone.Load() == nil && q.seg.out.posted.Load() <= s.idx {
+			// The receive this send needs is not posted yet. A send of at
+			// most eagerMax bytes moves without it, so it waits for no
+			// credit (and looks at none here: the peer's words are a cache
+			// miss each, and this one would come before the data).
+			s.waited = true
+			q.core.CreditWait(id, wr)
+		}
+	}
 	q.busy()
 	q.pmu.Lock()
 	if q.pclosed {
 		q.pmu.Unlock()
-		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		q.complete(wr, id, op, flowtel.StatusFlushed, 0, transport.ErrClosed)
 		return nil
 	}
-	q.precvs = append(q.precvs, r)
+	if op == transport.OpSend {
+		q.psends = append(q.psends, s)
+	} else {
+		q.precvs = append(q.precvs, recvOp{wr: *wr, telID: id})
+	}
 	q.posts.Add(1)
 	q.pmu.Unlock()
 	q.afterPost()
@@ -374,8 +355,8 @@ func (q *QP) Poll(dst []transport.WC) int {
 // gives work. An owner that polls one idle QP while it moves data on others
 // (an engine with several peers) is not waiting: its idle QP neither yields
 // the core nor hands its wait over. A counter, not a time: busy runs a few
-// times in every call, and a clock read costs 25-40 ns on these VMs where
-// a plain store costs one. Racing owners may store the same value; it
+// times in every call, and a clock read costs tens of times what a plain
+// store does (more on VMs). Racing owners may store the same value; it
 // still changes, which is all idle looks at.
 var busyGen atomic.Uint64
 
@@ -465,7 +446,7 @@ func (q *QP) pass(budget int, consume bool) bool {
 	// Sends first, then credits: what the peer waits for leaves before
 	// this side looks at what the peer wrote (each look at a word the
 	// peer wrote since is a cache miss, a few hundred ns here).
-	if q.sends.len() > 0 {
+	if q.sends.Len() > 0 {
 		b := budget
 		moved = q.sendPass(&b) || moved
 		q.starved = b <= 0
@@ -473,7 +454,7 @@ func (q *QP) pass(budget int, consume bool) bool {
 	if q.owed() {
 		moved = q.publishCredits() || moved
 	}
-	if q.recvs.len() > 0 {
+	if q.recvs.Len() > 0 {
 		if !consume {
 			q.starved = true // left for the owner's next Poll, or the background goroutine
 		} else {
@@ -485,7 +466,7 @@ func (q *QP) pass(budget int, consume bool) bool {
 			q.starved = q.starved || b <= 0
 		}
 	}
-	if consume && q.eager.len() > 0 {
+	if consume && q.eager.Len() > 0 {
 		moved = q.settleEager() || moved
 	}
 	if q.notify {
@@ -496,12 +477,12 @@ func (q *QP) pass(budget int, consume bool) bool {
 }
 
 // pending reports whether WRs or credits wait for progress. Under mu.
-func (q *QP) pending() bool { return q.sends.len()+q.eager.len()+q.recvs.len() > 0 || q.owed() }
+func (q *QP) pending() bool { return q.sends.Len()+q.eager.Len()+q.recvs.Len() > 0 || q.owed() }
 
 // owed reports whether receives, completed or not, wait to be announced:
 // eager messages can fill receives whose credits the peer has not had
 // yet, and their sends complete only when it has. Under mu.
-func (q *QP) owed() bool { return q.unann.len() > 0 }
+func (q *QP) owed() bool { return q.unann.Len() > 0 }
 
 func (q *QP) drainPosts() {
 	q.pmu.Lock()
@@ -510,7 +491,7 @@ func (q *QP) drainPosts() {
 	q.drained = q.posts.Load()
 	q.pmu.Unlock()
 	for i := range ps {
-		q.sends.push(ps[i])
+		q.sends.Push(ps[i])
 	}
 	if len(pr) > 0 && !q.probed {
 		q.probe()
@@ -537,8 +518,8 @@ func (q *QP) drainPosts() {
 			w |= creditCMA
 			pr[i].cma = true
 		}
-		q.recvs.push(pr[i])
-		q.unann.push(w)
+		q.recvs.Push(pr[i])
+		q.unann.Push(w)
 	}
 	clear(ps)
 	clear(pr)
@@ -550,7 +531,7 @@ func (q *QP) recvPass(budget *int) bool {
 	in := &q.seg.in
 	rb := in.ring
 	moved := false
-	for *budget > 0 && q.recvs.len() > 0 {
+	for *budget > 0 && q.recvs.Len() > 0 {
 		if q.ihead == q.itail {
 			q.itail = in.tail.Load()
 			if q.ihead == q.itail {
@@ -576,7 +557,7 @@ func (q *QP) recvPass(budget *int) bool {
 			q.protocolError("record of %d bytes at %d", n, q.ihead)
 			return true
 		}
-		r := q.recvs.front()
+		r := q.recvs.Front()
 		if flags&fFirst != 0 {
 			eager := flags&fEager != 0
 			if r.started || msgLen > math.MaxInt || !eager && q.firstSeen >= q.credPub {
@@ -610,14 +591,14 @@ func (q *QP) recvPass(budget *int) bool {
 				// and fails its send alike.
 				q.ihead += uint64(size)
 				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
-				q.recvs.pop()
+				q.recvs.PopFront()
 				moved = true
 				continue
 			}
 			if flags&fTooBig != 0 {
 				q.ihead += uint64(size)
 				q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, transport.TooLargeError(r.msgLen, len(r.wr.Buf)))
-				q.recvs.pop()
+				q.recvs.PopFront()
 				moved = true
 				continue
 			}
@@ -665,7 +646,7 @@ func (q *QP) recvPass(budget *int) bool {
 				return true
 			}
 			q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, r.msgLen, nil)
-			q.recvs.pop()
+			q.recvs.PopFront()
 		}
 	}
 	if q.ipub != q.ihead {
@@ -733,7 +714,7 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 		r.started, r.msgLen, r.off = true, msgLen, msgLen
 		q.firstSeen++
 		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusOK, msgLen, nil)
-		q.recvs.pop()
+		q.recvs.PopFront()
 	}
 	q.cmaIn++
 	in.cmaDone.Store(q.cmaIn)
@@ -778,7 +759,7 @@ func (q *QP) probe() {
 // arrive, and be consumed, before its sender has looked at its credit.
 func (q *QP) publishCredits() bool {
 	in := &q.seg.in
-	want := q.credPub + uint64(q.unann.len())
+	want := q.credPub + uint64(q.unann.Len())
 	if q.credPub >= want {
 		return false
 	}
@@ -794,8 +775,8 @@ func (q *QP) publishCredits() bool {
 		return false
 	}
 	for ; q.credPub < lim; q.credPub++ {
-		in.sizes[q.credPub&(q.slots-1)].Store(*q.unann.front())
-		q.unann.pop()
+		in.sizes[q.credPub&(q.slots-1)].Store(*q.unann.Front())
+		q.unann.PopFront()
 	}
 	in.posted.Store(q.credPub)
 	q.notify = true
@@ -824,8 +805,8 @@ func (q *QP) takeCredit(idx uint64) (limit int, cma bool) {
 // settleEager completes the eager sends whose credits have come.
 func (q *QP) settleEager() bool {
 	moved := false
-	for q.eager.len() > 0 {
-		e := q.eager.front()
+	for q.eager.Len() > 0 {
+		e := q.eager.Front()
 		if !q.credited(e.idx) {
 			break
 		}
@@ -834,7 +815,7 @@ func (q *QP) settleEager() bool {
 		} else {
 			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusOK, len(e.wr.Buf), nil)
 		}
-		q.eager.pop()
+		q.eager.PopFront()
 		moved = true
 	}
 	return moved
@@ -867,22 +848,22 @@ func (q *QP) sendPass(budget *int) bool {
 	rb := out.ring
 	R := len(rb)
 	moved := false
-	for q.sends.len() > 0 && *budget > 0 {
-		s := q.sends.front()
+	for q.sends.Len() > 0 && *budget > 0 {
+		s := q.sends.Front()
 		if !s.started {
 			if len(s.wr.Buf) <= eagerMax {
 				if !q.sendEager(s) {
 					break
 				}
 				*budget -= len(s.wr.Buf)
-				q.eager.push(eagerSend{wr: s.wr, telID: s.telID, idx: s.idx})
-				q.sends.pop()
+				q.eager.Push(eagerSend{wr: s.wr, telID: s.telID, idx: s.idx})
+				q.sends.PopFront()
 				moved = true
 				continue
 			}
 			// Credits are taken in order: the eager sends' first.
 			moved = q.settleEager() || moved
-			if q.eager.len() > 0 || !q.credited(s.idx) {
+			if q.eager.Len() > 0 || !q.credited(s.idx) {
 				break
 			}
 			s.started = true
@@ -903,7 +884,7 @@ func (q *QP) sendPass(budget *int) bool {
 				q.cmaFails, q.cmaOff, s.cma = f, true, false // resend through the ring
 			} else {
 				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
-				q.sends.pop()
+				q.sends.PopFront()
 				continue
 			}
 		} else if s.off == 0 && s.cmaOK && !q.cmaOff && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && q.chooseCMA(s.idx) {
@@ -993,7 +974,7 @@ func (q *QP) sendPass(budget *int) bool {
 				} else {
 					q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(buf), nil)
 				}
-				q.sends.pop()
+				q.sends.PopFront()
 				break
 			}
 			if *budget <= 0 {
@@ -1034,8 +1015,8 @@ func (q *QP) chooseCMA(idx uint64) bool {
 // not count: every collective call exchanges its signature headers, a
 // broadcast too. Under mu.
 func (q *QP) exchanging(idx uint64) bool {
-	for i := range q.recvs.len() {
-		if len(q.recvs.at(i).wr.Buf) >= cmaMin {
+	for i := range q.recvs.Len() {
+		if len(q.recvs.At(i).wr.Buf) >= cmaMin {
 			q.exchangeTill = idx + exchangeSends
 			return true
 		}
@@ -1046,8 +1027,8 @@ func (q *QP) exchanging(idx uint64) bool {
 // sendsBig reports whether a send of cmaMin bytes or more is queued.
 // Under mu.
 func (q *QP) sendsBig() bool {
-	for i := range q.sends.len() {
-		if len(q.sends.at(i).wr.Buf) >= cmaMin {
+	for i := range q.sends.Len() {
+		if len(q.sends.At(i).wr.Buf) >= cmaMin {
 			return true
 		}
 	}
@@ -1064,22 +1045,18 @@ const exchangeSends = 16
 // tried first, for a trial of cmaTrial sends (the receiver's moving
 // average of its reads then holds only theirs), and again after
 // cmaRetryMin sends through the ring, then twice as many each time it
-// loses, up to cmaRetryMax (a trial where the ring is cheaper costs ~1%
-// then). A trial's reads run slower than single copy does once both sides
-// use it (11-14 bytes per ns, one 6.8, against 21-24 later: what each
-// side's copies cost depends on what the other side's do), so single copy
-// keeps an exchange unless the ring costs less by a factor cmaBias; a
-// rate frozen since the last trial decides nothing, hence the retries.
+// loses, up to cmaRetryMax, so that a trial where the ring is cheaper is
+// a small share of the sends. A trial's reads run slower than single copy
+// does once both sides use it (what each side's copies cost depends on
+// what the other side's do), so single copy keeps an exchange unless the
+// ring costs less by a factor cmaBias; a rate frozen since the last trial
+// decides nothing, hence the retries.
 //
-// On the Intel host of 2026-12-01, close cores (cache-line hand-off 57
-// ns), the ring measured 25-30 bytes per ns in and 17 out (10.7 a byte
-// delivered both ways) and single copy read 21-24: a 2-rank 1 MiB
-// all-gather took 88-118 us through the ring and 56-59 by single copy
-// (Open MPI 46-48), send/recv of 1 MiB each way 144-169 against 110-119.
-// Where the ring's copies are cheap against single copy's reads (the AMD
-// EPYC hosts of 2026-11-30: 25 in, 27-36 out, single copy 5-8) it keeps
-// the ring; on the AMD host of 2026-12-01 10:16 a 4 MiB all-gather went by
-// single copy (a profile: the kernel's read 37% of a rank's CPU).
+// Which mode wins depends on the host: where cores hand cache lines over
+// quickly single copy can beat the ring for an exchange, and where the
+// ring's copies are cheap against single copy's page-by-page reads the
+// ring wins; the rates decide per QP rather than a rule per host
+// (BENCHMARKS.md has the runs on each kind of host).
 func (q *QP) exchangeCMA() bool {
 	if q.cmaTrial > 0 {
 		q.cmaTrial--
@@ -1131,7 +1108,7 @@ func (q *QP) streamWins() bool {
 	if !q.cmaStale {
 		cr = math.Float64frombits(q.seg.out.cmaRate.Load())
 	}
-	return streamBeatsCMA(q.streamRate, cr, q.recvs.len() > 0)
+	return streamBeatsCMA(q.streamRate, cr, q.recvs.Len() > 0)
 }
 
 // streamBeatsCMA decides between a streamed ring and single copy from what
@@ -1145,14 +1122,12 @@ func (q *QP) streamWins() bool {
 // In an exchange (duplex: all-gather) it is single copy: there each core
 // makes both copies of every byte through a ring, against one read by
 // single copy, and the sender's rate does not say what the ring
-// delivers. Choosing by the rates there (the ring when streaming ran
-// twice as fast) made a 2-rank 16 MiB all-gather on the 16-core Xeon host
-// 1.4-1.8x slower.
+// delivers: choosing by the rates there picked the ring for exchanges that
+// single copy carried faster.
 //
-// Single copy reads pin the sender's pages one 4 KiB page at a time, and
-// on this VM read 5-8 bytes per ns in either placement, where a far
-// 2-rank broadcast through a streamed ring delivered ~14 (16 MiB in place
-// 1.18-1.21 ms against 2.26-2.89 by single copy, Open MPI 2.05-2.91).
+// Single copy reads pin the sender's pages one 4 KiB page at a time, so
+// for a one-way send between far cores a streamed ring, whose two copies
+// overlap, can deliver more; the rates say which.
 func streamBeatsCMA(streamRate, cmaRate float64, duplex bool) bool {
 	switch {
 	case duplex:
@@ -1273,17 +1248,15 @@ func (q *QP) ringCopyFor(n int, cmaOK bool) ringCopy {
 // ring run slow, a streamed spell delivers more than the plain ring: what
 // the last spell measured (or not measured yet: it is tried) against
 // the plain copies now. Each mode's cost is the sender's copy in and the
-// receiver's copy out (ringCost). On this VM's host a close pair's plain
-// copies into the ring time at 7-11 bytes per ns, under cmaBelow, yet the
-// receiver reads them at 27-36 bytes per ns against 12-16 streamed, and a
-// 2-rank 64 KiB all-reduce took 12-16 µs with this choice against 18-30
-// with the rate alone (BENCHMARKS.md, eleventh round); the far pairs on
-// the host before it streamed 4 MiB all-reduces 3x faster.
+// receiver's copy out (ringCost): the sender's rate alone misleads, since
+// a close pair's plain copies into the ring can time slow (under cmaBelow)
+// while the receiver reads them from cache far faster than it reads a
+// streamed record from memory.
 func (q *QP) streamCheaper() bool {
 	if !q.streamMeasured() {
 		return true
 	}
-	duplex := q.recvs.len() > 0
+	duplex := q.recvs.Len() > 0
 	plain := ringCost(q.copyRate, math.Float64frombits(q.seg.out.readRate[0].Load()), duplex)
 	return ringCost(q.spellSend, q.spellRead, duplex) < plain
 }
@@ -1409,14 +1382,10 @@ const (
 // teeRecheck is copied plainly and timed (the rate chooseCMA reads),
 // then copied into the tee; the rest go through copyTee untimed. With
 // every record timed through copyTee (counted as 1.5 records), the tee's
-// stores (the caller's output, from L3 or memory at 4 MiB) had slow spells
-// that took close QPs to single copy, and those launches ran slow: 2 ranks,
-// close, 4 MiB all-gather, launches of 300 calls, single-copy messages in
-// 6 launches of 6 (48-895; means 174-438 µs); timed plainly one in four,
-// in none of 12 (means 160-225). One in 16 keeps more of the gain: 5
-// interleaved launches, close, one in 4 / 8 / 16, launch means
-// 41.2-44.3 / 40.4-43.8 / 40.2-42.3 µs at 1 MiB, 142.7-158.9 /
-// 142.6-152.2 / 134.0-152.9 at 4 MiB, no single copy.
+// stores (the caller's output, from L3 or memory for large calls) had slow
+// spells that took close QPs to single copy, and those launches ran slow.
+// Timing a sample instead keeps the rate honest; the sample is sparse
+// because each timed record gives up copyTee's single pass.
 const teeRecheck = 16
 
 // teePiece is copyTee's piece: a page, well inside L1. A 64 KiB record
@@ -1490,7 +1459,7 @@ func (q *QP) failAll(g *goneReason) bool {
 	if !q.pending() {
 		return false
 	}
-	if b := math.MaxInt; q.recvs.len() > 0 && !g.corrupt {
+	if b := math.MaxInt; q.recvs.Len() > 0 && !g.corrupt {
 		q.recvPass(&b)
 	}
 	if !g.corrupt {
@@ -1499,29 +1468,29 @@ func (q *QP) failAll(g *goneReason) bool {
 		// collective.
 		q.settleEager()
 		// Or read the send it was given by address, and acknowledged it.
-		if q.sends.len() > 0 {
+		if q.sends.Len() > 0 {
 			out := &q.seg.out
-			if s := q.sends.front(); s.cma && out.cmaDone.Load() == q.cmaSent && out.cmaFail.Load() == q.cmaFails {
+			if s := q.sends.Front(); s.cma && out.cmaDone.Load() == q.cmaSent && out.cmaFail.Load() == q.cmaFails {
 				q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusOK, len(s.wr.Buf), nil)
-				q.sends.pop()
+				q.sends.PopFront()
 			}
 		}
 	}
 	err := g.err
-	for q.eager.len() > 0 {
-		e := q.eager.front()
+	for q.eager.Len() > 0 {
+		e := q.eager.Front()
 		q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusError, 0, err)
-		q.eager.pop()
+		q.eager.PopFront()
 	}
-	for q.sends.len() > 0 {
-		s := q.sends.front()
+	for q.sends.Len() > 0 {
+		s := q.sends.Front()
 		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusError, 0, err)
-		q.sends.pop()
+		q.sends.PopFront()
 	}
-	for q.recvs.len() > 0 {
-		r := q.recvs.front()
+	for q.recvs.Len() > 0 {
+		r := q.recvs.Front()
 		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusError, 0, err)
-		q.recvs.pop()
+		q.recvs.PopFront()
 	}
 	return true
 }
@@ -1674,30 +1643,27 @@ func (q *QP) Close() error {
 	// Announced before the flush: a peer that reads a send's buffer by
 	// address checks it after the read (readCMA).
 	q.seg.me.state.Store(stateClosed)
-	for q.eager.len() > 0 {
-		e := q.eager.front()
-		q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.eager.pop()
-	}
-	for q.sends.len() > 0 {
-		s := q.sends.front()
-		q.complete(&s.wr, s.telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.sends.pop()
-	}
-	for i := range ps {
-		q.complete(&ps[i].wr, ps[i].telID, transport.OpSend, flowtel.StatusFlushed, 0, transport.ErrClosed)
-	}
-	for q.recvs.len() > 0 {
-		r := q.recvs.front()
-		q.complete(&r.wr, r.telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
-		q.recvs.pop()
-	}
-	for i := range pr {
-		q.complete(&pr[i].wr, pr[i].telID, transport.OpRecv, flowtel.StatusFlushed, 0, transport.ErrClosed)
-	}
+	flushAll(q, transport.OpSend, &q.eager, nil, func(e *eagerSend) (*transport.WR, uint64) { return &e.wr, e.telID })
+	flushAll(q, transport.OpSend, &q.sends, ps, func(s *sendOp) (*transport.WR, uint64) { return &s.wr, s.telID })
+	flushAll(q, transport.OpRecv, &q.recvs, pr, func(r *recvOp) (*transport.WR, uint64) { return &r.wr, r.telID })
 	q.mu.Unlock()
 	q.release()
 	return nil
+}
+
+// flushAll completes, as flushed by Close, the WRs queued in f and then
+// those of rest (taken from the post lists), oldest first, emptying f; ref
+// gives an element's WR and telemetry id.
+func flushAll[T any](q *QP, op transport.Opcode, f *flowtel.FIFO[T], rest []T, ref func(*T) (*transport.WR, uint64)) {
+	for f.Len() > 0 {
+		wr, id := ref(f.Front())
+		q.complete(wr, id, op, flowtel.StatusFlushed, 0, transport.ErrClosed)
+		f.PopFront()
+	}
+	for i := range rest {
+		wr, id := ref(&rest[i])
+		q.complete(wr, id, op, flowtel.StatusFlushed, 0, transport.ErrClosed)
+	}
 }
 
 // crash abandons the QP as a killed process would: no flush, no goodbye in
@@ -1722,28 +1688,4 @@ func (q *QP) release() {
 	unix.Munmap(q.seg.mem)
 	q.live.Unlock()
 	q.cma.close()
-}
-
-// fifo is a queue on a slice.
-type fifo[T any] struct {
-	buf  []T
-	head int
-}
-
-func (f *fifo[T]) len() int    { return len(f.buf) - f.head }
-func (f *fifo[T]) push(v T)    { f.buf = append(f.buf, v) }
-func (f *fifo[T]) front() *T   { return &f.buf[f.head] }
-func (f *fifo[T]) at(i int) *T { return &f.buf[f.head+i] }
-func (f *fifo[T]) pop() {
-	var zero T
-	f.buf[f.head] = zero
-	f.head++
-	switch {
-	case f.head == len(f.buf):
-		f.buf, f.head = f.buf[:0], 0
-	case f.head >= 256 && 2*f.head >= len(f.buf):
-		n := copy(f.buf, f.buf[f.head:])
-		clear(f.buf[n:])
-		f.buf, f.head = f.buf[:n], 0
-	}
 }

@@ -6,11 +6,11 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"net/netip"
 	"os"
 	"strings"
 
 	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/internal/sock"
 )
 
 // Name is the backend's name.
@@ -63,13 +63,9 @@ func (b Backend) ifname() string {
 func (b Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transport.Listener, error) {
 	addr := lc.Addr
 	if addr == "" {
-		addr = "127.0.0.1:0"
-		if name := b.ifname(); name != "" {
-			ip, err := interfaceAddr(name, 0)
-			if err != nil {
-				return nil, err
-			}
-			addr = netip.AddrPortFrom(ip, 0).String()
+		var err error
+		if addr, err = sock.ListenAddr(b.ifname()); err != nil {
+			return nil, ifnameErr(err)
 		}
 	}
 	var lcfg net.ListenConfig
@@ -84,42 +80,28 @@ func (b Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transpo
 // the listener has checked the handshake. With an interface named, the
 // connection leaves from that interface's address.
 func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Config) (transport.QP, error) {
-	var d net.Dialer
-	target := addr
-	if name := b.ifname(); name != "" {
-		// Resolve first, so the local address is of the family dialled.
-		remote, err := resolve(ctx, addr)
-		if err != nil {
-			return nil, err
-		}
-		fam := 4
-		if remote.Addr().Is6() {
-			fam = 6
-		}
-		ip, err := interfaceAddr(name, fam)
-		if err != nil {
-			return nil, err
-		}
-		d.LocalAddr = net.TCPAddrFromAddrPort(netip.AddrPortFrom(ip, 0))
-		target = remote.String()
+	name := b.ifname()
+	conn, err := sock.Dial(ctx, name, addr)
+	if err != nil && name != "" {
+		return nil, ifnameErr(err)
+	} else if err != nil {
+		return nil, fmt.Errorf("tcp: %w", err)
 	}
-	c, err := d.DialContext(ctx, "tcp", target)
-	if err != nil {
-		if d.LocalAddr != nil {
-			return nil, fmt.Errorf("tcp: dial %s from %s: %w", addr, d.LocalAddr, err)
-		}
-		return nil, fmt.Errorf("tcp: dial %s: %w", addr, err)
-	}
-	conn := c.(*net.TCPConn)
 	if err := transport.DialHandshake(ctx, conn, cfg.Token, key); err != nil {
 		conn.Close()
 		return nil, err
 	}
-	if err := b.setup(conn); err != nil {
-		conn.Close()
-		return nil, err
+	return b.open(conn, cfg)
+}
+
+// open sets a connection up and starts its QP; it closes the connection
+// when either fails.
+func (b Backend) open(conn *net.TCPConn, cfg transport.Config) (transport.QP, error) {
+	err := SetupConn(conn, b.SockBuf, b.Congestion)
+	var q *QP
+	if err == nil {
+		q, err = newQP(conn, cfg)
 	}
-	q, err := newQP(conn, cfg)
 	if err != nil {
 		conn.Close()
 		return nil, err
@@ -127,14 +109,26 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 	return q, nil
 }
 
-func (b Backend) setup(conn *net.TCPConn) error {
+// ifnameErr says that err came from the interface VCCL_SOCKET_IFNAME (or
+// Backend.Interface) names.
+func ifnameErr(err error) error {
+	return fmt.Errorf("tcp: %w (named by %s or Backend.Interface)", err, EnvSocketIfname)
+}
+
+// SetupConn gives conn the socket options of every VCCL stream connection:
+// no Nagle delay, the congestion control (SetCongestion with congestion),
+// and socket buffers (SO_SNDBUF and SO_RCVBUF) of sockBuf bytes when
+// positive, the kernel's autotuning when negative, and with 0 what
+// VCCL_TCP_SOCKBUF says, else localSockBuf. Backend sets it up with its
+// SockBuf and Congestion; transport/ft with its SockBuf.
+func SetupConn(conn *net.TCPConn, sockBuf int, congestion string) error {
 	if err := conn.SetNoDelay(true); err != nil {
 		return fmt.Errorf("tcp: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
 	}
-	if err := SetCongestion(conn, b.Congestion); err != nil {
+	if err := SetCongestion(conn, congestion); err != nil {
 		return err
 	}
-	buf := b.SockBuf
+	buf := sockBuf
 	if buf == 0 {
 		var err error
 		if buf, err = envSockBuf(); err != nil {
@@ -155,94 +149,6 @@ func (b Backend) setup(conn *net.TCPConn) error {
 	return nil
 }
 
-// InterfaceAddr returns an address of the named interface: of family fam (4
-// or 6), or for fam 0 the first IPv4 address, else the first IPv6 one. It is
-// how Listen and Dial pick their addresses; transport/ft uses it for its
-// second interface.
-func InterfaceAddr(name string, fam int) (netip.Addr, error) { return interfaceAddr(name, fam) }
-
-// Resolve returns the IP address and port addr (host:port) stands for.
-func Resolve(ctx context.Context, addr string) (netip.AddrPort, error) { return resolve(ctx, addr) }
-
-// resolve returns the IP address and port addr stands for.
-func resolve(ctx context.Context, addr string) (netip.AddrPort, error) {
-	host, port, err := net.SplitHostPort(addr)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("tcp: bad address %q: %w", addr, err)
-	}
-	pn, err := net.DefaultResolver.LookupPort(ctx, "tcp", port)
-	if err != nil {
-		return netip.AddrPort{}, fmt.Errorf("tcp: bad port in %q: %w", addr, err)
-	}
-	ip, err := netip.ParseAddr(host)
-	if err != nil {
-		ips, lerr := net.DefaultResolver.LookupNetIP(ctx, "ip", host)
-		if lerr != nil {
-			return netip.AddrPort{}, fmt.Errorf("tcp: resolve %q: %w", host, lerr)
-		}
-		if len(ips) == 0 {
-			return netip.AddrPort{}, fmt.Errorf("tcp: resolve %q: no address", host)
-		}
-		ip = ips[0]
-	}
-	return netip.AddrPortFrom(ip.Unmap(), uint16(pn)), nil
-}
-
-// interfaceAddr returns an address of the named interface: of family fam (4
-// or 6), or for fam 0 the first IPv4 address, else the first IPv6 one.
-// Global IPv6 addresses are preferred to link-local ones, which carry the
-// interface as their zone.
-func interfaceAddr(name string, fam int) (netip.Addr, error) {
-	ifi, err := net.InterfaceByName(name)
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("tcp: interface %q named by %s (or Backend.Interface): %w", name, EnvSocketIfname, err)
-	}
-	addrs, err := ifi.Addrs()
-	if err != nil {
-		return netip.Addr{}, fmt.Errorf("tcp: addresses of interface %q: %w", name, err)
-	}
-	var v4, v6, v6ll netip.Addr
-	for _, a := range addrs {
-		pfx, err := netip.ParsePrefix(a.String())
-		if err != nil {
-			continue
-		}
-		ip := pfx.Addr().Unmap()
-		switch {
-		case ip.Is4():
-			if !v4.IsValid() {
-				v4 = ip
-			}
-		case ip.IsLinkLocalUnicast():
-			if !v6ll.IsValid() {
-				v6ll = ip.WithZone(name)
-			}
-		default:
-			if !v6.IsValid() {
-				v6 = ip
-			}
-		}
-	}
-	if !v6.IsValid() {
-		v6 = v6ll
-	}
-	switch {
-	case fam == 4 && v4.IsValid():
-		return v4, nil
-	case fam == 6 && v6.IsValid():
-		return v6, nil
-	case fam == 0 && v4.IsValid():
-		return v4, nil
-	case fam == 0 && v6.IsValid():
-		return v6, nil
-	}
-	what := "no IP address"
-	if fam != 0 {
-		what = fmt.Sprintf("no IPv%d address", fam)
-	}
-	return netip.Addr{}, fmt.Errorf("tcp: interface %q named by %s (or Backend.Interface) has %s (addresses: %v)", name, EnvSocketIfname, what, addrs)
-}
-
 type listener struct {
 	b   Backend
 	acc *transport.Acceptor
@@ -261,16 +167,7 @@ func (l *listener) Accept(ctx context.Context, key string, cfg transport.Config)
 		c.Close()
 		return nil, errors.New("tcp: accepted a connection that is not TCP")
 	}
-	if err := l.b.setup(conn); err != nil {
-		conn.Close()
-		return nil, err
-	}
-	q, err := newQP(conn, cfg)
-	if err != nil {
-		conn.Close()
-		return nil, err
-	}
-	return q, nil
+	return l.b.open(conn, cfg)
 }
 
 func (l *listener) Close() error { return l.acc.Close() }

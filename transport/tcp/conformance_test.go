@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"net"
 	"testing"
 
 	"github.com/vccl-go/vccl/transport"
@@ -15,14 +14,5 @@ func kill(q transport.QP) {
 }
 
 func TestConformance(t *testing.T) {
-	transporttest.Run(t, transporttest.Factory{Backend: Backend{}, Kill: kill})
-}
-
-func TestConformanceIPv6(t *testing.T) {
-	ln, err := net.Listen("tcp", "[::1]:0")
-	if err != nil {
-		t.Skipf("no IPv6 loopback here: %v", err)
-	}
-	ln.Close()
-	transporttest.Run(t, transporttest.Factory{Backend: Backend{}, ListenAddr: "[::1]:0", Kill: kill})
+	transporttest.RunIPs(t, transporttest.Factory{Backend: Backend{}, Kill: kill})
 }

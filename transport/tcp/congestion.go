@@ -26,9 +26,8 @@ const EnvSockBuf = "VCCL_TCP_SOCKBUF"
 // socket's backlog until the writev returns (the kernel looks at the
 // backlog once every 16 new segments, and a segment is 64 KiB on lo), so
 // the last segments went out only after the whole copy. BBR also paces
-// small messages (2-rank 16 KiB all-reduce: 61/44 us against 25/20 with
-// reno). Reno's window only grows without losses, and any process may
-// choose reno.
+// small messages, which adds its pacing delay to every small call. Reno's
+// window only grows without losses, and any process may choose reno.
 const localReno = "reno"
 
 // SetCongestion gives conn the congestion control name, or with name ""
@@ -62,11 +61,10 @@ func sameHost(conn *net.TCPConn) bool {
 // launcher bound to CPUs of its own. Such a rank's engine spins, and with
 // autotuned buffers the socket filled before the peer read: the writer
 // goroutine then took turns with the spinning owner on the rank's one CPU,
-// and a 2-rank 16 MiB all-gather over loopback ran at two speeds from one
-// launch to the next (2.0-2.3 or 3.0-3.6 ms). With 4 MiB neither end waits
-// for room. Unbound ranks, which share the CPUs and do not spin, lost with
-// it (4 ranks on 2 CPUs, 1 MiB all-reduce 2.0 -> 3.7 ms; why is not
-// known), so they keep autotuning.
+// and a large call ran at one of two speeds depending on who got the CPU
+// first. With 4 MiB neither end waits for room. Unbound ranks, which share
+// the CPUs and do not spin, were slower with it in the runs of
+// BENCHMARKS.md (the cause is open: see docs/), so they keep autotuning.
 const localBuf = 4 << 20
 
 // localSockBuf returns the socket buffer conn asks for when Backend.SockBuf

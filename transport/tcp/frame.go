@@ -4,6 +4,9 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+
+	"github.com/vccl-go/vccl/transport"
+	"github.com/vccl-go/vccl/transport/internal/sock"
 )
 
 // The wire format. Every frame starts with a fixed 16-byte header, little
@@ -28,8 +31,9 @@ import (
 const (
 	HeaderSize = 16
 	// MaxFrameLen bounds a frame's length field: a larger value is a corrupt
-	// or hostile stream, not a message. WRs longer than this are refused.
-	MaxFrameLen = 1 << 38 // 256 GiB
+	// or hostile stream, not a message. It is the longest WR any backend
+	// takes.
+	MaxFrameLen = transport.MaxMessage
 
 	frameMagic   = 'V'
 	frameVersion = 2 // 2: eager data frames
@@ -77,10 +81,7 @@ var ErrBadFrame = errors.New("tcp: malformed frame header")
 // PutHeader encodes h into b, which must hold HeaderSize bytes.
 func PutHeader(b []byte, h Header) {
 	_ = b[HeaderSize-1]
-	b[0] = frameMagic
-	b[1] = frameVersion
-	b[2] = byte(h.Type)
-	b[3] = h.Flags
+	sock.PutPrefix(b, frameMagic, frameVersion, uint8(h.Type), h.Flags)
 	binary.LittleEndian.PutUint32(b[4:8], h.Seq)
 	binary.LittleEndian.PutUint64(b[8:16], h.Len)
 }
@@ -97,14 +98,8 @@ func AppendHeader(dst []byte, h Header) []byte {
 // unknown type or flag, a flag on the wrong type and a length over
 // MaxFrameLen.
 func DecodeHeader(b []byte) (Header, error) {
-	if len(b) < HeaderSize {
-		return Header{}, fmt.Errorf("%w: %d bytes, want %d", ErrBadFrame, len(b), HeaderSize)
-	}
-	if b[0] != frameMagic {
-		return Header{}, fmt.Errorf("%w: magic %#02x, want %#02x", ErrBadFrame, b[0], frameMagic)
-	}
-	if b[1] != frameVersion {
-		return Header{}, fmt.Errorf("%w: version %d, want %d", ErrBadFrame, b[1], frameVersion)
+	if err := sock.CheckPrefix(b, HeaderSize, frameMagic, frameVersion, ErrBadFrame); err != nil {
+		return Header{}, err
 	}
 	h := Header{
 		Type:  FrameType(b[2]),

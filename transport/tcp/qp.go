@@ -22,12 +22,11 @@ const (
 	maxBatchFrames = 128
 	// maxBatchBytes stops adding sends to a batch once its payload reaches
 	// this size, so a batch does not hold the completion of its first send
-	// behind many megabytes of later ones. Over loopback one writev of
-	// 1 MiB moves bytes faster than four of 256 KiB: a plain C stream moved
-	// 1 MiB in 170-190 µs as one write, 240-310 as four; a 2-rank 1 MiB
-	// broadcast, whose four chunks are credited at once, went from 245 to
-	// 180 µs, all-reduce and all-gather at 1 MiB gained 8-10%, at 4 MiB
-	// they lost 10-15% (still 1.2-1.3x Open MPI there).
+	// behind many megabytes of later ones. It is a megabyte, not less,
+	// because each writev costs a system call and a pass of the kernel's
+	// TCP output over loopback, so one large write moves bytes faster than
+	// several small ones; larger batches delay the first completion of a
+	// multi-megabyte call more than they save (BENCHMARKS.md, TCP tables).
 	maxBatchBytes = 1 << 20
 	// readAhead is the read side's header buffer. A read that fetches a
 	// header may also fetch up to this many bytes after it: the next small
@@ -84,17 +83,17 @@ type QP struct {
 	arm           chan struct{} // wakes the reader goroutine when spinning stops
 
 	mu        sync.Mutex
-	sends     queue[sendWR]    // posted sends not yet taken for writing
-	credits   queue[uint64]    // credits from the peer (receive sizes) no send has used yet
-	eager     queue[eagerSend] // sends taken ahead of their credits, not yet completed
-	ncredited int              // eager[:ncredited] have their credit
-	nwritten  int              // eager[:nwritten] are written
-	recvs     queue[recvWR]    // posted receives whose data frame has not arrived
-	early     queue[[]byte]    // eager messages that came before their receive
-	spare     [][]byte         // buffers of delivered early messages, for reuse
-	grants    queue[uint64]    // credits to send the peer (sizes of receives posted)
-	wbusy     bool             // a goroutine owns the write side (w)
-	handoff   bool             // that owner left w's batch to the writer goroutine
+	sends     flowtel.FIFO[sendWR]    // posted sends not yet taken for writing
+	credits   flowtel.FIFO[uint64]    // credits from the peer (receive sizes) no send has used yet
+	eager     flowtel.FIFO[eagerSend] // sends taken ahead of their credits, not yet completed
+	ncredited int                     // eager[:ncredited] have their credit
+	nwritten  int                     // eager[:nwritten] are written
+	recvs     flowtel.FIFO[recvWR]    // posted receives whose data frame has not arrived
+	early     flowtel.FIFO[[]byte]    // eager messages that came before their receive
+	spare     [][]byte                // buffers of delivered early messages, for reuse
+	grants    flowtel.FIFO[uint64]    // credits to send the peer (sizes of receives posted)
+	wbusy     bool                    // a goroutine owns the write side (w)
+	handoff   bool                    // that owner left w's batch to the writer goroutine
 	// wheld: the socket was full and the QP's owner spins, so the batch
 	// stays in w for the owner's next Poll or PostSend to go on writing
 	// (wbusy stays set). Changed under mu; read without it by Poll.
@@ -232,36 +231,25 @@ func (q *QP) Poll(dst []transport.WC) int {
 // as soon as the loss is seen, even with no WR outstanding.
 func (q *QP) Err() error { return q.core.Err() }
 
-func (q *QP) check(wr *transport.WR) error {
-	if q.closed.Load() {
-		return transport.ErrClosed
-	}
-	// uint64: MaxFrameLen is past a 32-bit int.
-	if uint64(len(wr.Buf)) > MaxFrameLen {
-		return fmt.Errorf("tcp: WR %d of %d bytes exceeds the maximum message of %d bytes", wr.ID, len(wr.Buf), uint64(MaxFrameLen))
-	}
-	return transport.CheckWR(wr)
-}
-
 // PostSend queues a send and writes it at once if the socket takes it
 // (flagged More, with the send posted next). A send with no credit yet from
 // the peer records credit_wait; up to
 // eagerWindow sends of at most eagerMax bytes go anyway, and complete when
 // their credit comes.
 func (q *QP) PostSend(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpSend, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpSend, &wr)
 	q.mu.Lock()
 	if q.writerDone {
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpSend, Status: q.errSt, Err: q.err}, id, wr.Tag)
+		q.core.Fail(transport.OpSend, &wr, id, q.errSt, q.err)
 		q.mu.Unlock()
 		return nil
 	}
-	idx := q.sends.len()
-	q.sends.push(sendWR{wr: wr, telID: id})
-	if q.credits.len() <= idx {
+	idx := q.sends.Len()
+	q.sends.Push(sendWR{wr: wr, telID: id})
+	if q.credits.Len() <= idx {
 		q.core.CreditWait(id, &wr)
 	}
 	q.mu.Unlock()
@@ -280,22 +268,22 @@ func (q *QP) PostSend(wr transport.WR) error {
 // next PostSend to carry or else the writer goroutine (while the owner
 // spins: the next Poll).
 func (q *QP) PostRecv(wr transport.WR) error {
-	if err := q.check(&wr); err != nil {
+	id, err := q.core.Admit(transport.OpRecv, &wr, q.closed.Load())
+	if err != nil {
 		return err
 	}
-	id := q.core.Posted(transport.OpRecv, &wr)
 	q.mu.Lock()
 	switch {
-	case q.early.len() > 0:
-		q.deliverEarly(recvWR{wr: wr, telID: id}, q.early.pop())
+	case q.early.Len() > 0:
+		q.deliverEarly(recvWR{wr: wr, telID: id}, q.early.PopFront())
 	case q.readerDone:
-		q.core.Complete(transport.WC{ID: wr.ID, Op: transport.OpRecv, Status: q.errSt, Err: q.err}, id, wr.Tag)
+		q.core.Fail(transport.OpRecv, &wr, id, q.errSt, q.err)
 		q.mu.Unlock()
 		return nil
 	default:
-		q.recvs.push(recvWR{wr: wr, telID: id})
+		q.recvs.Push(recvWR{wr: wr, telID: id})
 	}
-	q.grants.push(uint64(len(wr.Buf)))
+	q.grants.Push(uint64(len(wr.Buf)))
 	q.mu.Unlock()
 	if q.spinning.Load() {
 		// The owner polls at once: the credit goes with the next send
@@ -371,7 +359,7 @@ func (q *QP) flushGrants() {
 	for {
 		q.pump()
 		q.mu.Lock()
-		owed := q.err == nil && (q.grants.len() > 0 || q.wbusy || q.handoff)
+		owed := q.err == nil && (q.grants.Len() > 0 || q.wbusy || q.handoff)
 		q.mu.Unlock()
 		if !owed || time.Now().After(deadline) {
 			return
@@ -417,19 +405,19 @@ func (q *QP) takeBatch() bool {
 	w := &q.w
 	nhdr, payload := 0, 0
 	w.iov = w.iovBuf[:0]
-	for q.grants.len() > 0 && nhdr < maxBatchFrames {
+	for q.grants.Len() > 0 && nhdr < maxBatchFrames {
 		h := w.hdrs[nhdr*HeaderSize : (nhdr+1)*HeaderSize : (nhdr+1)*HeaderSize]
-		PutHeader(h, Header{Type: FrameCredit, Seq: w.grantSeq, Len: q.grants.pop()})
+		PutHeader(h, Header{Type: FrameCredit, Seq: w.grantSeq, Len: q.grants.PopFront()})
 		w.grantSeq++
 		w.iov = append(w.iov, h)
 		nhdr++
 	}
-	for q.sends.len() > 0 && nhdr < maxBatchFrames && payload < maxBatchBytes {
-		n := len(q.sends.at(0).wr.Buf)
+	for q.sends.Len() > 0 && nhdr < maxBatchFrames && payload < maxBatchBytes {
+		n := len(q.sends.At(0).wr.Buf)
 		h := w.hdrs[nhdr*HeaderSize : (nhdr+1)*HeaderSize : (nhdr+1)*HeaderSize]
 		switch {
-		case q.credits.len() > 0:
-			s, credit := q.sends.pop(), q.credits.pop()
+		case q.credits.Len() > 0:
+			s, credit := q.sends.PopFront(), q.credits.PopFront()
 			job := sendJob{s: s}
 			if uint64(n) > credit {
 				job.err = transport.TooLargeError(n, int(credit))
@@ -441,10 +429,10 @@ func (q *QP) takeBatch() bool {
 				payload += n
 			}
 			w.jobs = append(w.jobs, job)
-		case n <= eagerMax && q.eager.len()-q.ncredited < eagerWindow:
-			q.eager.push(eagerSend{s: q.sends.pop()})
+		case n <= eagerMax && q.eager.Len()-q.ncredited < eagerWindow:
+			q.eager.Push(eagerSend{s: q.sends.PopFront()})
 			PutHeader(h, Header{Type: FrameData, Flags: FlagEager, Seq: w.dataSeq, Len: uint64(n)})
-			w.iov = append(w.iov, h, q.eager.at(q.eager.len()-1).s.wr.Buf)
+			w.iov = append(w.iov, h, q.eager.At(q.eager.Len()-1).s.wr.Buf)
 			payload += n
 			w.neager++
 		default:
@@ -482,7 +470,7 @@ func (q *QP) finishBatch() {
 // written and credited. q.mu held.
 func (q *QP) completeEager() {
 	for q.nwritten > 0 && q.ncredited > 0 {
-		e := q.eager.pop()
+		e := q.eager.PopFront()
 		q.nwritten--
 		q.ncredited--
 		n := len(e.s.wr.Buf)
@@ -498,19 +486,19 @@ func (q *QP) completeEager() {
 // still without one, else waits for a send. It reports whether a send may
 // now be written. q.mu held.
 func (q *QP) credit(size uint64) bool {
-	if q.ncredited < q.eager.len() {
-		e := q.eager.at(q.ncredited)
+	if q.ncredited < q.eager.Len() {
+		e := q.eager.At(q.ncredited)
 		e.credit = size
 		q.ncredited++
 		q.core.Granted(e.s.telID, e.s.wr.Tag, len(e.s.wr.Buf))
 		q.completeEager()
-		return q.sends.len() > 0
+		return q.sends.Len() > 0
 	}
-	q.credits.push(size)
-	i := q.credits.len() - 1
-	if i < q.sends.len() {
+	q.credits.Push(size)
+	i := q.credits.Len() - 1
+	if i < q.sends.Len() {
 		// The i-th send was posted before its credit: it waited.
-		s := q.sends.at(i)
+		s := q.sends.At(i)
 		q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
 		return true
 	}
@@ -526,10 +514,9 @@ func (q *QP) credit(size uint64) bool {
 // A spinning owner keeps the batch because handing it off costs the owner
 // its CPU: a rank bound to one CPU runs one goroutine at a time
 // (GOMAXPROCS=1), and the writer's wait in poll(2), a system call the Go
-// scheduler sees, holds the rank's P until sysmon takes it back, 20 µs or
-// more later, every time the socket fills (2 ranks over loopback, 64 MiB
-// in place, handed off -> kept: all-gather 15.8-18.5 -> 13.3-14.0 ms,
-// all-reduce 31.5-33.7 -> 27.1-28.6 ms).
+// scheduler sees, holds the rank's P until sysmon takes it back, every
+// time the socket fills; the owner then waits out sysmon's period with
+// nothing to run.
 func (q *QP) pump() {
 	q.mu.Lock()
 	switch {
@@ -671,13 +658,13 @@ func (q *QP) writeLoop() {
 	w.jobs = w.jobs[:0]
 	w.neager = 0
 	clear(w.iovBuf[:cap(w.iovBuf)])
-	for q.eager.len() > 0 {
-		e := q.eager.pop()
+	for q.eager.Len() > 0 {
+		e := q.eager.PopFront()
 		q.core.Complete(transport.WC{ID: e.s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, e.s.telID, e.s.wr.Tag)
 	}
 	q.ncredited, q.nwritten = 0, 0
-	for q.sends.len() > 0 {
-		s := q.sends.pop()
+	for q.sends.Len() > 0 {
+		s := q.sends.PopFront()
 		q.core.Complete(transport.WC{ID: s.wr.ID, Op: transport.OpSend, Status: st, Err: err}, s.telID, s.wr.Tag)
 	}
 	q.wbusy = true // nobody writes any more
@@ -794,8 +781,8 @@ func (q *QP) readLoop() {
 		q.core.Complete(transport.WC{ID: r.cur.wr.ID, Op: transport.OpRecv, Status: st, Err: err}, r.cur.telID, r.cur.wr.Tag)
 	}
 	r.hasCur, r.cur, r.dst, r.curErr = false, recvWR{}, nil, nil
-	for q.recvs.len() > 0 {
-		v := q.recvs.pop()
+	for q.recvs.Len() > 0 {
+		v := q.recvs.PopFront()
 		q.core.Complete(transport.WC{ID: v.wr.ID, Op: transport.OpRecv, Status: st, Err: err}, v.telID, v.wr.Tag)
 	}
 	q.readerDone = true
@@ -908,7 +895,7 @@ func (q *QP) frame(h Header) error {
 	r.dataSeq++
 	eager := h.Flags&FlagEager != 0
 	q.mu.Lock()
-	if q.recvs.len() == 0 {
+	if q.recvs.Len() == 0 {
 		switch {
 		case !eager:
 			q.mu.Unlock()
@@ -916,7 +903,7 @@ func (q *QP) frame(h Header) error {
 		case h.Len > eagerMax:
 			q.mu.Unlock()
 			return q.peerDead(fmt.Errorf("protocol error: eager data frame %d of %d bytes, over the %d-byte limit", h.Seq, h.Len, eagerMax))
-		case q.early.len() >= eagerWindow:
+		case q.early.Len() >= eagerWindow:
 			q.mu.Unlock()
 			return q.peerDead(fmt.Errorf("protocol error: eager data frame %d is over %d messages ahead of the receives", h.Seq, eagerWindow))
 		}
@@ -925,7 +912,7 @@ func (q *QP) frame(h Header) error {
 		r.inPayload, r.dest, r.need, r.off = true, toEarly, int(h.Len), 0
 		return nil
 	}
-	r.cur, r.hasCur = q.recvs.pop(), true
+	r.cur, r.hasCur = q.recvs.PopFront(), true
 	q.mu.Unlock()
 	size := len(r.cur.wr.Buf)
 	switch {
@@ -952,10 +939,10 @@ func (q *QP) endPayload() {
 	switch r.dest {
 	case toEarly:
 		q.mu.Lock()
-		if q.recvs.len() > 0 {
-			q.deliverEarly(q.recvs.pop(), r.dst) // its receive came meanwhile
+		if q.recvs.Len() > 0 {
+			q.deliverEarly(q.recvs.PopFront(), r.dst) // its receive came meanwhile
 		} else {
-			q.early.push(r.dst)
+			q.early.Push(r.dst)
 		}
 		q.mu.Unlock()
 	default:
@@ -967,37 +954,3 @@ func (q *QP) endPayload() {
 	}
 	r.inPayload, r.hasCur, r.cur, r.dst, r.curErr, r.need, r.off = false, false, recvWR{}, nil, nil, 0, 0
 }
-
-// queue is a FIFO ring that reuses its storage, so steady traffic does not
-// allocate.
-type queue[T any] struct {
-	buf  []T
-	head int
-	n    int
-}
-
-func (q *queue[T]) len() int { return q.n }
-
-func (q *queue[T]) push(v T) {
-	if q.n == len(q.buf) {
-		nb := make([]T, max(16, 2*len(q.buf)))
-		for i := range q.n {
-			nb[i] = q.buf[(q.head+i)&(len(q.buf)-1)]
-		}
-		q.buf, q.head = nb, 0
-	}
-	q.buf[(q.head+q.n)&(len(q.buf)-1)] = v
-	q.n++
-}
-
-func (q *queue[T]) pop() T {
-	v := q.buf[q.head]
-	var zero T
-	q.buf[q.head] = zero
-	q.head = (q.head + 1) & (len(q.buf) - 1)
-	q.n--
-	return v
-}
-
-// at returns the i-th element from the head.
-func (q *queue[T]) at(i int) *T { return &q.buf[(q.head+i)&(len(q.buf)-1)] }

@@ -11,15 +11,13 @@ import (
 // instead of waking the QP's writer or reader goroutine.
 //
 // They are raw system calls, which the Go scheduler does not see. On
-// loopback a writev of a megabyte runs ~150 µs (the kernel copies the bytes
-// and runs the receiver's TCP input in it), and a rank bound to one CPU
-// (GOMAXPROCS=1) that spends that long in a scheduler-visible call has its P
-// taken away by sysmon, which then keeps waking every 20 µs on the rank's
-// CPU instead of backing off to 10 ms, each wake a context switch there (a
-// 2-rank 1 MiB all-reduce, 2000 calls, perf stat: 11,818 -> 5,248
-// nanosleeps, 25,551 -> 11,204 context switches). The descriptor is
-// non-blocking, so the calls never wait for anything but their copy, as a
-// raw call must.
+// loopback a large writev is long (the kernel copies the bytes and runs the
+// receiver's TCP input in it), and a rank bound to one CPU (GOMAXPROCS=1)
+// that spends that long in a scheduler-visible call has its P taken away by
+// sysmon, which then keeps waking at its shortest period on the rank's CPU
+// instead of backing off, each wake a context switch there. The descriptor
+// is non-blocking, so the calls never wait for anything but their copy, as
+// a raw call must.
 
 // readNB reads what the socket has, up to len(p). It returns
 // syscall.EAGAIN when nothing is there and io.EOF-like (0, nil) at the

@@ -23,21 +23,6 @@ func connect(t *testing.T, b Backend, addr string) *transporttest.Pair {
 	return transporttest.Connect(t, transporttest.Factory{Backend: b, ListenAddr: addr})
 }
 
-func loopbackIfname(t *testing.T) string {
-	t.Helper()
-	ifs, err := net.Interfaces()
-	if err != nil {
-		t.Skipf("no interfaces: %v", err)
-	}
-	for _, ifi := range ifs {
-		if ifi.Flags&net.FlagLoopback != 0 && ifi.Flags&net.FlagUp != 0 {
-			return ifi.Name
-		}
-	}
-	t.Skip("no loopback interface")
-	return ""
-}
-
 func checkTransfer(t *testing.T, p *transporttest.Pair, msg []byte) {
 	t.Helper()
 	dst := make([]byte, len(msg)+8)
@@ -60,7 +45,7 @@ func TestListenDefaultAddr(t *testing.T) {
 }
 
 func TestInterface(t *testing.T) {
-	lo := loopbackIfname(t)
+	lo := transporttest.LoopbackIfname(t)
 	for _, tc := range []struct {
 		name string
 		b    Backend
@@ -82,7 +67,7 @@ func TestInterface(t *testing.T) {
 }
 
 func TestInterfaceIPv6(t *testing.T) {
-	lo := loopbackIfname(t)
+	lo := transporttest.LoopbackIfname(t)
 	ln, err := net.Listen("tcp", "[::1]:0")
 	if err != nil {
 		t.Skipf("no IPv6 loopback here: %v", err)
@@ -114,22 +99,6 @@ func TestMissingInterface(t *testing.T) {
 	if _, err := (Backend{}).Dial(ctx, ln.Addr(), "k", transport.Config{Token: "t"}); err == nil ||
 		!strings.Contains(err.Error(), `"vcclnope2"`) || !strings.Contains(err.Error(), EnvSocketIfname) {
 		t.Fatalf("dial from a missing VCCL_SOCKET_IFNAME interface: %v", err)
-	}
-}
-
-func TestInterfaceAddrFamily(t *testing.T) {
-	lo := loopbackIfname(t)
-	ip, err := interfaceAddr(lo, 4)
-	if err != nil || !ip.Is4() || !ip.IsLoopback() {
-		t.Fatalf("IPv4 address of %s: %v, %v", lo, ip, err)
-	}
-	if ip, err := interfaceAddr(lo, 0); err != nil || !ip.Is4() {
-		t.Fatalf("default address of %s: %v, %v; want IPv4 first", lo, ip, err)
-	}
-	if ip, err := interfaceAddr(lo, 6); err == nil && !ip.Is6() {
-		t.Fatalf("IPv6 address of %s is %v", lo, ip)
-	} else if err != nil && !strings.Contains(err.Error(), "no IPv6 address") {
-		t.Fatalf("missing IPv6 address of %s: %v", lo, err)
 	}
 }
 
@@ -211,6 +180,18 @@ func TestMixedSizesInFlight(t *testing.T) {
 	sizes := []int{0, 1, 15, 16, 17, readAhead - HeaderSize - 1, readAhead - HeaderSize, readAhead - 1, readAhead,
 		readAhead + 1, 3 * readAhead, 65535, 65536, 1 << 20, 7, 0, 1<<20 + 3}
 	const tooBig = 5
+	dsts := postRecvs(p, sizes, tooBig)
+	for i, n := range sizes {
+		p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(n, byte(i))})
+	}
+	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
+	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
+	checkMessages(t, sizes, tooBig, dsts, sc, rc)
+}
+
+// postRecvs posts on p.B a receive for each size, one byte short for the
+// message tooBig, and returns their buffers.
+func postRecvs(p *transporttest.Pair, sizes []int, tooBig int) [][]byte {
 	dsts := make([][]byte, len(sizes))
 	for i, n := range sizes {
 		dsts[i] = make([]byte, n)
@@ -219,11 +200,14 @@ func TestMixedSizesInFlight(t *testing.T) {
 		}
 		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
 	}
-	for i, n := range sizes {
-		p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(n, byte(i))})
-	}
-	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
-	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
+	return dsts
+}
+
+// checkMessages checks the completions of messages i of sizes[i] bytes
+// (patternOf(n, i)) sent into postRecvs' buffers: in order, intact, and
+// message tooBig failed on both sides with the same too-large error.
+func checkMessages(t *testing.T, sizes []int, tooBig int, dsts [][]byte, sc, rc []transport.WC) {
+	t.Helper()
 	for i, n := range sizes {
 		if sc[i].ID != uint64(i) || rc[i].ID != uint64(i) {
 			t.Fatalf("completion %d: send %d recv %d", i, sc[i].ID, rc[i].ID)
@@ -318,7 +302,7 @@ func TestProtocolError(t *testing.T) {
 // waitEarly polls q until n eager messages wait there for their receives.
 func waitEarly(t *testing.T, q *QP, n int) {
 	t.Helper()
-	pollUntil(t, q, n, "eager messages arrived ahead of their receives", func() int { return q.early.len() })
+	pollUntil(t, q, n, "eager messages arrived ahead of their receives", func() int { return q.early.Len() })
 }
 
 // pollUntil polls q until count, read under q.mu, reaches n.
@@ -352,30 +336,10 @@ func TestEagerAheadOfReceives(t *testing.T) {
 	// All of them are written before any credit exists: their bytes are
 	// at the receiver, which holds them as early messages.
 	waitEarly(t, p.B.(*QP), len(sizes))
-	dsts := make([][]byte, len(sizes))
-	for i, n := range sizes {
-		dsts[i] = make([]byte, n)
-		if i == tooBig {
-			dsts[i] = dsts[i][:n-1]
-		}
-		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
-	}
+	dsts := postRecvs(p, sizes, tooBig)
 	rc := transporttest.WaitN(t, p.B, p.NotB, len(sizes))
 	sc := transporttest.WaitN(t, p.A, p.NotA, len(sizes))
-	for i, n := range sizes {
-		if sc[i].ID != uint64(i) || rc[i].ID != uint64(i) {
-			t.Fatalf("completion %d: send %d recv %d", i, sc[i].ID, rc[i].ID)
-		}
-		if i == tooBig {
-			if !errors.Is(sc[i].Err, transport.ErrTooLarge) || sc[i].Err.Error() != rc[i].Err.Error() {
-				t.Fatalf("too-large message: send %v, recv %v", sc[i].Err, rc[i].Err)
-			}
-			continue
-		}
-		if sc[i].Err != nil || rc[i].Err != nil || rc[i].Bytes != n || !bytes.Equal(dsts[i], patternOf(n, byte(i))) {
-			t.Fatalf("message %d of %d bytes: send %v recv %v (%d bytes)", i, n, sc[i].Err, rc[i].Err, rc[i].Bytes)
-		}
-	}
+	checkMessages(t, sizes, tooBig, dsts, sc, rc)
 }
 
 // A receive filled by an eager message completes before its credit is
@@ -453,22 +417,6 @@ func pollOne(t *testing.T, q transport.QP, what string) transport.WC {
 		}
 	}
 	return wcs[0]
-}
-
-func TestResolve(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), transporttest.Deadline)
-	defer cancel()
-	for in, want := range map[string]string{"127.0.0.1:80": "127.0.0.1:80", "[::1]:7": "[::1]:7", "[::ffff:10.0.0.1]:9": "10.0.0.1:9"} {
-		if got, err := resolve(ctx, in); err != nil || got.String() != want {
-			t.Errorf("resolve(%q) = %v, %v; want %s", in, got, err, want)
-		}
-	}
-	if ap, err := resolve(ctx, "localhost:80"); err != nil || !ap.Addr().IsLoopback() || ap.Port() != 80 {
-		t.Errorf("resolve(localhost:80) = %v, %v", ap, err)
-	}
-	if _, err := resolve(ctx, "no-port"); err == nil {
-		t.Error("resolve accepted an address without a port")
-	}
 }
 
 // Err reports a lost peer, and the notifier wakes the owner, even with no WR
@@ -600,7 +548,7 @@ func TestMoreHoldsSends(t *testing.T) {
 		dsts[i] = make([]byte, size)
 		p.B.PostRecv(transport.WR{ID: uint64(i), Buf: dsts[i]})
 	}
-	pollUntil(t, qa, len(dsts), "credits arrived", func() int { return qa.credits.len() })
+	pollUntil(t, qa, len(dsts), "credits arrived", func() int { return qa.credits.Len() })
 	post := func(i int, more bool) {
 		if err := p.A.PostSend(transport.WR{ID: uint64(i), Buf: patternOf(size, byte(i)), More: more}); err != nil {
 			t.Fatal(err)
@@ -609,7 +557,7 @@ func TestMoreHoldsSends(t *testing.T) {
 	post(0, true)
 	post(1, true)
 	qa.mu.Lock()
-	held := qa.sends.len()
+	held := qa.sends.Len()
 	qa.mu.Unlock()
 	if held != 2 {
 		t.Fatalf("%d of 2 sends flagged More still queued, want both held for the next post", held)
@@ -644,7 +592,7 @@ func TestSpinningOwnerKeepsFullBatch(t *testing.T) {
 		dst := make([]byte, size)
 		p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
 		qb.Poll(nil) // writes the credit
-		pollUntil(t, qa, 1, "credits arrived", func() int { return qa.credits.len() })
+		pollUntil(t, qa, 1, "credits arrived", func() int { return qa.credits.Len() })
 		if err := p.A.PostSend(transport.WR{ID: 2, Buf: msg}); err != nil {
 			t.Fatal(err)
 		}

@@ -17,6 +17,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"net"
 	"runtime"
 	"strings"
 	"testing"
@@ -68,6 +69,38 @@ func Run(t *testing.T, f Factory) {
 	for _, tc := range tests {
 		t.Run(tc.name, func(t *testing.T) { tc.fn(t, f) })
 	}
+}
+
+// RunIPs runs the suite over IPv4 (f as given) and, where this host has an
+// IPv6 loopback, over IPv6 ([::1]); the socket backends run it so.
+func RunIPs(t *testing.T, f Factory) {
+	t.Run("IPv4", func(t *testing.T) { Run(t, f) })
+	t.Run("IPv6", func(t *testing.T) {
+		ln, err := net.Listen("tcp", "[::1]:0")
+		if err != nil {
+			t.Skipf("no IPv6 loopback here: %v", err)
+		}
+		ln.Close()
+		f.ListenAddr = "[::1]:0"
+		Run(t, f)
+	})
+}
+
+// LoopbackIfname returns the name of an up loopback interface, or skips the
+// test.
+func LoopbackIfname(t testing.TB) string {
+	t.Helper()
+	ifs, err := net.Interfaces()
+	if err != nil {
+		t.Skipf("no interfaces: %v", err)
+	}
+	for _, ifi := range ifs {
+		if ifi.Flags&net.FlagLoopback != 0 && ifi.Flags&net.FlagUp != 0 {
+			return ifi.Name
+		}
+	}
+	t.Skip("no loopback interface")
+	return ""
 }
 
 // Pair is two connected QPs with their recorders' rings.
@@ -503,14 +536,21 @@ func testMemoryRegion(t *testing.T, f Factory) {
 	}
 }
 
-func testBadToken(t *testing.T, f Factory) {
+// listen starts f's listener with the job token given; the listener and
+// the context close with the test.
+func listen(t *testing.T, f Factory, token string) (context.Context, transport.Listener) {
 	ctx, cancel := context.WithTimeout(context.Background(), Deadline)
-	defer cancel()
-	ln, err := f.Backend.Listen(ctx, transport.ListenConfig{Addr: f.ListenAddr, Token: "right"})
+	t.Cleanup(cancel)
+	ln, err := f.Backend.Listen(ctx, transport.ListenConfig{Addr: f.ListenAddr, Token: token})
 	if err != nil {
 		t.Fatal(err)
 	}
-	defer ln.Close()
+	t.Cleanup(func() { ln.Close() })
+	return ctx, ln
+}
+
+func testBadToken(t *testing.T, f Factory) {
+	ctx, ln := listen(t, f, "right")
 	qp, err := f.Backend.Dial(ctx, ln.Addr(), "k", transport.Config{Token: "wrong"})
 	if err == nil {
 		qp.Close()
@@ -522,13 +562,7 @@ func testBadToken(t *testing.T, f Factory) {
 }
 
 func testAcceptDeadline(t *testing.T, f Factory) {
-	ctx, cancel := context.WithTimeout(context.Background(), Deadline)
-	defer cancel()
-	ln, err := f.Backend.Listen(ctx, transport.ListenConfig{Addr: f.ListenAddr, Token: "t"})
-	if err != nil {
-		t.Fatal(err)
-	}
-	defer ln.Close()
+	ctx, ln := listen(t, f, "t")
 	short, cancel2 := context.WithTimeout(ctx, 50*time.Millisecond)
 	defer cancel2()
 	if _, err := ln.Accept(short, "nobody", transport.Config{}); !errors.Is(err, context.DeadlineExceeded) {
