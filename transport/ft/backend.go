@@ -8,7 +8,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -28,19 +27,21 @@ const Paths = 2
 const helloTimeout = 5 * time.Second
 
 // Backend is the fault-tolerant TCP backend. Its zero value is ready to use:
-// both paths then go over loopback (or the interfaces VCCL_SOCKET_IFNAME
-// names), with the thresholds of the VCCL_FT_* variables.
+// both paths then go over loopback, with the default thresholds. It reads
+// no environment: collective.New passes what VCCL_SOCKET_IFNAME,
+// VCCL_TCP_* (tcp.ParseConfig) and VCCL_FT_* (ParamsFromEnv) say.
 type Backend struct {
-	// Interfaces, when set, overrides VCCL_SOCKET_IFNAME: the first name of
-	// this comma list carries the primary path, the second the backup. With
-	// one name both paths use it; with none, loopback.
+	// Interfaces is a comma list (tcp.Config.Interfaces): the first name
+	// carries the primary path, the second the backup. With one name both
+	// paths use it; with none, loopback.
 	Interfaces string
-	// Params tunes failure detection; zero fields take the VCCL_FT_*
-	// variables, then the defaults.
+	// Params tunes failure detection; zero fields take the defaults.
 	Params Params
-	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
-	// connection.
-	SockBuf int
+	// SockBuf and Congestion are the socket buffer and congestion control
+	// of every connection, as tcp.Backend's fields of those names: one rule
+	// for both transports (tcp.SetupConn).
+	SockBuf    int
+	Congestion string
 	// Logger receives path changes and refused connections (slog.Default
 	// when nil).
 	Logger *slog.Logger
@@ -69,12 +70,8 @@ func (b Backend) logger() *slog.Logger {
 
 // ifnames returns the interface of each path ("" for none).
 func (b Backend) ifnames() [Paths]string {
-	list := b.Interfaces
-	if list == "" {
-		list = os.Getenv(tcp.EnvSocketIfname)
-	}
 	var out [Paths]string
-	names := strings.Split(list, ",")
+	names := strings.Split(b.Interfaces, ",")
 	for i := range out {
 		if i < len(names) {
 			out[i] = strings.TrimSpace(names[i])
@@ -86,11 +83,7 @@ func (b Backend) ifnames() [Paths]string {
 }
 
 func (b Backend) params() (Params, error) {
-	env, err := ParamsFromEnv(os.Getenv)
-	if err != nil {
-		return Params{}, err
-	}
-	p := b.Params.merge(env)
+	p := b.Params.merge(DefaultParams())
 	return p, p.Validate()
 }
 
@@ -393,20 +386,8 @@ func readHello(ctx context.Context, conn *net.TCPConn, want int) (uint64, error)
 }
 
 func (b Backend) setup(conn *net.TCPConn) error {
-	if err := conn.SetNoDelay(true); err != nil {
-		return fmt.Errorf("ft: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
-	}
-	// Reno within the host, as a tcp QP's connection: see tcp.SetCongestion.
-	if err := tcp.SetCongestion(conn, ""); err != nil {
+	if err := tcp.SetupConn(conn, b.Congestion, b.SockBuf); err != nil {
 		return fmt.Errorf("ft: %w", err)
-	}
-	if b.SockBuf > 0 {
-		if err := conn.SetWriteBuffer(b.SockBuf); err != nil {
-			return fmt.Errorf("ft: SO_SNDBUF on %s: %w", conn.LocalAddr(), err)
-		}
-		if err := conn.SetReadBuffer(b.SockBuf); err != nil {
-			return fmt.Errorf("ft: SO_RCVBUF on %s: %w", conn.LocalAddr(), err)
-		}
 	}
 	return nil
 }

@@ -7,7 +7,6 @@ import (
 	"log/slog"
 	"net"
 	"net/netip"
-	"os"
 	"strings"
 
 	"github.com/vccl-go/vccl/transport"
@@ -22,22 +21,20 @@ const EnvSocketIfname = "VCCL_SOCKET_IFNAME"
 
 // Backend is the TCP backend. Its zero value is ready to use.
 type Backend struct {
-	// Interface, when set, overrides VCCL_SOCKET_IFNAME: the first name of
-	// this comma list is the interface Listen("") listens on and Dial binds
-	// its local address to.
+	// Interface is a comma list of interfaces (Config.Interfaces,
+	// VCCL_SOCKET_IFNAME): the first is the one Listen("") listens on and
+	// Dial binds its local address to. Empty: loopback.
 	Interface string
 	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
 	// connection (the kernel caps it at net.core.{w,r}mem_max); negative
-	// leaves the kernel's autotuning alone. Zero takes VCCL_TCP_SOCKBUF
-	// (bytes, or -1), and with that unset too sets 4 MiB on a
+	// leaves the kernel's autotuning alone. Zero sets localBuf on a
 	// connection within the host from a process bound to CPUs of its own,
 	// where the kernel allows that much, and leaves the others to
-	// autotuning (see localBuf).
+	// autotuning (see localBuf). Config.SockBuf is VCCL_TCP_SOCKBUF's value.
 	SockBuf int
-	// Congestion, when set, overrides VCCL_TCP_CONGESTION: the TCP
-	// congestion control of every connection (Linux). With neither set, a
-	// connection within the host uses reno and any other the kernel's
-	// default (see localReno).
+	// Congestion is the TCP congestion control of every connection (Linux;
+	// Config.Congestion, VCCL_TCP_CONGESTION). Empty: a connection within
+	// the host uses reno and any other the kernel's default (see localReno).
 	Congestion string
 	// Logger receives refused connections (slog.Default when nil).
 	Logger *slog.Logger
@@ -50,16 +47,12 @@ func (Backend) Name() string { return Name }
 
 // ifname returns the interface to use, or "" for none.
 func (b Backend) ifname() string {
-	list := b.Interface
-	if list == "" {
-		list = os.Getenv(EnvSocketIfname)
-	}
-	first, _, _ := strings.Cut(list, ",")
+	first, _, _ := strings.Cut(b.Interface, ",")
 	return strings.TrimSpace(first)
 }
 
 // Listen listens on lc.Addr, or, when it is "", on port 0 of the address of
-// the VCCL_SOCKET_IFNAME interface (127.0.0.1 when none is named).
+// Backend.Interface's first interface (127.0.0.1 when none is named).
 func (b Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transport.Listener, error) {
 	addr := lc.Addr
 	if addr == "" {
@@ -127,33 +120,7 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 	return q, nil
 }
 
-func (b Backend) setup(conn *net.TCPConn) error {
-	if err := conn.SetNoDelay(true); err != nil {
-		return fmt.Errorf("tcp: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
-	}
-	if err := SetCongestion(conn, b.Congestion); err != nil {
-		return err
-	}
-	buf := b.SockBuf
-	if buf == 0 {
-		var err error
-		if buf, err = envSockBuf(); err != nil {
-			return err
-		}
-	}
-	if buf == 0 {
-		buf = localSockBuf(conn)
-	}
-	if buf > 0 {
-		if err := conn.SetWriteBuffer(buf); err != nil {
-			return fmt.Errorf("tcp: SO_SNDBUF on %s: %w", conn.LocalAddr(), err)
-		}
-		if err := conn.SetReadBuffer(buf); err != nil {
-			return fmt.Errorf("tcp: SO_RCVBUF on %s: %w", conn.LocalAddr(), err)
-		}
-	}
-	return nil
-}
+func (b Backend) setup(conn *net.TCPConn) error { return SetupConn(conn, b.Congestion, b.SockBuf) }
 
 // InterfaceAddr returns an address of the named interface: of family fam (4
 // or 6), or for fam 0 the first IPv4 address, else the first IPv6 one. It is

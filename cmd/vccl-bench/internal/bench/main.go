@@ -30,7 +30,11 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		fmt.Fprintf(stderr, "vccl-bench: %v\n(vccl-bench -h for usage)\n", err)
 		return 2
 	}
-	telemetry := flowtel.EnabledFromEnv()
+	telemetry, err := flowtel.ParseEnabled(os.Getenv(flowtel.EnvTelemetry))
+	if err != nil {
+		fmt.Fprintf(stderr, "vccl-bench: %v\n", err)
+		return 2
+	}
 	var copts []collective.Option
 	if cfg.Telemetry != "" {
 		telemetry = cfg.Telemetry != "off" // alternate pauses and resumes it
