@@ -11,7 +11,7 @@ import (
 // layering test checks it). New, NewFromEnv and NewLocal read it once per
 // call, parse it into one typed configuration (defaultOptions) that their
 // options then override, and pass the values down: transports, flowtel and
-// bootstrap take values and parse functions, never os.Getenv.
+// bootstrap take values and parse functions, never the process environment.
 
 // envOptions is the configuration the process's environment gives. The
 // clock source is process-wide, so it takes effect here, before the

@@ -97,7 +97,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		// launcher that shows status lines (vcclrun on a terminal), which
 		// keeps the bar below the table lines. Through other launchers'
 		// pipes it would land between them.
-		if cfg.Progress == "auto" && term.StatusLines(stderr) {
+		if cfg.Progress == "auto" && term.StatusLines(stderr, os.Getenv(term.StatusLinesVar)) {
 			opts.Progress = NewProgress(stderr, "vccl-bench "+cfg.Coll.String())
 		}
 	}
