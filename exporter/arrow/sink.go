@@ -127,7 +127,8 @@ type config struct {
 	onWrite func()           // called after each batch is written (writer goroutine)
 }
 
-// WithDir sets the directory the files go to (default VCCL_TELEMETRY_DIR).
+// WithDir sets the directory the files go to (required; the telemetry
+// package passes VCCL_TELEMETRY_DIR).
 // It is created if missing.
 func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
 

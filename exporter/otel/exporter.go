@@ -120,7 +120,7 @@ func WithRank(c Rank) Option {
 }
 
 // WithWREvents sets the fraction (0 to 1) of collectives whose WR records
-// become span events on their step spans. Default: VCCL_OTEL_WR_EVENTS, or 0.
+// become span events on their step spans. Default: VCCL_OTEL_WR_EVENTS (through WithEnv), or 0.
 func WithWREvents(rate float64) Option {
 	return func(c *config) { c.wrEvents, c.wrSet = rate, true }
 }
