@@ -21,7 +21,7 @@ func TestTSCUsable(t *testing.T) {
 }
 
 // ClockMonotonic turns the TSC off; ClockAuto turns it back on where the
-// kernel keeps time with it.
+// kernel keeps time with it. Not parallel: it switches the process's clock.
 func TestUseClockSource(t *testing.T) {
 	defer UseClockSource(ClockAuto)
 	UseClockSource(ClockMonotonic)
