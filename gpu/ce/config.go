@@ -70,14 +70,13 @@ var processEnv = sync.OnceValues(func() (Env, error) { return ParseEnv(os.Getenv
 // envOf returns cfg's Env, else the process's, and points the driver at its
 // library.
 func envOf(cfg *Env) (Env, error) {
-	e := DefaultEnv()
 	if cfg != nil {
-		e = *cfg
-	} else {
-		var err error
-		if e, err = processEnv(); err != nil {
-			return e, err
-		}
+		cuda.SetLibrary(cfg.CUDALib)
+		return *cfg, nil
+	}
+	e, err := processEnv()
+	if err != nil {
+		return e, err
 	}
 	cuda.SetLibrary(e.CUDALib)
 	return e, nil
