@@ -90,19 +90,8 @@ func newComm(nranks, rank, dev int) *Comm {
 }
 
 // opTimeout is how long a call waits for its peers to reach it:
-// VCCL_TIMEOUT, else 30 minutes (NCCL itself never gives up; PyTorch's
-// watchdog does, after 10 minutes by default).
-func opTimeout() time.Duration {
-	if v := os.Getenv(collective.EnvTimeout); v != "" {
-		if d, err := time.ParseDuration(v); err == nil && d > 0 {
-			return d
-		}
-		if s, err := strconv.Atoi(v); err == nil && s > 0 {
-			return time.Duration(s) * time.Second
-		}
-	}
-	return 30 * time.Minute
-}
+// VCCL_TIMEOUT, else defaultOpTimeout.
+func opTimeout() time.Duration { return processEnv().timeout }
 
 // CurrentDevice is the device a communicator made now on this OS thread
 // uses: the one whose context is current (cudaSetDevice), else 0.

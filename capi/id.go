@@ -6,7 +6,6 @@ import (
 	"crypto/rand"
 	"encoding/hex"
 	"net"
-	"os"
 	"strings"
 	"sync"
 
@@ -135,10 +134,7 @@ func releaseServer(addr string) {
 
 // bootstrapHost is the address the store listens on.
 func bootstrapHost() (string, error) {
-	ifname := os.Getenv("VCCL_SOCKET_IFNAME")
-	if ifname == "" {
-		ifname = os.Getenv("NCCL_SOCKET_IFNAME")
-	}
+	ifname := processEnv().ifname
 	if ifname == "" {
 		return "127.0.0.1", nil
 	}

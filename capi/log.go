@@ -30,18 +30,15 @@ var logCfg struct {
 
 func logLevel() level {
 	logCfg.once.Do(func() {
-		v := os.Getenv("VCCL_DEBUG")
-		if v == "" {
-			v = os.Getenv("NCCL_DEBUG")
-		}
-		switch strings.ToUpper(strings.TrimSpace(v)) {
+		env := processEnv()
+		switch strings.ToUpper(strings.TrimSpace(env.debug)) {
 		case "WARN":
 			logCfg.level = levelWarn
 		case "INFO", "TRACE":
 			logCfg.level = levelInfo
 		}
 		logCfg.out = os.Stderr
-		if f := os.Getenv("VCCL_DEBUG_FILE"); f != "" && logCfg.level > levelNone {
+		if f := env.debugFile; f != "" && logCfg.level > levelNone {
 			host, _ := os.Hostname()
 			f = strings.ReplaceAll(strings.ReplaceAll(f, "%h", host), "%p", fmt.Sprint(os.Getpid()))
 			if fh, err := os.OpenFile(f, os.O_CREATE|os.O_WRONLY|os.O_APPEND, 0o644); err == nil {

@@ -139,7 +139,7 @@ func clockID() string {
 // WithRank; rank 0 serves the rendezvous store at WithMaster's address and
 // every rank dials it. Use NewFromEnv to take them from a launcher.
 func New(ctx context.Context, opts ...Option) (*Comm, error) {
-	o := defaultOptions(osGetenv)
+	o := envOptions()
 	for _, opt := range opts {
 		opt(&o)
 	}
@@ -264,7 +264,7 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 // ranks derive it where the launcher's variables allow. Options override the
 // environment.
 func NewFromEnv(ctx context.Context, opts ...Option) (*Comm, error) {
-	env, err := bootstrap.FromEnv(osGetenv)
+	env, err := launcherEnv()
 	if err != nil {
 		return nil, err
 	}
@@ -289,6 +289,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	uid := newUID()
 	ex := newLocalExchange(n)
 	boards := new(localBoards)
+	env := envOptions()
 	comms := make([]*Comm, n)
 	errs := make([]error, n)
 	var wg sync.WaitGroup
@@ -296,7 +297,7 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 		wg.Add(1)
 		go func() {
 			defer wg.Done()
-			o := defaultOptions(osGetenv)
+			o := env
 			o.transport = "loop"
 			for _, opt := range opts {
 				opt(&o)
@@ -412,9 +413,10 @@ func (c *Comm) backend(name string) transport.Backend {
 		return shm.Backend{}
 	default:
 		if c.opts.ft {
-			return ft.Backend{Interfaces: c.opts.ifname, Logger: c.opts.logger}
+			return ft.Backend{Interfaces: c.opts.ifname, Params: c.opts.ftParams, SockBuf: c.opts.sock.SockBuf,
+				Congestion: c.opts.sock.Congestion, Logger: c.opts.logger}
 		}
-		return tcp.Backend{Interface: c.opts.ifname}
+		return tcp.Backend{Interface: c.opts.ifname, SockBuf: c.opts.sock.SockBuf, Congestion: c.opts.sock.Congestion}
 	}
 }
 

@@ -5,7 +5,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strconv"
 	"strings"
 	"time"
@@ -13,6 +12,8 @@ import (
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/jobauth"
+	"github.com/vccl-go/vccl/transport/ft"
+	"github.com/vccl-go/vccl/transport/tcp"
 )
 
 // Environment variables a launcher or user sets; options given to New take
@@ -65,7 +66,10 @@ type options struct {
 	attach      bool // run the registered TelemetryAttachers
 	logger      *slog.Logger
 	ifname      string
+	sock        tcp.Config // socket options of tcp and ft links (Interfaces is ifname's)
 	ft          bool
+	ftParams    ft.Params
+	clock       flowtel.ClockSource
 	hostID      string // overrides host detection (tests)
 	window      string
 	errs        []error
@@ -147,9 +151,27 @@ func WithSocketInterface(ifname string) Option { return func(o *options) { o.ifn
 // costs nothing.
 func WithFaultTolerance(on bool) Option { return func(o *options) { o.ft = on } }
 
+// defaultOptions is the configuration the environment, read through getenv,
+// gives before options: each layer's variables parsed by its own parser
+// (tcp.ParseConfig, ft.ParamsFromEnv, flowtel's), into values that New
+// passes down. Errors name the variable and wait for validate.
 func defaultOptions(getenv func(string) string) options {
 	o := options{channels: 1, chunk: DefaultChunk, check: true, timeout: DefaultTimeout,
-		telemetry: flowtel.EnabledFromEnv(), attach: true, logger: slog.Default(), transport: "auto"}
+		attach: true, logger: slog.Default(), transport: "auto"}
+	var err error
+	if o.telemetry, err = flowtel.ParseEnabled(getenv(flowtel.EnvTelemetry)); err != nil {
+		o.errs = append(o.errs, fmt.Errorf("collective: %w", err))
+	}
+	if o.clock, err = flowtel.ParseClockSource(getenv(flowtel.EnvClock)); err != nil {
+		o.errs = append(o.errs, fmt.Errorf("collective: %w", err))
+	}
+	if o.sock, err = tcp.ParseConfig(getenv); err != nil {
+		o.errs = append(o.errs, fmt.Errorf("collective: %w", err))
+	}
+	o.ifname = o.sock.Interfaces
+	if o.ftParams, err = ft.ParamsFromEnv(getenv); err != nil {
+		o.errs = append(o.errs, fmt.Errorf("collective: %w", err))
+	}
 	if v := getenv(EnvTransport); v != "" {
 		o.transport = strings.ToLower(strings.TrimSpace(v))
 	}
@@ -183,7 +205,6 @@ func defaultOptions(getenv func(string) string) options {
 		o.timeout = d
 		o.addErr(EnvTimeout, v, err)
 	}
-	o.ifname = getenv(EnvIfname)
 	tok, err := bootstrap.TokenFromEnv(getenv)
 	o.token = tok
 	if err != nil {
@@ -253,8 +274,6 @@ func parseBytes(s string) (int, error) {
 	}
 	return n * mult, nil
 }
-
-var osGetenv = os.Getenv
 
 // needToken refuses to go on without a job token when what (the rendezvous
 // store, a transport listener) is at addr, which is not loopback.

@@ -1,23 +1,35 @@
 package flowtel
 
 import (
-	"os"
+	"fmt"
 	"strconv"
 	"strings"
 	"sync/atomic"
 )
 
 // EnvTelemetry is the environment variable that switches telemetry on ("1",
-// "true", "on") or off.
+// "true", "on") or off. flowtel reads no environment: the program's
+// configuration step passes its value to ParseEnabled.
 const EnvTelemetry = "VCCL_TELEMETRY"
 
-// EnabledFromEnv reports whether VCCL_TELEMETRY asks for telemetry.
-func EnabledFromEnv() bool {
-	v := strings.ToLower(strings.TrimSpace(os.Getenv(EnvTelemetry)))
-	if b, err := strconv.ParseBool(v); err == nil {
-		return b
+// ParseEnabled reports whether a VCCL_TELEMETRY value asks for telemetry:
+// "" is off; anything but a boolean, on, off, yes or no is an error naming
+// the variable.
+func ParseEnabled(v string) (bool, error) {
+	v = strings.ToLower(strings.TrimSpace(v))
+	switch v {
+	case "":
+		return false, nil
+	case "on", "yes":
+		return true, nil
+	case "off", "no":
+		return false, nil
 	}
-	return v == "on" || v == "yes"
+	b, err := strconv.ParseBool(v)
+	if err != nil {
+		return false, fmt.Errorf("flowtel: %s=%q: want 1 or 0 (true, on, yes; false, off, no)", EnvTelemetry, v)
+	}
+	return b, nil
 }
 
 // Recorder is what the data path calls to emit records. It belongs to one

@@ -1,6 +1,7 @@
 package flowtel_test
 
 import (
+	"strings"
 	"testing"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -99,5 +100,42 @@ func TestRecorderPaused(t *testing.T) {
 	nilRec.SetPaused(false)
 	if nilRec.Enabled() {
 		t.Error("a nil recorder is enabled")
+	}
+}
+
+// ParseEnabled takes the values VCCL_TELEMETRY documents and names the
+// variable for any other.
+func TestParseEnabled(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    bool
+		wantErr bool
+	}{
+		{"", false, false}, {"1", true, false}, {"true", true, false}, {" On ", true, false}, {"yes", true, false},
+		{"0", false, false}, {"off", false, false}, {"no", false, false}, {"maybe", false, true},
+	} {
+		got, err := flowtel.ParseEnabled(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want {
+			t.Errorf("ParseEnabled(%q) = %v, %v; want %v, error %v", tc.in, got, err, tc.want, tc.wantErr)
+		}
+		if err != nil && !strings.Contains(err.Error(), flowtel.EnvTelemetry) {
+			t.Errorf("ParseEnabled(%q) error %q does not name %s", tc.in, err, flowtel.EnvTelemetry)
+		}
+	}
+}
+
+func TestParseClockSource(t *testing.T) {
+	for _, tc := range []struct {
+		in      string
+		want    flowtel.ClockSource
+		wantErr bool
+	}{
+		{"", flowtel.ClockAuto, false}, {"tsc", flowtel.ClockAuto, false},
+		{"monotonic", flowtel.ClockMonotonic, false}, {"hpet", flowtel.ClockAuto, true},
+	} {
+		got, err := flowtel.ParseClockSource(tc.in)
+		if (err != nil) != tc.wantErr || got != tc.want || (err != nil && !strings.Contains(err.Error(), flowtel.EnvClock)) {
+			t.Errorf("ParseClockSource(%q) = %v, %v; want %v, error %v naming %s", tc.in, got, err, tc.want, tc.wantErr, flowtel.EnvClock)
+		}
 	}
 }

@@ -7,18 +7,20 @@ import (
 	"sync/atomic"
 )
 
+// tscOK is whether the kernel keeps time with the TSC, read once.
+var tscOK = tscUsable(readClocksource())
+
 // rdtsc reads the time-stamp counter. It is not serialising: an event is
 // stamped within a few dozen cycles of where it happened, which is far below
 // what a record resolves.
 func rdtsc() uint64
 
-func init() {
-	// Only where the kernel itself keeps time with the TSC: it has then
-	// checked that the counter is invariant and in step across CPUs.
-	if tscUsable(readClocksource(), os.Getenv("VCCL_CLOCK")) {
-		hostTSC.on.Store(true)
-	}
-}
+func init() { useClock(ClockAuto) }
+
+// useClock reads the clock through the TSC for ClockAuto, only where the
+// kernel itself keeps time with it: it has then checked that the counter is
+// invariant and in step across CPUs.
+func useClock(s ClockSource) { hostTSC.on.Store(s == ClockAuto && tscOK) }
 
 // tscClock reads the host's monotonic clock through the CPU's time-stamp
 // counter. A vDSO clock_gettime fences the counter read and walks the
@@ -190,12 +192,9 @@ func (c *tscClock) publish(t uint64, n int64, mult uint64) {
 	c.seq.Add(1)
 }
 
-// tscUsable reports whether to read the clock through the TSC, given the
-// kernel's current clocksource and the VCCL_CLOCK setting ("monotonic"
-// forces the vDSO clock).
-func tscUsable(clocksource, setting string) bool {
-	return strings.TrimSpace(clocksource) == "tsc" && setting != "monotonic"
-}
+// tscUsable reports whether the TSC can be read for the clock, given the
+// kernel's current clocksource.
+func tscUsable(clocksource string) bool { return strings.TrimSpace(clocksource) == "tsc" }
 
 func readClocksource() string {
 	b, err := os.ReadFile("/sys/devices/system/clocksource/clocksource0/current_clocksource")

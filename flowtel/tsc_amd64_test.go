@@ -6,18 +6,31 @@ import (
 
 func TestTSCUsable(t *testing.T) {
 	for _, tc := range []struct {
-		source, setting string
-		want            bool
+		source string
+		want   bool
 	}{
-		{"tsc\n", "", true},
-		{"tsc\n", "monotonic", false},
-		{"kvm-clock\n", "", false},
-		{"hpet\n", "tsc", false},
-		{"", "", false},
+		{"tsc\n", true},
+		{"kvm-clock\n", false},
+		{"hpet\n", false},
+		{"", false},
 	} {
-		if got := tscUsable(tc.source, tc.setting); got != tc.want {
-			t.Errorf("tscUsable(%q, %q) = %v, want %v", tc.source, tc.setting, got, tc.want)
+		if got := tscUsable(tc.source); got != tc.want {
+			t.Errorf("tscUsable(%q) = %v, want %v", tc.source, got, tc.want)
 		}
+	}
+}
+
+// ClockMonotonic turns the TSC off; ClockAuto turns it back on where the
+// kernel keeps time with it. Not parallel: it switches the process's clock.
+func TestUseClockSource(t *testing.T) {
+	defer UseClockSource(ClockAuto)
+	UseClockSource(ClockMonotonic)
+	if hostTSC.on.Load() {
+		t.Fatal("ClockMonotonic left the TSC on")
+	}
+	UseClockSource(ClockAuto)
+	if got := hostTSC.on.Load(); got != tscOK {
+		t.Fatalf("ClockAuto: TSC on %v, want %v (the kernel's clocksource)", got, tscOK)
 	}
 }
 
@@ -41,7 +54,7 @@ func readTSC(t *testing.T, c *tscClock, last, tol int64) int64 {
 // The TSC clock calibrates itself, then follows the monotonic clock across
 // re-anchors without going back.
 func TestTSCClockFollowsMonotonic(t *testing.T) {
-	if !tscUsable(readClocksource(), "") {
+	if !tscUsable(readClocksource()) {
 		t.Skip("the kernel's clocksource is not the TSC")
 	}
 	var c tscClock
@@ -64,7 +77,7 @@ func TestTSCClockFollowsMonotonic(t *testing.T) {
 // A clock found ahead of the monotonic clock keeps its reading and slows
 // down until it has caught up.
 func TestTSCClockAheadSlews(t *testing.T) {
-	if !tscUsable(readClocksource(), "") {
+	if !tscUsable(readClocksource()) {
 		t.Skip("the kernel's clocksource is not the TSC")
 	}
 	var c tscClock

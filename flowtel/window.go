@@ -3,7 +3,6 @@ package flowtel
 import (
 	"context"
 	"fmt"
-	"os"
 	"slices"
 	"strconv"
 	"strings"
@@ -180,9 +179,6 @@ func ParseWindowEnv(s string) (WindowConfig, error) {
 	}
 	return cfg, nil
 }
-
-// WindowConfigFromEnv parses VCCL_TELEMETRY_WINDOW (defaults when unset).
-func WindowConfigFromEnv() (WindowConfig, error) { return ParseWindowEnv(os.Getenv(EnvWindow)) }
 
 // LinkStats is the state of one link direction over its window.
 //

@@ -485,12 +485,7 @@ func TestParseWindowEnv(t *testing.T) {
 	}
 }
 
-func TestWindowConfigFromEnv(t *testing.T) {
-	t.Setenv(flowtel.EnvWindow, "N=16,T=1ms")
-	cfg, err := flowtel.WindowConfigFromEnv()
-	if err != nil || cfg != (flowtel.WindowConfig{N: 16, T: time.Millisecond}) {
-		t.Fatalf("WindowConfigFromEnv() = %v, %v", cfg, err)
-	}
+func TestWindowConfigZero(t *testing.T) {
 	if got := flowtel.NewWindow(flowtel.WindowConfig{}).Config(); got != (flowtel.WindowConfig{N: flowtel.DefaultWindowN, T: flowtel.DefaultWindowT}) {
 		t.Fatalf("zero config gives %v, want the defaults", got)
 	}

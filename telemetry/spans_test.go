@@ -14,6 +14,7 @@ import (
 	"go.opentelemetry.io/otel/trace"
 
 	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/exporter/otel"
 	"github.com/vccl-go/vccl/exporter/otel/otelcoltest"
 	"github.com/vccl-go/vccl/flowtel"
 )
@@ -45,7 +46,7 @@ func TestSpansUnderCallerSpan(t *testing.T) {
 		t.Fatal(err)
 	}
 	for _, c := range comms {
-		e, err := Attach(ctx, c, Config{Spans: true})
+		e, err := Attach(ctx, c, Config{Spans: true, SpanOptions: []otel.Option{otel.WithEnv(os.Getenv)}})
 		if err != nil {
 			t.Fatal(err)
 		}

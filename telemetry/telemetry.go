@@ -21,28 +21,6 @@ import (
 // (collective.RegisterTelemetry); communicator errors name it.
 const Name = "vccl/telemetry"
 
-func init() {
-	collective.RegisterTelemetry(Name, attachFromEnv)
-}
-
-// attachFromEnv is the registered attacher: the exporters ConfigFromEnv
-// asks for, detached by the communicator's Close.
-func attachFromEnv(ctx context.Context, c *collective.Comm) (func(context.Context) error, error) {
-	e, err := attachEnv(ctx, c, os.Getenv)
-	if err != nil {
-		return nil, err
-	}
-	return e.Close, nil
-}
-
-func attachEnv(ctx context.Context, c *collective.Comm, getenv func(string) string) (*Exporters, error) {
-	cfg, err := configFromEnv(getenv)
-	if err != nil {
-		return nil, err
-	}
-	return Attach(ctx, c, cfg)
-}
-
 // Config says which exporters Attach connects. The zero Config connects
 // none.
 type Config struct {
@@ -51,9 +29,13 @@ type Config struct {
 	// Empty: no traces.
 	Dir string
 	// ArrowOptions are passed to arrow.New after WithDir (compression,
-	// format, rotation, …; VCCL_TELEMETRY_FORMAT and
-	// VCCL_TELEMETRY_ARROW_ROTATE are its defaults).
+	// format, rotation, …; ConfigFromEnv puts VCCL_TELEMETRY_FORMAT's and
+	// VCCL_TELEMETRY_ARROW_ROTATE's here).
 	ArrowOptions []arrow.Option
+
+	// Window sizes the per-link window the live endpoint serves (zero:
+	// flowtel's defaults; VCCL_TELEMETRY_WINDOW).
+	Window flowtel.WindowConfig
 
 	// Live serves the rank's live endpoint (Prometheus /metrics, the
 	// windows, the latest records) at Addr, written as VCCL_TELEMETRY_ADDR
@@ -63,68 +45,11 @@ type Config struct {
 	Addr string
 
 	// Spans turns OpenTelemetry spans on. SpanOptions are passed to
-	// otel.New, after the communicator's world size; without them the
-	// OTEL_* variables choose where spans go.
+	// otel.New, after the communicator's world size; ConfigFromEnv puts
+	// otel.WithEnv there, so that the OTEL_* variables choose where spans
+	// go.
 	Spans       bool
 	SpanOptions []otel.Option
-}
-
-// Environment variables ConfigFromEnv reads, besides the OTEL_* ones that
-// decide Spans.
-const (
-	EnvDir  = arrow.EnvDir // VCCL_TELEMETRY_DIR
-	EnvAddr = live.EnvAddr // VCCL_TELEMETRY_ADDR
-)
-
-// ConfigFromEnv is the Config the environment asks for: traces in
-// VCCL_TELEMETRY_DIR when it is set; the live endpoint unless
-// VCCL_TELEMETRY_ADDR is "off"; spans when OTEL_EXPORTER_OTLP_ENDPOINT or
-// OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is set or OTEL_TRACES_EXPORTER names
-// an exporter (otlp, console), unless OTEL_SDK_DISABLED is true or
-// OTEL_TRACES_EXPORTER is none. Its errors name the variable.
-func ConfigFromEnv() (Config, error) { return configFromEnv(os.Getenv) }
-
-func configFromEnv(getenv func(string) string) (Config, error) {
-	cfg := Config{Dir: strings.TrimSpace(getenv(EnvDir)), Addr: strings.TrimSpace(getenv(EnvAddr))}
-	var errs []error
-	// Rank 0's address says whether the value parses; each rank resolves
-	// its own port when it attaches.
-	if _, on, err := live.AddrFromEnv(getenv, 0); err != nil {
-		errs = append(errs, fmt.Errorf("telemetry: %w", err))
-	} else {
-		cfg.Live = on
-	}
-	spans, err := spansFromEnv(getenv)
-	if err != nil {
-		errs = append(errs, err)
-	}
-	cfg.Spans = spans
-	return cfg, errors.Join(errs...)
-}
-
-// spansFromEnv reports whether the OTEL_* variables ask for spans. Unlike
-// an OpenTelemetry SDK, which exports to localhost by default, it wants
-// them to ask: a program that links the comm library sends nothing
-// anywhere unless told to.
-func spansFromEnv(getenv func(string) string) (bool, error) {
-	if v := strings.TrimSpace(getenv("OTEL_SDK_DISABLED")); strings.EqualFold(v, "true") {
-		return false, nil
-	}
-	switch v := strings.ToLower(strings.TrimSpace(getenv("OTEL_TRACES_EXPORTER"))); v {
-	case "none":
-		return false, nil
-	case "otlp", "console", "stdout":
-		return true, nil
-	case "":
-	default:
-		return false, fmt.Errorf("telemetry: OTEL_TRACES_EXPORTER=%q: want otlp, console or none", v)
-	}
-	for _, name := range []string{"OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT"} {
-		if strings.TrimSpace(getenv(name)) != "" {
-			return true, nil
-		}
-	}
-	return false, nil
 }
 
 // Exporters are what Attach connected to a communicator, and where its
@@ -204,7 +129,7 @@ func (e *Exporters) start(ctx context.Context, c *collective.Comm, cfg Config) e
 	e.Metrics.AddComm(c)
 	// The announcement outlives ctx: rank 0 gathers every rank's endpoint
 	// in the background, until Close.
-	if e.Live, err = live.Start(context.WithoutCancel(ctx), c, live.Config{Addr: addr, Dir: cfg.Dir, Metrics: e.Metrics.Handler()}); err != nil {
+	if e.Live, err = live.Start(context.WithoutCancel(ctx), c, live.Config{Addr: addr, Dir: cfg.Dir, WindowConfig: cfg.Window, Metrics: e.Metrics.Handler()}); err != nil {
 		return err
 	}
 	if e.Arrow != nil {

@@ -136,6 +136,8 @@ func run(args []string, stdout io.Writer) error {
 	if err != nil {
 		return err
 	}
+	cuda.SetLibrary(os.Getenv(cuda.EnvLib))
+	nccl.SetLibrary(os.Getenv(nccl.EnvLib))
 	if err := cuda.Load(); err != nil {
 		return err
 	}

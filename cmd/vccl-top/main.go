@@ -24,6 +24,7 @@ import (
 	tea "charm.land/bubbletea/v2"
 
 	"github.com/vccl-go/vccl/exporter/live"
+	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/gpu/nvml"
 	"github.com/vccl-go/vccl/internal/jobauth"
 	"github.com/vccl-go/vccl/ui"
@@ -46,6 +47,7 @@ type config struct {
 	wait, interval, stale    time.Duration
 	gpu, screen              string
 	noMetrics, analyzerOff   bool
+	window                   flowtel.WindowConfig // VCCL_TELEMETRY_WINDOW, for replays
 
 	// Wiring, replaced in tests.
 	gpuOpen func() (source.Sampler, func() error, error)
@@ -122,6 +124,10 @@ func parse(args []string, getenv func(string) string, stderr io.Writer) (*config
 			return nil, errors.New("no source: give --dir, --job, --targets, --prometheus or --replay (or set " + live.EnvDir + ")")
 		}
 	}
+	var err error
+	if c.window, err = flowtel.ParseWindowEnv(getenv(flowtel.EnvWindow)); err != nil {
+		return nil, err
+	}
 	if c.output != "table" && c.output != "json" {
 		return nil, fmt.Errorf("--output %q: want table or json", c.output)
 	}
@@ -150,7 +156,7 @@ func open(c *config) (ui.Source, error) {
 	switch {
 	case c.replay != "":
 		var r *source.Replay
-		r, err = source.NewReplay(source.ReplayConfig{Dir: c.replay, Speed: c.speed, Manual: c.once})
+		r, err = source.NewReplay(source.ReplayConfig{Dir: c.replay, Speed: c.speed, Manual: c.once, Window: c.window})
 		if err == nil {
 			start, end := r.Span()
 			switch {

@@ -105,9 +105,10 @@ func TokenFromEnv(getenv func(string) string) (string, error) {
 }
 
 // FromEnv reads the job layout from the environment through getenv
-// (os.Getenv in a real process). Rank, world size and the local numbers come
-// from the first launcher whose rank variable is set, in this order: VCCL_*,
-// torchrun (RANK, …), Open MPI (OMPI_COMM_WORLD_*), Slurm (SLURM_PROCID, …).
+// (collective.NewFromEnv passes the process's). Rank, world size and the
+// local numbers come from the first launcher whose rank variable is set, in
+// this order: VCCL_*, torchrun (RANK, …), Open MPI (OMPI_COMM_WORLD_*),
+// Slurm (SLURM_PROCID, …).
 // The rendezvous address comes from VCCL_MASTER_ADDR/VCCL_MASTER_PORT, else
 // MASTER_ADDR/MASTER_PORT, whatever the launcher, else, under Open MPI and
 // Slurm, from the launcher's own variables where they settle it

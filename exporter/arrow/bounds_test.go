@@ -16,7 +16,7 @@ import (
 // pqarrow allocate until the process died.
 func TestHostileParquetSchema(t *testing.T) {
 	bounded.Check(t, bounded.Issue31, func(t *testing.T) {
-		s, err := newSink(testMeta(), noEnv, WithDir(t.TempDir()), WithFormat(FormatParquet), WithBatchRows(10))
+		s, err := New(testMeta(), WithDir(t.TempDir()), WithFormat(FormatParquet), WithBatchRows(10))
 		if err != nil {
 			t.Fatal(err)
 		}

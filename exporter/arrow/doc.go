@@ -6,7 +6,7 @@
 // # Files
 //
 // A Sink is a flowtel.Sink. Each rank writes its own series of files into a
-// directory (WithDir, or VCCL_TELEMETRY_DIR), named
+// directory (WithDir; the telemetry package passes VCCL_TELEMETRY_DIR), named
 //
 //	vccl-JOB-rankR-000.arrows, vccl-JOB-rankR-001.arrows, …
 //

@@ -21,7 +21,7 @@ func seedTraces(f *testing.F) [][]byte {
 		{WithFormat(FormatParquet)},
 		{WithFormat(FormatParquet), WithCompression(CompressionZstd)},
 	} {
-		s, err := newSink(testMeta(), noEnv, append([]Option{WithDir(f.TempDir()), WithBatchRows(3)}, opts...)...)
+		s, err := New(testMeta(), append([]Option{WithDir(f.TempDir()), WithBatchRows(3)}, opts...)...)
 		if err != nil {
 			f.Fatal(err)
 		}

@@ -244,7 +244,7 @@ func strictParquetRows(t *testing.T, path string) int64 {
 // Arrow reader then reads the batches before it, and no error.
 func TestTornStreamCommit(t *testing.T) {
 	dir := t.TempDir()
-	s, err := newSink(testMeta(), noEnv, WithDir(dir), WithFormat(FormatStream), WithBatchRows(100))
+	s, err := New(testMeta(), WithDir(dir), WithFormat(FormatStream), WithBatchRows(100))
 	if err != nil {
 		t.Fatal(err)
 	}

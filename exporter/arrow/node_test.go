@@ -115,7 +115,7 @@ func TestArrowJSReadsTraces(t *testing.T) {
 	var paths []string
 	var want [][]flowtel.Record
 	for _, f := range []Format{FormatFile, FormatStream} {
-		s, err := newSink(testMeta(), noEnv, WithDir(dir), WithFormat(f), WithBatchRows(4096))
+		s, err := New(testMeta(), WithDir(dir), WithFormat(f), WithBatchRows(4096))
 		if err != nil {
 			t.Fatal(err)
 		}

@@ -42,7 +42,7 @@ func TestPyArrowReadsTraces(t *testing.T) {
 	recs := genRecords(1, 5000)
 	var paths []string
 	for _, f := range []Format{FormatStream, FormatFile, FormatParquet} {
-		s, err := newSink(testMeta(), noEnv, WithDir(filepath.Join(dir, f.String())), WithFormat(f), WithBatchRows(1000))
+		s, err := New(testMeta(), WithDir(filepath.Join(dir, f.String())), WithFormat(f), WithBatchRows(1000))
 		if err != nil {
 			t.Fatal(err)
 		}

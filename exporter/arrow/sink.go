@@ -21,7 +21,7 @@ import (
 	"github.com/vccl-go/vccl/flowtel"
 )
 
-// Environment variables the sink reads; options given to New win.
+// Environment variables OptionsFromEnv reads; options given after its win.
 const (
 	EnvDir         = "VCCL_TELEMETRY_DIR"          // directory of the trace files
 	EnvTraceFormat = "VCCL_TELEMETRY_FORMAT"       // "stream" (.arrows, default), "file" (.arrow) or "parquet" (.parquet)
@@ -122,14 +122,13 @@ type config struct {
 	compression   Compression
 	prefix        string
 
-	errs []error // bad environment values
-
 	// Test hooks.
 	tick    <-chan time.Time // replaces the flush ticker
 	onWrite func()           // called after each batch is written (writer goroutine)
 }
 
-// WithDir sets the directory the files go to (default VCCL_TELEMETRY_DIR).
+// WithDir sets the directory the files go to (required; the telemetry
+// package passes VCCL_TELEMETRY_DIR).
 // It is created if missing.
 func WithDir(dir string) Option { return func(c *config) { c.dir = dir } }
 
@@ -164,34 +163,44 @@ func WithCompression(comp Compression) Option { return func(c *config) { c.compr
 // JOB being flowtel.JobID of the communicator's 32-bit id.
 func WithFilePrefix(p string) Option { return func(c *config) { c.prefix = p } }
 
-func configFromEnv(getenv func(string) string) config {
-	c := config{
-		dir:           getenv(EnvDir),
+func defaultConfig() config {
+	return config{
 		batchRows:     DefaultBatchRows,
 		flushInterval: DefaultFlushInterval,
 		maxFileBytes:  DefaultMaxFileBytes,
 		queued:        DefaultQueuedBatches,
 		format:        DefaultFormat,
 	}
+}
+
+// OptionsFromEnv returns the options the VCCL_TELEMETRY_FORMAT (or its
+// older name) and VCCL_TELEMETRY_ARROW_ROTATE variables, read through
+// getenv, ask for; the caller reads VCCL_TELEMETRY_DIR for WithDir. The
+// sink itself reads no environment (telemetry.ConfigFromEnv passes these).
+// Its errors name the variable.
+func OptionsFromEnv(getenv func(string) string) ([]Option, error) {
+	var opts []Option
+	var errs []error
 	for _, env := range []string{EnvTraceFormat, EnvFormat} {
 		if v := getenv(env); v != "" {
 			f, err := ParseFormat(v)
 			if err != nil {
-				c.errs = append(c.errs, fmt.Errorf("%s: %w", env, err))
+				errs = append(errs, fmt.Errorf("arrow: %s: %w", env, err))
+			} else {
+				opts = append(opts, WithFormat(f))
 			}
-			c.format = f
 			break
 		}
 	}
 	if v := getenv(EnvRotate); v != "" {
 		n, err := ParseSize(v)
 		if err != nil {
-			c.errs = append(c.errs, fmt.Errorf("%s: %w", EnvRotate, err))
+			errs = append(errs, fmt.Errorf("arrow: %s: %w", EnvRotate, err))
 		} else {
-			c.maxFileBytes = n
+			opts = append(opts, WithMaxFileBytes(n))
 		}
 	}
-	return c
+	return opts, errors.Join(errs...)
 }
 
 // ParseSize parses a byte count: a decimal number with an optional suffix K,
@@ -277,23 +286,17 @@ type Sink struct {
 var _ flowtel.Sink = (*Sink)(nil)
 
 // New returns a sink writing the records of the rank meta describes into the
-// directory given by WithDir or VCCL_TELEMETRY_DIR; it creates the directory
-// and the first file. Options win over the environment. Attach it to a
-// collector with AddSink; the collector's Shutdown closes the files.
+// directory given by WithDir; it creates the directory and the first file.
+// Options come after OptionsFromEnv's, when the caller passes them, so they
+// win over the environment. Attach it to a collector with AddSink; the
+// collector's Shutdown closes the files.
 func New(meta Meta, opts ...Option) (*Sink, error) {
-	return newSink(meta, os.Getenv, opts...)
-}
-
-func newSink(meta Meta, getenv func(string) string, opts ...Option) (*Sink, error) {
-	cfg := configFromEnv(getenv)
+	cfg := defaultConfig()
 	for _, o := range opts {
 		o(&cfg)
 	}
-	if len(cfg.errs) > 0 {
-		return nil, errors.Join(cfg.errs...)
-	}
 	if cfg.dir == "" {
-		return nil, fmt.Errorf("arrow: no trace directory (set %s or use WithDir)", EnvDir)
+		return nil, fmt.Errorf("arrow: no trace directory (use WithDir, or set %s where the program reads it)", EnvDir)
 	}
 	if cfg.batchRows <= 0 {
 		cfg.batchRows = DefaultBatchRows

@@ -53,11 +53,9 @@ func testMeta() Meta {
 		Host: "node7", PID: 4242, ClockOffsetNs: -1234, ClockErrorNs: 56, WallUnixNs: 1700000000000000000, WallTsNs: 99}
 }
 
-func noEnv(string) string { return "" }
-
 func newTestSink(t testing.TB, opts ...Option) *Sink {
 	t.Helper()
-	s, err := newSink(testMeta(), noEnv, append([]Option{WithDir(t.TempDir())}, opts...)...)
+	s, err := New(testMeta(), append([]Option{WithDir(t.TempDir())}, opts...)...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -446,7 +444,15 @@ func TestWriteErrorIsCountedAndReturned(t *testing.T) {
 
 func TestConfig(t *testing.T) {
 	env := map[string]string{EnvDir: t.TempDir(), EnvFormat: "stream", EnvRotate: "1M"}
-	s, err := newSink(testMeta(), func(k string) string { return env[k] })
+	fromEnv := func() []Option {
+		t.Helper()
+		opts, err := OptionsFromEnv(func(k string) string { return env[k] })
+		if err != nil {
+			t.Fatal(err)
+		}
+		return append([]Option{WithDir(env[EnvDir])}, opts...)
+	}
+	s, err := New(testMeta(), fromEnv()...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -454,8 +460,8 @@ func TestConfig(t *testing.T) {
 		t.Errorf("config from env: %+v", s.cfg)
 	}
 	s.Shutdown(testCtx(t))
-	// Options win.
-	s, err = newSink(testMeta(), func(k string) string { return env[k] }, WithFormat(FormatFile), WithMaxFileBytes(0))
+	// Options after the environment's win.
+	s, err = New(testMeta(), append(fromEnv(), WithFormat(FormatFile), WithMaxFileBytes(0))...)
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -464,12 +470,19 @@ func TestConfig(t *testing.T) {
 	}
 	s.Shutdown(testCtx(t))
 
-	if _, err := newSink(testMeta(), noEnv); err == nil || !strings.Contains(err.Error(), EnvDir) {
+	t.Setenv(EnvDir, t.TempDir()) // the sink reads no environment
+	if _, err := New(testMeta()); err == nil || !strings.Contains(err.Error(), EnvDir) {
 		t.Errorf("no directory: %v", err)
 	}
-	env[EnvFormat] = "orc"
-	if _, err := newSink(testMeta(), func(k string) string { return env[k] }); err == nil || !strings.Contains(err.Error(), EnvFormat) {
-		t.Errorf("bad format: %v", err)
+	for _, name := range []string{EnvFormat, EnvTraceFormat} {
+		bad := map[string]string{name: "orc"}
+		if _, err := OptionsFromEnv(func(k string) string { return bad[k] }); err == nil || !strings.Contains(err.Error(), name) {
+			t.Errorf("bad format in %s: %v", name, err)
+		}
+	}
+	bad := map[string]string{EnvRotate: "huge"}
+	if _, err := OptionsFromEnv(func(k string) string { return bad[k] }); err == nil || !strings.Contains(err.Error(), EnvRotate) {
+		t.Errorf("bad rotation size: %v", err)
 	}
 	for in, want := range map[string]int64{"0": 0, "512K": 512 << 10, "64m": 64 << 20, "1GiB": 1 << 30, "2G": 2 << 30, "123": 123} {
 		if got, err := ParseSize(in); err != nil || got != want {

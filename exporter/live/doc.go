@@ -1,8 +1,9 @@
 // Package live serves each rank's telemetry over HTTP while the job runs:
 // what vccl-top, scripts and a browser read.
 //
-// Each rank serves, at VCCL_TELEMETRY_ADDR (default 127.0.0.1 and a free
-// port; with a fixed port P, rank r takes P+r; "off" disables it):
+// Each rank serves, at Config.Addr (default 127.0.0.1 and a free port; the
+// telemetry package passes VCCL_TELEMETRY_ADDR's, where with a fixed port P
+// rank r takes P+r and "off" disables it):
 //
 //	/metrics     metrics in the Prometheus text format: the Prometheus
 //	             exporter's handler once installed (Config.Metrics or
@@ -26,7 +27,7 @@
 //	             analyzer over, the same analysis vccl-analyze makes
 //
 // The window the server reads is its own, attached to the collector as a
-// sink, sized by VCCL_TELEMETRY_WINDOW and timed by the communicator's clock
+// sink, sized by Config.WindowConfig (VCCL_TELEMETRY_WINDOW) and timed by the communicator's clock
 // (so it drains when a link goes quiet); serving never touches the data
 // path.
 //
@@ -34,7 +35,7 @@
 //
 // Start (or Server.Announce) publishes the endpoint in the rendezvous store
 // under vccl/UID/live/RANK (StoreKey) and merges it into
-// VCCL_TELEMETRY_DIR/endpoints.json (Endpoints: the communicator's uid and
+// Config.Dir/endpoints.json (VCCL_TELEMETRY_DIR; Endpoints: the communicator's uid and
 // size, and an url per rank). Ranks of one host merge into the file under a
 // lock and replace it atomically; rank 0 also gathers every rank's endpoint
 // from the store and writes them all, so its file lists other hosts' ranks

@@ -94,16 +94,19 @@ func resolveAddr(v string, rank int) (string, bool, error) {
 
 // Config configures a Server.
 type Config struct {
-	// Addr is the listen address (default: VCCL_TELEMETRY_ADDR for
-	// Info.Rank, else 127.0.0.1 with a free port).
+	// Addr is the listen address (default DefaultAddr, a free port;
+	// AddrFromEnv resolves VCCL_TELEMETRY_ADDR for a rank).
 	Addr string
 	// Info says who this rank is; the server fills URL, PID, the schema
 	// version and the start time.
 	Info Info
 	// Window is the per-link window to serve. Nil: the server makes one
-	// (sized by VCCL_TELEMETRY_WINDOW, its "now" read from Clock), which
-	// the caller attaches to its collector (Server.Window).
+	// (sized by WindowConfig, its "now" read from Clock), which the caller
+	// attaches to its collector (Server.Window).
 	Window *flowtel.Window
+	// WindowConfig sizes the window the server makes (zero: flowtel's
+	// defaults; telemetry passes VCCL_TELEMETRY_WINDOW's).
+	WindowConfig flowtel.WindowConfig
 	// Clock is the job's time base (the communicator's clock); nil: the
 	// host's monotonic clock.
 	Clock *flowtel.Clock
@@ -117,8 +120,8 @@ type Config struct {
 	// /v1/stream (default DefaultStreamInterval; a client may ask for
 	// another with ?interval=, at least MinStreamInterval).
 	StreamInterval time.Duration
-	// Dir is where Announce writes endpoints.json (default
-	// VCCL_TELEMETRY_DIR; none if both are empty).
+	// Dir is where Announce writes endpoints.json (none if empty;
+	// telemetry passes VCCL_TELEMETRY_DIR).
 	Dir string
 	// Logger logs what goes wrong in the background (default slog.Default).
 	Logger *slog.Logger
@@ -185,26 +188,12 @@ func New(cfg Config) (*Server, error) {
 	if cfg.IdleTimeout <= 0 {
 		cfg.IdleTimeout = IdleTimeout
 	}
-	if cfg.Dir == "" {
-		cfg.Dir = os.Getenv(EnvDir)
-	}
 	if cfg.Addr == "" {
-		addr, on, err := AddrFromEnv(os.Getenv, cfg.Info.Rank)
-		if err != nil {
-			return nil, err
-		}
-		if !on {
-			return nil, fmt.Errorf("live: the endpoint is off (%s=off)", EnvAddr)
-		}
-		cfg.Addr = addr
+		cfg.Addr = DefaultAddr
 	}
 	win := cfg.Window
 	if win == nil {
-		wc, err := flowtel.WindowConfigFromEnv()
-		if err != nil {
-			return nil, fmt.Errorf("live: %w", err)
-		}
-		win = flowtel.NewWindow(wc, flowtel.WithWindowClock(cfg.Clock))
+		win = flowtel.NewWindow(cfg.WindowConfig, flowtel.WithWindowClock(cfg.Clock))
 	}
 	ln, err := net.Listen("tcp", cfg.Addr)
 	if err != nil {

@@ -18,7 +18,7 @@ func BenchmarkConsume(b *testing.B) {
 		}
 		b.Run(name, func(b *testing.B) {
 			e, err := New(context.Background(), WithSpanExporter(&memExporterDiscard{}), WithWREvents(rate),
-				withGetenv(func(string) string { return "" }))
+				WithEnv(func(string) string { return "" }))
 			if err != nil {
 				b.Fatal(err)
 			}

@@ -3,6 +3,7 @@ package otel
 import (
 	"context"
 	"fmt"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -35,7 +36,7 @@ func TestCollectorReceivesSpans(t *testing.T) {
 func sendToCollector(t *testing.T, col *otelcoltest.Collector, service string) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	exp, err := New(ctx)
+	exp, err := New(ctx, WithEnv(os.Getenv))
 	if err != nil {
 		t.Fatal(err)
 	}

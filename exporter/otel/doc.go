@@ -105,9 +105,10 @@
 // span processor and OTEL_SPAN_*_LIMIT its limits. The endpoint variables
 // are read as the specification says, where the Go exporters differ: an
 // endpoint without a scheme (localhost:4318) is plain HTTP, as in the other
-// SDKs, and a malformed one is an error of New naming the variable. Options
-// given to New win over the environment. VCCL_OTEL_WR_EVENTS is the WR
-// event sampling rate.
+// SDKs, and a malformed one is an error of New naming the variable. New
+// reads the variables through WithEnv (the telemetry package passes the
+// process's), and options given after it win over them.
+// VCCL_OTEL_WR_EVENTS is the WR event sampling rate.
 //
 // Consume never blocks: it only updates in-memory state and ends spans,
 // which the batch span processor queues (or drops, when its queue is full).

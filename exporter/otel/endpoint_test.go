@@ -4,6 +4,7 @@ import (
 	"context"
 	"net/http"
 	"net/http/httptest"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -67,7 +68,7 @@ func TestEndpointWithoutSchemeIsPlainHTTP(t *testing.T) {
 	t.Setenv("OTEL_EXPORTER_OTLP_ENDPOINT", hostport) // read by the SDK too
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
-	e, err := New(ctx)
+	e, err := New(ctx, WithEnv(os.Getenv))
 	if err != nil {
 		t.Fatal(err)
 	}

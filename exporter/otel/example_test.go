@@ -4,6 +4,7 @@ import (
 	"context"
 	"fmt"
 	"log"
+	"os"
 	"time"
 
 	"go.opentelemetry.io/otel/sdk/trace/tracetest"
@@ -22,7 +23,7 @@ func Example_job() {
 	if err != nil {
 		log.Fatal(err)
 	}
-	exp, err := otel.New(ctx)
+	exp, err := otel.New(ctx, otel.WithEnv(os.Getenv))
 	if err != nil {
 		log.Fatal(err)
 	}

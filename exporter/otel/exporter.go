@@ -120,7 +120,7 @@ func WithRank(c Rank) Option {
 }
 
 // WithWREvents sets the fraction (0 to 1) of collectives whose WR records
-// become span events on their step spans. Default: VCCL_OTEL_WR_EVENTS, or 0.
+// become span events on their step spans. Default: VCCL_OTEL_WR_EVENTS (through WithEnv), or 0.
 func WithWREvents(rate float64) Option {
 	return func(c *config) { c.wrEvents, c.wrSet = rate, true }
 }
@@ -143,8 +143,12 @@ func WithBatchOptions(opts ...sdktrace.BatchSpanProcessorOption) Option {
 	return func(c *config) { c.batchOpts = append(c.batchOpts, opts...) }
 }
 
-// withGetenv replaces os.Getenv (tests).
-func withGetenv(f func(string) string) Option { return func(c *config) { c.getenv = f } }
+// WithEnv gives the exporter the environment, read through getenv by the
+// program's configuration step (telemetry.ConfigFromEnv passes it): the
+// OTEL_* variables that choose where spans go, and VCCL_OTEL_WR_EVENTS.
+// Without it the exporter reads no environment of its own (the OTLP
+// exporters of the OpenTelemetry SDK still read theirs).
+func WithEnv(getenv func(string) string) Option { return func(c *config) { c.getenv = getenv } }
 
 // Exporter is a flowtel.Sink that builds OpenTelemetry spans from records.
 // See the package documentation.
@@ -163,10 +167,11 @@ type Exporter struct {
 
 var _ flowtel.Sink = (*Exporter)(nil)
 
-// New returns an exporter configured by opts and the environment. It does
+// New returns an exporter configured by opts (and the environment WithEnv
+// gives). It does
 // not connect anywhere: the OTLP exporters connect lazily.
 func New(ctx context.Context, opts ...Option) (*Exporter, error) {
-	cfg := config{maxOpen: DefaultMaxOpen, maxEvents: DefaultMaxEventsPerStep, getenv: os.Getenv}
+	cfg := config{maxOpen: DefaultMaxOpen, maxEvents: DefaultMaxEventsPerStep, getenv: func(string) string { return "" }}
 	for _, o := range opts {
 		o(&cfg)
 	}

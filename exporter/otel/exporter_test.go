@@ -22,7 +22,7 @@ import (
 func newTestExporter(t *testing.T, opts ...Option) (*Exporter, *memExporter) {
 	t.Helper()
 	mem := &memExporter{}
-	opts = append([]Option{WithSpanExporter(mem), withGetenv(func(string) string { return "" })}, opts...)
+	opts = append([]Option{WithSpanExporter(mem), WithEnv(func(string) string { return "" })}, opts...)
 	e, err := New(context.Background(), opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -243,7 +243,7 @@ func TestWREventSampling(t *testing.T) {
 func TestWREventsFromEnv(t *testing.T) {
 	env := map[string]string{EnvWREvents: "1"}
 	mem := &memExporter{}
-	e, err := New(context.Background(), WithSpanExporter(mem), withGetenv(func(k string) string { return env[k] }))
+	e, err := New(context.Background(), WithSpanExporter(mem), WithEnv(func(k string) string { return env[k] }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -252,7 +252,7 @@ func TestWREventsFromEnv(t *testing.T) {
 		t.Errorf("rate %v", e.cfg.wrEvents)
 	}
 	env[EnvWREvents] = "2"
-	if _, err := New(context.Background(), WithSpanExporter(mem), withGetenv(func(k string) string { return env[k] })); err == nil || !strings.Contains(err.Error(), EnvWREvents) {
+	if _, err := New(context.Background(), WithSpanExporter(mem), WithEnv(func(k string) string { return env[k] })); err == nil || !strings.Contains(err.Error(), EnvWREvents) {
 		t.Errorf("bad rate: %v", err)
 	}
 }
@@ -442,7 +442,7 @@ func (b *blockingExporter) Shutdown(context.Context) error { return nil }
 
 func TestConsumeNeverBlocksOnExport(t *testing.T) {
 	be := &blockingExporter{release: make(chan struct{})}
-	e, err := New(context.Background(), WithSpanExporter(be), withGetenv(func(string) string { return "" }),
+	e, err := New(context.Background(), WithSpanExporter(be), WithEnv(func(string) string { return "" }),
 		WithBatchOptions(sdktrace.WithMaxQueueSize(16), sdktrace.WithMaxExportBatchSize(4)))
 	if err != nil {
 		t.Fatal(err)
@@ -475,7 +475,7 @@ func TestStdoutFromEnv(t *testing.T) {
 	var buf bytes.Buffer
 	env := map[string]string{"OTEL_TRACES_EXPORTER": "console", "OTEL_SERVICE_NAME": "vccl-stdout-test"}
 	t.Setenv("OTEL_SERVICE_NAME", env["OTEL_SERVICE_NAME"]) // the resource reads the real environment
-	e, err := New(context.Background(), WithStdout(&buf), withGetenv(func(k string) string { return env[k] }))
+	e, err := New(context.Background(), WithStdout(&buf), WithEnv(func(k string) string { return env[k] }))
 	if err != nil {
 		t.Fatal(err)
 	}
@@ -524,7 +524,7 @@ func TestProtocolSelection(t *testing.T) {
 		{map[string]string{"OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon"}, "carrier-pigeon"},
 		{map[string]string{"OTEL_TRACES_EXPORTER": "zipkin"}, "zipkin"},
 	} {
-		e, err := New(context.Background(), withGetenv(func(k string) string { return c.env[k] }))
+		e, err := New(context.Background(), WithEnv(func(k string) string { return c.env[k] }))
 		if c.wantErr == "" {
 			if err != nil {
 				t.Errorf("%v: %v", c.env, err)

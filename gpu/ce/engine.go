@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"fmt"
-	"os"
 
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/gpu/cuda"
@@ -63,9 +62,6 @@ func Attach(ctx context.Context, c *collective.Comm, cfg ProcConfig) (*Proc, err
 	c.SetDeviceEngine(p)
 	return p, nil
 }
-
-// stageFromEnv reports whether VCCL_GPU_STAGE forces staging.
-func stageFromEnv() bool { return os.Getenv("VCCL_GPU_STAGE") == "1" }
 
 // Staged reports whether this job moves device data through host memory
 // (ranks on several hosts, or VCCL_GPU_STAGE=1).

@@ -3,8 +3,6 @@ package ce
 import (
 	"context"
 	"fmt"
-	"os"
-	"strconv"
 
 	"github.com/vccl-go/vccl/collective"
 	"github.com/vccl-go/vccl/flowtel"
@@ -63,13 +61,6 @@ const DefaultDirectMax = 4 << 20
 
 // maxChunks bounds the chunks of a pipelined all-reduce (events per chunk).
 const maxChunks = 16
-
-func envBytes(name string, def int) int {
-	if v, err := strconv.Atoi(os.Getenv(name)); err == nil {
-		return v
-	}
-	return def
-}
 
 // flagsOK reports whether the flag paths can run: stream memory
 // operations in the driver, and not turned off (VCCL_GPU_FLAGS=0).

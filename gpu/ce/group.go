@@ -150,6 +150,9 @@ type request struct {
 // every pair of GPUs. With no driver it returns an error wrapping
 // cuda.ErrNoDriver.
 func New(cfg Config) (*Group, error) {
+	if _, err := envOf(nil); err != nil {
+		return nil, err
+	}
 	if err := cuda.Load(); err != nil {
 		return nil, err
 	}

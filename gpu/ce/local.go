@@ -173,7 +173,7 @@ func (p *Proc) sharing(all [][]byte) {
 			if ws[q].bus == "" || ws[q].bus != ws[k].bus {
 				continue
 			}
-			if os.Getenv("VCCL_GPU_FUSED") != "1" { // 1 forces it, to measure
+			if !p.env.ForceFused {
 				p.fused = false
 			}
 			if ws[q].pid == ws[k].pid {

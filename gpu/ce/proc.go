@@ -10,7 +10,6 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
-	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/gpu/cuda"
 )
@@ -45,13 +44,15 @@ type ProcConfig struct {
 	// never); DirectMax the largest of the others that sends whole inputs
 	// (the direct path; 0: DefaultDirectMax, negative: never); Chunk the
 	// chunk in bytes of the pipelined path (0: 16 MiB; the direct path's
-	// are half). VCCL_GPU_ONEKERNEL_MAX overrides OneKernelMax.
-	// VCCL_GPU_DIRECT_MAX and VCCL_GPU_CHUNK override them, and
-	// VCCL_GPU_FLAGS=0 turns the flag paths off (the mailbox path then
-	// runs every all-reduce).
+	// are half). Set, they override VCCL_GPU_ONEKERNEL_MAX,
+	// VCCL_GPU_DIRECT_MAX and VCCL_GPU_CHUNK.
 	OneKernelMax int
 	DirectMax    int
 	Chunk        int
+	// Env is what the environment says (ParseEnv); nil: this process's,
+	// read once. Env.Flags false (VCCL_GPU_FLAGS=0) turns the flag paths
+	// off: the mailbox path then runs every all-reduce.
+	Env *Env
 }
 
 // errStagedIPC is what the IPC operations return in a staged job.
@@ -98,6 +99,7 @@ type Proc struct {
 	pinned   *cuda.HostBuffer // staging memory
 	scratch  *DeviceMem       // where peers push reduction operands
 	// The flag path (flagops.go).
+	env            Env // what the environment said (config.go)
 	useFlags       bool
 	directMax      int
 	oneKernelMax   int
@@ -158,6 +160,10 @@ func (m *Mem) PeerBytes(rank int) int { return m.size[rank] }
 // on this host. It returns an error wrapping cuda.ErrNoDriver when there is
 // no GPU.
 func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
+	env, err := envOf(cfg.Env)
+	if err != nil {
+		return nil, err
+	}
 	if err := cuda.Load(); err != nil {
 		return nil, err
 	}
@@ -170,22 +176,12 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 	}
 	p := &Proc{comm: cfg.Comm, timeout: cfg.Timeout, opened: map[cuda.IpcMemHandle]*openMem{}, foreign: map[cuda.DevicePtr]*allocation{},
 		borrowed: map[cuda.Event]bool{}, reached: map[int]bool{},
-		useFlags: os.Getenv("VCCL_GPU_FLAGS") != "0", fused: os.Getenv("VCCL_GPU_FUSED") != "0", directMax: cfg.DirectMax, chunk: envBytes("VCCL_GPU_CHUNK", cfg.Chunk)}
-	if p.directMax == 0 {
-		p.directMax = DefaultDirectMax
-	}
-	p.directMax = envBytes("VCCL_GPU_DIRECT_MAX", p.directMax)
-	if p.oneKernelMax = cfg.OneKernelMax; p.oneKernelMax == 0 {
-		p.oneKernelMax = DefaultOneKernelMax
-	}
-	p.oneKernelMax = envBytes("VCCL_GPU_ONEKERNEL_MAX", p.oneKernelMax)
+		useFlags: env.Flags, fused: env.Fused, env: env, chunk: orEnv(cfg.Chunk, env.Chunk, 0),
+		directMax: orEnv(cfg.DirectMax, env.DirectMax, DefaultDirectMax), oneKernelMax: orEnv(cfg.OneKernelMax, env.OneKernelMax, DefaultOneKernelMax)}
 	if p.timeout <= 0 {
 		p.timeout = DefaultProcTimeout
 	}
-	local := -1
-	if env, err := bootstrap.FromEnv(os.Getenv); err == nil {
-		local = env.LocalRank
-	}
+	local := env.LocalRank
 	if p.comm == nil {
 		if p.comm, err = collective.NewFromEnv(ctx); err != nil {
 			return nil, err
@@ -238,7 +234,7 @@ func NewProc(ctx context.Context, cfg ProcConfig) (*Proc, error) {
 // rank asks for it.
 func (p *Proc) decideStaging(ctx context.Context) (bool, error) {
 	mine := make([]byte, 1+blobHost)
-	if stageFromEnv() {
+	if p.env.Stage {
 		mine[0] = 1
 	}
 	host, _ := os.Hostname()

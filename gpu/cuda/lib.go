@@ -2,13 +2,14 @@ package cuda
 
 import (
 	"fmt"
-	"os"
 	"strings"
 	"sync"
 	"unsafe"
 )
 
-// EnvLib names the driver library to open instead of libcuda.so.1.
+// EnvLib names the driver library to open instead of libcuda.so.1; the
+// program's configuration step (gpu/ce, a command) passes its value to
+// SetLibrary.
 const EnvLib = "VCCL_CUDA_LIB"
 
 // syms holds the driver entry points. A zero entry is an optional symbol the
@@ -108,7 +109,18 @@ func symbolTable() []symbol {
 var (
 	loadOnce sync.Once
 	loadErr  error
+	libMu    sync.Mutex
+	libPath  string // SetLibrary's; "" is libcuda.so.1
 )
+
+// SetLibrary names the driver library Load opens ("": libcuda.so.1). The
+// driver is opened once per process, so it has no effect after the first
+// Load.
+func SetLibrary(path string) {
+	libMu.Lock()
+	defer libMu.Unlock()
+	libPath = path
+}
 
 // Load opens the driver, resolves its entry points and calls cuInit, once.
 // It returns an error wrapping ErrNoDriver when no driver can be used. Every
@@ -129,7 +141,9 @@ func Available() bool {
 }
 
 func load() error {
-	path := os.Getenv(EnvLib)
+	libMu.Lock()
+	path := libPath
+	libMu.Unlock()
 	if path == "" {
 		path = "libcuda.so.1"
 	}

@@ -9,7 +9,6 @@ package nccl
 import (
 	"errors"
 	"fmt"
-	"os"
 	"path/filepath"
 	"sync"
 	"unsafe"
@@ -20,7 +19,8 @@ import (
 )
 
 // EnvLib names the library to open; otherwise Open searches the usual
-// places, the torch pip package's nvidia/nccl/lib among them.
+// places, the torch pip package's nvidia/nccl/lib among them. A command
+// passes its value to SetLibrary.
 const EnvLib = "VCCL_NCCL_LIB"
 
 // ErrNoNCCL is returned when no libnccl.so.2 can be opened.
@@ -35,10 +35,21 @@ var (
 		reduceScatter, reduce, broadcast                           uintptr
 		getUniqueID, commInitRankScalable                          uintptr // optional
 	}
-	path string
+	path    string
+	libMu   sync.Mutex
+	libPath string // SetLibrary's
 )
 
-// Candidates lists the paths Open tries after $VCCL_NCCL_LIB.
+// SetLibrary names the library Open loads ("": search Candidates). The
+// library is opened once per process, so it has no effect after the first
+// Open.
+func SetLibrary(p string) {
+	libMu.Lock()
+	defer libMu.Unlock()
+	libPath = p
+}
+
+// Candidates lists the paths Open tries when SetLibrary named none.
 func Candidates() []string {
 	var out []string
 	for _, pat := range []string{
@@ -63,9 +74,11 @@ func Open() (string, error) {
 			return
 		}
 		cands := Candidates()
-		if p := os.Getenv(EnvLib); p != "" {
-			cands = []string{p}
+		libMu.Lock()
+		if libPath != "" {
+			cands = []string{libPath}
 		}
+		libMu.Unlock()
 		var h uintptr
 		var errs []error
 		for _, p := range cands {

@@ -14,7 +14,8 @@ import "os"
 const StatusLinesVar = "VCCL_STATUS_LINES"
 
 // StatusLines reports whether a progress bar on stderr would be seen: stderr
-// is a terminal, or the launcher shows status lines.
-func StatusLines(stderr *os.File) bool {
-	return IsTerminal(stderr) || os.Getenv(StatusLinesVar) == "1"
+// is a terminal, or the launcher shows status lines (setting, the command
+// read from StatusLinesVar, is "1").
+func StatusLines(stderr *os.File, setting string) bool {
+	return IsTerminal(stderr) || setting == "1"
 }

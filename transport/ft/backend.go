@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -24,20 +23,21 @@ const Name = "ft"
 const Paths = 2
 
 // Backend is the fault-tolerant TCP backend. Its zero value is ready to use:
-// both paths then go over loopback (or the interfaces VCCL_SOCKET_IFNAME
-// names), with the thresholds of the VCCL_FT_* variables.
+// both paths then go over loopback, with the default thresholds. It reads
+// no environment: collective.New passes what VCCL_SOCKET_IFNAME,
+// VCCL_TCP_* (tcp.ParseConfig) and VCCL_FT_* (ParamsFromEnv) say.
 type Backend struct {
-	// Interfaces, when set, overrides VCCL_SOCKET_IFNAME: the first name of
-	// this comma list carries the primary path, the second the backup. With
-	// one name both paths use it; with none, loopback.
+	// Interfaces is a comma list (tcp.Config.Interfaces): the first name
+	// carries the primary path, the second the backup. With one name both
+	// paths use it; with none, loopback.
 	Interfaces string
-	// Params tunes failure detection; zero fields take the VCCL_FT_*
-	// variables, then the defaults.
+	// Params tunes failure detection; zero fields take the defaults.
 	Params Params
-	// SockBuf sets SO_SNDBUF and SO_RCVBUF of every connection as
-	// tcp.Backend.SockBuf does: positive, that size; negative, the
-	// kernel's autotuning; zero, VCCL_TCP_SOCKBUF, then tcp's default.
-	SockBuf int
+	// SockBuf and Congestion are the socket buffer and congestion control
+	// of every connection, as tcp.Backend's fields of those names: one rule
+	// for both transports (tcp.SetupConn).
+	SockBuf    int
+	Congestion string
 	// Logger receives path changes and refused connections (slog.Default
 	// when nil).
 	Logger *slog.Logger
@@ -66,12 +66,8 @@ func (b Backend) logger() *slog.Logger {
 
 // ifnames returns the interface of each path ("" for none).
 func (b Backend) ifnames() [Paths]string {
-	list := b.Interfaces
-	if list == "" {
-		list = os.Getenv(tcp.EnvSocketIfname)
-	}
 	var out [Paths]string
-	names := strings.Split(list, ",")
+	names := strings.Split(b.Interfaces, ",")
 	for i := range out {
 		if i < len(names) {
 			out[i] = strings.TrimSpace(names[i])
@@ -83,11 +79,7 @@ func (b Backend) ifnames() [Paths]string {
 }
 
 func (b Backend) params() (Params, error) {
-	env, err := ParamsFromEnv(os.Getenv)
-	if err != nil {
-		return Params{}, err
-	}
-	p := b.Params.merge(env)
+	p := b.Params.merge(DefaultParams())
 	return p, p.Validate()
 }
 
@@ -323,11 +315,10 @@ func (b Backend) dialPath(ctx context.Context, ifname, addr, key string, i int, 
 	return conn, nil
 }
 
-// setup gives path i's connection the socket options of tcp's: with
-// SockBuf 0, VCCL_TCP_SOCKBUF and then the same-host default apply; the
-// congestion control is VCCL_TCP_CONGESTION's, else reno within the host.
+// setup gives path i's connection the socket options of tcp's
+// (tcp.SetupConn): one rule for both transports.
 func (b Backend) setup(conn *net.TCPConn, i int) error {
-	if err := tcp.SetupConn(conn, b.SockBuf, ""); err != nil {
+	if err := tcp.SetupConn(conn, b.Congestion, b.SockBuf); err != nil {
 		return fmt.Errorf("ft: path %d: %w", i, err)
 	}
 	return nil

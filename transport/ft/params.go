@@ -8,8 +8,8 @@ import (
 	"time"
 )
 
-// Environment variables that tune failure detection. Backend.Params fields
-// that are set win over them.
+// Environment variables that tune failure detection, read by ParamsFromEnv
+// for Backend.Params.
 const (
 	EnvHeartbeat   = "VCCL_FT_HEARTBEAT"        // interval between heartbeats on each path
 	EnvDeadAfter   = "VCCL_FT_DEAD_AFTER"       // silence that takes a path down while another is up

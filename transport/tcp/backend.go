@@ -6,7 +6,6 @@ import (
 	"fmt"
 	"log/slog"
 	"net"
-	"os"
 	"strings"
 
 	"github.com/vccl-go/vccl/transport"
@@ -22,22 +21,20 @@ const EnvSocketIfname = "VCCL_SOCKET_IFNAME"
 
 // Backend is the TCP backend. Its zero value is ready to use.
 type Backend struct {
-	// Interface, when set, overrides VCCL_SOCKET_IFNAME: the first name of
-	// this comma list is the interface Listen("") listens on and Dial binds
-	// its local address to.
+	// Interface is a comma list of interfaces (Config.Interfaces,
+	// VCCL_SOCKET_IFNAME): the first is the one Listen("") listens on and
+	// Dial binds its local address to. Empty: loopback.
 	Interface string
 	// SockBuf, when positive, sets SO_SNDBUF and SO_RCVBUF of every
 	// connection (the kernel caps it at net.core.{w,r}mem_max); negative
-	// leaves the kernel's autotuning alone. Zero takes VCCL_TCP_SOCKBUF
-	// (bytes, or -1), and with that unset too sets 4 MiB on a
+	// leaves the kernel's autotuning alone. Zero sets localBuf on a
 	// connection within the host from a process bound to CPUs of its own,
 	// where the kernel allows that much, and leaves the others to
-	// autotuning (see localBuf).
+	// autotuning (see localBuf). Config.SockBuf is VCCL_TCP_SOCKBUF's value.
 	SockBuf int
-	// Congestion, when set, overrides VCCL_TCP_CONGESTION: the TCP
-	// congestion control of every connection (Linux). With neither set, a
-	// connection within the host uses reno and any other the kernel's
-	// default (see localReno).
+	// Congestion is the TCP congestion control of every connection (Linux;
+	// Config.Congestion, VCCL_TCP_CONGESTION). Empty: a connection within
+	// the host uses reno and any other the kernel's default (see localReno).
 	Congestion string
 	// Logger receives refused connections (slog.Default when nil).
 	Logger *slog.Logger
@@ -50,16 +47,12 @@ func (Backend) Name() string { return Name }
 
 // ifname returns the interface to use, or "" for none.
 func (b Backend) ifname() string {
-	list := b.Interface
-	if list == "" {
-		list = os.Getenv(EnvSocketIfname)
-	}
-	first, _, _ := strings.Cut(list, ",")
+	first, _, _ := strings.Cut(b.Interface, ",")
 	return strings.TrimSpace(first)
 }
 
 // Listen listens on lc.Addr, or, when it is "", on port 0 of the address of
-// the VCCL_SOCKET_IFNAME interface (127.0.0.1 when none is named).
+// Backend.Interface's first interface (127.0.0.1 when none is named).
 func (b Backend) Listen(ctx context.Context, lc transport.ListenConfig) (transport.Listener, error) {
 	addr := lc.Addr
 	if addr == "" {
@@ -97,7 +90,7 @@ func (b Backend) Dial(ctx context.Context, addr, key string, cfg transport.Confi
 // open sets a connection up and starts its QP; it closes the connection
 // when either fails.
 func (b Backend) open(conn *net.TCPConn, cfg transport.Config) (transport.QP, error) {
-	err := SetupConn(conn, b.SockBuf, b.Congestion)
+	err := SetupConn(conn, b.Congestion, b.SockBuf)
 	var q *QP
 	if err == nil {
 		q, err = newQP(conn, cfg)
@@ -113,40 +106,6 @@ func (b Backend) open(conn *net.TCPConn, cfg transport.Config) (transport.QP, er
 // Backend.Interface) names.
 func ifnameErr(err error) error {
 	return fmt.Errorf("tcp: %w (named by %s or Backend.Interface)", err, EnvSocketIfname)
-}
-
-// SetupConn gives conn the socket options of every VCCL stream connection:
-// no Nagle delay, the congestion control (SetCongestion with congestion),
-// and socket buffers (SO_SNDBUF and SO_RCVBUF) of sockBuf bytes when
-// positive, the kernel's autotuning when negative, and with 0 what
-// VCCL_TCP_SOCKBUF says, else localSockBuf. Backend sets it up with its
-// SockBuf and Congestion; transport/ft with its SockBuf.
-func SetupConn(conn *net.TCPConn, sockBuf int, congestion string) error {
-	if err := conn.SetNoDelay(true); err != nil {
-		return fmt.Errorf("tcp: TCP_NODELAY on %s: %w", conn.LocalAddr(), err)
-	}
-	if err := SetCongestion(conn, congestion); err != nil {
-		return err
-	}
-	buf := sockBuf
-	if buf == 0 {
-		var err error
-		if buf, err = envSockBuf(); err != nil {
-			return err
-		}
-	}
-	if buf == 0 {
-		buf = localSockBuf(conn)
-	}
-	if buf > 0 {
-		if err := conn.SetWriteBuffer(buf); err != nil {
-			return fmt.Errorf("tcp: SO_SNDBUF on %s: %w", conn.LocalAddr(), err)
-		}
-		if err := conn.SetReadBuffer(buf); err != nil {
-			return fmt.Errorf("tcp: SO_RCVBUF on %s: %w", conn.LocalAddr(), err)
-		}
-	}
-	return nil
 }
 
 type listener struct {

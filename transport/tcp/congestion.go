@@ -1,21 +1,19 @@
 package tcp
 
 import (
-	"fmt"
 	"net"
-	"os"
 	"runtime"
-	"strconv"
 
 	"github.com/vccl-go/vccl/internal/affinity"
 )
 
 // EnvCongestion names the TCP congestion control of every connection
-// (TCP_CONGESTION, Linux only); Backend.Congestion overrides it.
+// (TCP_CONGESTION, Linux only): Config.Congestion, for Backend.Congestion.
 const EnvCongestion = "VCCL_TCP_CONGESTION"
 
 // EnvSockBuf sets SO_SNDBUF and SO_RCVBUF of every connection, in bytes;
-// -1 leaves the kernel's autotuning alone (Backend.SockBuf overrides it).
+// -1 leaves the kernel's autotuning alone: Config.SockBuf, for
+// Backend.SockBuf.
 const EnvSockBuf = "VCCL_TCP_SOCKBUF"
 
 // localReno is the congestion control of a connection within the host when
@@ -30,14 +28,10 @@ const EnvSockBuf = "VCCL_TCP_SOCKBUF"
 // window only grows without losses, and any process may choose reno.
 const localReno = "reno"
 
-// SetCongestion gives conn the congestion control name, or with name ""
-// the one VCCL_TCP_CONGESTION names, or with neither reno when both ends
-// are on this host and else the kernel's default. Backend uses it with
-// Backend.Congestion; transport/ft with "" for its paths.
-func SetCongestion(conn *net.TCPConn, name string) error {
-	if name == "" {
-		name = os.Getenv(EnvCongestion)
-	}
+// setCongestionOrDefault gives conn the congestion control name, or with
+// name "" reno when both ends are on this host and else the kernel's
+// default.
+func setCongestionOrDefault(conn *net.TCPConn, name string) error {
 	if name == "" && runtime.GOOS == "linux" && sameHost(conn) {
 		name = localReno
 	}
@@ -77,18 +71,4 @@ func localSockBuf(conn *net.TCPConn) int {
 		return 0
 	}
 	return localBuf
-}
-
-// envSockBuf returns the socket buffer VCCL_TCP_SOCKBUF asks for: 0 when
-// unset.
-func envSockBuf() (int, error) {
-	v := os.Getenv(EnvSockBuf)
-	if v == "" {
-		return 0, nil
-	}
-	n, err := strconv.Atoi(v)
-	if err != nil || n == 0 || n < -1 {
-		return 0, fmt.Errorf("tcp: %s=%q: want a size in bytes, or -1 for the kernel's autotuning", EnvSockBuf, v)
-	}
-	return n, nil
 }

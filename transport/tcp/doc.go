@@ -48,10 +48,12 @@
 // transport.ErrPeerDead that names the peer. Close flushes the QP's own WRs
 // with StatusFlushed and transport.ErrClosed and stops both goroutines.
 //
-// Listen("") listens on port 0 of the address of the interface named by
-// VCCL_SOCKET_IFNAME (the first of its comma list; Backend.Interface
-// overrides it), or of 127.0.0.1 when none is named; Dial then binds the
-// connection's local address to that interface.
+// Listen("") listens on port 0 of the address of the interface
+// Backend.Interface names (the first of its comma list; collective passes
+// VCCL_SOCKET_IFNAME's, parsed by ParseConfig, unless an option names
+// another), or of 127.0.0.1 when none is named; Dial then binds the
+// connection's local address to that interface. The backend reads no
+// environment itself.
 //
 // Files follow the skeleton every backend repeats: backend.go (Backend,
 // Listen, Dial), qp.go (the queue pair), frame.go (the wire format),

@@ -36,7 +36,7 @@ func checkTransfer(t *testing.T, p *transporttest.Pair, msg []byte) {
 }
 
 func TestListenDefaultAddr(t *testing.T) {
-	t.Setenv(EnvSocketIfname, "")
+	t.Setenv(EnvSocketIfname, "vcclnope0") // the backend reads no environment
 	p := connect(t, Backend{}, "")
 	if info := p.A.Info(); !strings.HasPrefix(info.Remote, "127.0.0.1:") || info.Backend != Name {
 		t.Fatalf("default listener: %+v, want 127.0.0.1", info)
@@ -49,13 +49,11 @@ func TestInterface(t *testing.T) {
 	for _, tc := range []struct {
 		name string
 		b    Backend
-		env  string
 	}{
-		{"field", Backend{Interface: lo}, "vcclnope0"}, // the field overrides the variable
-		{"env list", Backend{}, lo + ",vcclnope1"},
+		{"one", Backend{Interface: lo}},
+		{"list", Backend{Interface: lo + ",vcclnope1"}}, // the first is used
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			t.Setenv(EnvSocketIfname, tc.env)
 			p := connect(t, tc.b, "")
 			a, b := p.A.Info(), p.B.Info()
 			if !strings.HasPrefix(a.Local, "127.") || !strings.HasPrefix(b.Local, "127.") {
@@ -95,10 +93,9 @@ func TestMissingInterface(t *testing.T) {
 	if _, err := bad.Dial(ctx, ln.Addr(), "k", transport.Config{Token: "t"}); err == nil || !strings.Contains(err.Error(), `"vcclnope0"`) {
 		t.Fatalf("dial from a missing interface: %v, want an error naming it", err)
 	}
-	t.Setenv(EnvSocketIfname, "vcclnope2")
-	if _, err := (Backend{}).Dial(ctx, ln.Addr(), "k", transport.Config{Token: "t"}); err == nil ||
+	if _, err := (Backend{Interface: "vcclnope2"}).Dial(ctx, ln.Addr(), "k", transport.Config{Token: "t"}); err == nil ||
 		!strings.Contains(err.Error(), `"vcclnope2"`) || !strings.Contains(err.Error(), EnvSocketIfname) {
-		t.Fatalf("dial from a missing VCCL_SOCKET_IFNAME interface: %v", err)
+		t.Fatalf("dial from a missing interface: %v, want an error naming it and %s", err, EnvSocketIfname)
 	}
 }
 
@@ -460,7 +457,7 @@ func TestCongestion(t *testing.T) {
 	if runtime.GOOS != "linux" {
 		t.Skip("TCP_CONGESTION is Linux's")
 	}
-	t.Setenv(EnvCongestion, "")
+	t.Setenv(EnvCongestion, "cubic") // the backend reads no environment
 	ccOf := func(qp transport.QP) string {
 		t.Helper()
 		name, err := congestionOf(qp.(*QP).sock.fd)
@@ -475,15 +472,14 @@ func TestCongestion(t *testing.T) {
 	}
 	checkTransfer(t, p, patternOf(3<<20, 2))
 
-	t.Setenv(EnvCongestion, "no-such-cc")
-	if err := dialErr(t); err == nil || !strings.Contains(err.Error(), `"no-such-cc"`) || !strings.Contains(err.Error(), EnvCongestion) {
-		t.Fatalf("Dial with %s=no-such-cc: %v, want an error naming it", EnvCongestion, err)
+	if err := dialErr(t, Backend{Congestion: "no-such-cc"}); err == nil || !strings.Contains(err.Error(), `"no-such-cc"`) || !strings.Contains(err.Error(), EnvCongestion) {
+		t.Fatalf("Dial with congestion control no-such-cc: %v, want an error naming it and %s", err, EnvCongestion)
 	}
 }
 
-// dialErr dials a fresh listener under the environment the test set, and
-// returns the dial's error (a bad setting fails the dialler's set-up).
-func dialErr(t *testing.T) error {
+// dialErr dials a fresh listener with b, and returns the dial's error (a
+// bad setting fails the dialler's set-up).
+func dialErr(t *testing.T, b Backend) error {
 	t.Helper()
 	ln, err := Backend{}.Listen(t.Context(), transport.ListenConfig{Token: "tok"})
 	if err != nil {
@@ -491,7 +487,7 @@ func dialErr(t *testing.T) error {
 	}
 	t.Cleanup(func() { ln.Close() })
 	go ln.Accept(t.Context(), "k", transport.Config{})
-	_, err = Backend{}.Dial(t.Context(), ln.Addr(), "k", transport.Config{Token: "tok"})
+	_, err = b.Dial(t.Context(), ln.Addr(), "k", transport.Config{Token: "tok"})
 	return err
 }
 
@@ -521,19 +517,40 @@ func TestLocalSockBuf(t *testing.T) {
 	if a := rcvbuf(p.A); a >= localBuf {
 		t.Fatalf("SockBuf -1: SO_RCVBUF %d, want the kernel's default (below %d)", a, localBuf)
 	}
-	t.Setenv(EnvSockBuf, "-1")
-	p = connect(t, Backend{}, "")
-	if a := rcvbuf(p.A); a >= localBuf {
-		t.Fatalf("%s=-1: SO_RCVBUF %d, want the kernel's default (below %d)", EnvSockBuf, a, localBuf)
-	}
-	t.Setenv(EnvSockBuf, "100000")
-	p = connect(t, Backend{}, "")
+	p = connect(t, Backend{SockBuf: 100000}, "")
 	if a := rcvbuf(p.A); runtime.GOOS == "linux" && a != 2*100000 {
-		t.Fatalf("%s=100000: SO_RCVBUF %d, want %d (the kernel doubles it)", EnvSockBuf, a, 2*100000)
+		t.Fatalf("SockBuf 100000: SO_RCVBUF %d, want %d (the kernel doubles it)", a, 2*100000)
 	}
-	t.Setenv(EnvSockBuf, "big")
-	if err := dialErr(t); err == nil || !strings.Contains(err.Error(), EnvSockBuf) {
-		t.Fatalf("Dial with %s=big: %v, want an error naming it", EnvSockBuf, err)
+}
+
+// ParseConfig reads the three variables, and its errors name the variable.
+func TestParseConfig(t *testing.T) {
+	for _, tc := range []struct {
+		name    string
+		env     map[string]string
+		want    Config
+		wantErr string
+	}{
+		{"unset", nil, Config{}, ""},
+		{"all", map[string]string{EnvSocketIfname: " eth0,eth1 ", EnvCongestion: "cubic", EnvSockBuf: "100000"},
+			Config{Interfaces: "eth0,eth1", Congestion: "cubic", SockBuf: 100000}, ""},
+		{"autotuning", map[string]string{EnvSockBuf: "-1"}, Config{SockBuf: -1}, ""},
+		{"not a number", map[string]string{EnvSockBuf: "big"}, Config{}, EnvSockBuf},
+		{"zero", map[string]string{EnvSockBuf: "0"}, Config{}, EnvSockBuf},
+		{"below -1", map[string]string{EnvSockBuf: "-2"}, Config{}, EnvSockBuf},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			got, err := ParseConfig(func(k string) string { return tc.env[k] })
+			if tc.wantErr != "" {
+				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
+					t.Fatalf("ParseConfig: %v, want an error naming %s", err, tc.wantErr)
+				}
+				return
+			}
+			if err != nil || got != tc.want {
+				t.Fatalf("ParseConfig = %+v, %v; want %+v", got, err, tc.want)
+			}
+		})
 	}
 }
 

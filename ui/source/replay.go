@@ -24,8 +24,8 @@ type ReplayConfig struct {
 	Dir string
 	// Speed: 1 is real time (default), 2 twice as fast.
 	Speed float64
-	// Window sizes the per-link windows (default: VCCL_TELEMETRY_WINDOW,
-	// else flowtel's defaults).
+	// Window sizes the per-link windows (zero: flowtel's defaults;
+	// vccl-top passes VCCL_TELEMETRY_WINDOW's).
 	Window flowtel.WindowConfig
 	// Tick is how often the cursor moves (default 50ms).
 	Tick time.Duration
@@ -111,13 +111,6 @@ func NewReplay(cfg ReplayConfig) (*Replay, error) {
 	}
 	if cfg.Grace <= 0 {
 		cfg.Grace = time.Second
-	}
-	if cfg.Window == (flowtel.WindowConfig{}) {
-		wc, err := flowtel.WindowConfigFromEnv()
-		if err != nil {
-			return nil, err
-		}
-		cfg.Window = wc
 	}
 	paths, err := arrow.ListFiles(cfg.Dir)
 	if err != nil {

@@ -135,7 +135,7 @@ func run(c config) (err error) {
 	}
 	tcfg.Dir = c.dir
 	// Batches every 100 ms: a rank killed outright loses at most that.
-	tcfg.ArrowOptions = []arrow.Option{arrow.WithCompression(arrow.CompressionZstd), arrow.WithFlushInterval(100 * time.Millisecond)}
+	tcfg.ArrowOptions = append(tcfg.ArrowOptions, arrow.WithCompression(arrow.CompressionZstd), arrow.WithFlushInterval(100*time.Millisecond))
 	tcfg.Live = tcfg.Live && os.Getenv(telemetry.EnvAddr) != ""
 	col := flowtel.NewCollector()
 	comm, err := collective.NewFromEnv(ctx, collective.WithCollector(col), collective.WithTelemetryAttachers(false))

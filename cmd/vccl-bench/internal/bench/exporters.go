@@ -26,7 +26,7 @@ func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Col
 		return nil, err
 	}
 	cfg.Dir = dir
-	cfg.Spans, cfg.SpanOptions = true, []otel.Option{otel.WithProtocol("stdout"), otel.WithStdout(io.Discard)}
+	cfg.Spans, cfg.SpanOptions = true, append(cfg.SpanOptions, otel.WithProtocol("stdout"), otel.WithStdout(io.Discard))
 	ex, err := telemetry.Attach(ctx, comm, cfg)
 	if err != nil {
 		return nil, err

@@ -30,7 +30,11 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		fmt.Fprintf(stderr, "vccl-bench: %v\n(vccl-bench -h for usage)\n", err)
 		return 2
 	}
-	telemetry := flowtel.EnabledFromEnv()
+	telemetry, err := flowtel.ParseEnabled(os.Getenv(flowtel.EnvTelemetry))
+	if err != nil {
+		fmt.Fprintf(stderr, "vccl-bench: %v\n", err)
+		return 2
+	}
 	var copts []collective.Option
 	if cfg.Telemetry != "" {
 		telemetry = cfg.Telemetry != "off" // alternate pauses and resumes it
@@ -93,7 +97,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		// launcher that shows status lines (vcclrun on a terminal), which
 		// keeps the bar below the table lines. Through other launchers'
 		// pipes it would land between them.
-		if cfg.Progress == "auto" && term.StatusLines(stderr) {
+		if cfg.Progress == "auto" && term.StatusLines(stderr, os.Getenv(term.StatusLinesVar)) {
 			opts.Progress = NewProgress(stderr, "vccl-bench "+cfg.Coll.String())
 		}
 	}

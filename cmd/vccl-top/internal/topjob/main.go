@@ -68,10 +68,15 @@ func run() error {
 	metrics.AddComm(comm)
 	col.AddSink(metrics)
 	var srv *live.Server
-	if _, on, err := live.AddrFromEnv(os.Getenv, comm.Rank()); err != nil {
+	if addr, on, err := live.AddrFromEnv(os.Getenv, comm.Rank()); err != nil {
 		return err
 	} else if on {
-		if srv, err = live.Start(ctx, comm, live.Config{Metrics: metrics.Handler()}); err != nil {
+		wc, err := flowtel.ParseWindowEnv(os.Getenv(flowtel.EnvWindow))
+		if err != nil {
+			return err
+		}
+		cfg := live.Config{Addr: addr, Dir: os.Getenv(live.EnvDir), WindowConfig: wc, Metrics: metrics.Handler()}
+		if srv, err = live.Start(ctx, comm, cfg); err != nil {
 			return err
 		}
 		fmt.Printf("rank %d of %d: pid %d, live endpoint %s\n", comm.Rank(), comm.Size(), os.Getpid(), srv.URL())
