@@ -7,8 +7,6 @@ type fifo[T any] struct {
 	n    int
 }
 
-func (f *fifo[T]) len() int { return f.n }
-
 // push appends v, growing the queue as needed; callers bound it (see
 // bounded).
 func (f *fifo[T]) push(v T) {
@@ -41,8 +39,6 @@ func (f *fifo[T]) grow(c int) {
 
 func (f *fifo[T]) front() *T { return &f.buf[f.head] }
 
-func (f *fifo[T]) back() *T { return f.at(f.n - 1) }
-
 func (f *fifo[T]) popFront() T {
 	v := f.buf[f.head]
 	var zero T
@@ -62,16 +58,4 @@ func (f *fifo[T]) at(i int) *T {
 		j -= len(f.buf)
 	}
 	return &f.buf[j]
-}
-
-func (f *fifo[T]) popBack() T {
-	i := f.head + f.n - 1
-	if i >= len(f.buf) {
-		i -= len(f.buf)
-	}
-	v := f.buf[i]
-	var zero T
-	f.buf[i] = zero
-	f.n--
-	return v
 }
