@@ -12,19 +12,49 @@ import (
 // testSets returns every kernel set this CPU runs, plus nil (pure Go).
 func testSets() []*kernelSet { return append([]*kernelSet{nil}, kernelSets...) }
 
+// TestReduceKernelSets checks the shape of every kernel set: unique names,
+// the active set the last (the preferred one), and each vector kernel
+// usable as reduceWith uses it.
 func TestReduceKernelSets(t *testing.T) {
+	t.Parallel()
+	if len(kernelSets) == 0 {
+		if activeKernels != nil {
+			t.Fatalf("no kernel sets, but %s is active", activeKernels.name)
+		}
+		return
+	}
+	if last := kernelSets[len(kernelSets)-1]; activeKernels != last {
+		t.Errorf("active set %s, want the last listed, %s", setName(activeKernels), last.name)
+	}
+	names := map[string]bool{}
 	for _, ks := range kernelSets {
-		n := 0
-		for _, row := range ks.k {
-			for _, k := range row {
-				if k.fn != nil {
-					n++
+		if names[ks.name] {
+			t.Errorf("two kernel sets named %s", ks.name)
+		}
+		names[ks.name] = true
+		vector := 0
+		for _, dt := range Datatypes() {
+			for _, op := range ReduceOps() {
+				k := ks.k[dt][op]
+				if k.fn == nil {
+					if k.fnNT != nil {
+						t.Errorf("%s/%v/%v: a non-temporal kernel without its ordinary one", ks.name, dt, op)
+					}
+					continue
+				}
+				vector++
+				if k.block <= 0 || k.block%dt.Size() != 0 {
+					t.Errorf("%s/%v/%v: block %d, want a positive multiple of %d", ks.name, dt, op, k.block, dt.Size())
+				}
+				if k.fnNT != nil && (k.align <= 0 || k.align&(k.align-1) != 0) {
+					t.Errorf("%s/%v/%v: align %d, want a power of two", ks.name, dt, op, k.align)
 				}
 			}
 		}
-		t.Logf("kernel set %s: %d vector kernels", ks.name, n)
+		if vector == 0 {
+			t.Errorf("kernel set %s has no vector kernel", ks.name)
+		}
 	}
-	t.Logf("active: %s", setName(activeKernels))
 }
 
 func setName(ks *kernelSet) string {
