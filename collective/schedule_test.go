@@ -266,7 +266,11 @@ func simulateCells(t *testing.T, op Op, algo Algorithm, n int, rng *rand.Rand) {
 	if op == OpAllReduce && algo == AlgoRing || op == OpReduceScatter || op == OpAllGather {
 		fuses = append(fuses, true) // receives reduced on arrival, sends teed
 	}
-	for _, count := range []int{0, 1, 7, 13, 1003} {
+	counts := []int{0, 1, 7, 13, 1003}
+	if testing.Short() { // the race run: the default run has the rest
+		counts = []int{1, 13}
+	}
+	for _, count := range counts {
 		for _, inPlace := range []bool{false, true} {
 			for _, redop := range []ReduceOp{Sum, Max, Avg} {
 				if redop != Sum && !op.Reduces() {
@@ -482,6 +486,7 @@ func countXfers(s *schedule) (sends, recvs int) {
 // one message each way, checked or not; a payload past the eager limit gets
 // a header of its own.
 func TestSignatureFoldsFirstExchange(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		op           Op
 		algo         Algorithm
@@ -536,6 +541,7 @@ func TestSignatureFoldsFirstExchange(t *testing.T) {
 // any of them sent was received: nothing is left in flight to be matched
 // with the next call's.
 func TestMismatchSimulated(t *testing.T) {
+	t.Parallel()
 	type variant struct {
 		op          Op
 		algo        Algorithm
@@ -619,6 +625,7 @@ func TestMismatchSimulated(t *testing.T) {
 // it, while it is still cached; otherwise step-major. Only the last
 // landing of a large output is streamed past the caches.
 func TestRingAllReduceOrder(t *testing.T) {
+	t.Parallel()
 	steps := func(s *schedule) (sends, recvs string) {
 		for _, p := range s.prims {
 			switch p.kind {
@@ -667,6 +674,7 @@ func TestRingAllReduceOrder(t *testing.T) {
 // the first send of each chunk into the output and is not copied apart,
 // unless the output reaches streamFrom (copied whole, as without tees).
 func TestRingAllGatherOwnTee(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		block int
 		tees  bool
@@ -705,6 +713,7 @@ func teesAndCopies(s *schedule, check func(p prim)) (teed, copies int) {
 // copy per chunk, each after that chunk's send, or one copy from
 // streamFrom; and nothing in place or on the other ranks.
 func TestChainBroadcastRootTee(t *testing.T) {
+	t.Parallel()
 	const count = 1 << 20 // 4 MiB of float32: 8 chunks of 512 KiB
 	for _, tc := range []struct {
 		rank          int
@@ -743,6 +752,7 @@ func TestChainBroadcastRootTee(t *testing.T) {
 // one per chunk after that chunk's first send, unless the output reaches
 // streamFrom: then whole, before the sends (memmove's non-temporal stores).
 func TestRingAllGatherOwnCopy(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		n, block int // ranks, bytes a rank
 		whole    bool
