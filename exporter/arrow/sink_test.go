@@ -83,6 +83,7 @@ func consumeAll(t testing.TB, s *Sink, recs []flowtel.Record, chunk int) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts []Option
@@ -169,6 +170,7 @@ func firstDiff(a, b []flowtel.Record) int {
 // order and types, and what the metadata holds, as any Arrow library sees
 // it.
 func TestSchema(t *testing.T) {
+	t.Parallel()
 	s := newTestSink(t, WithFormat(FormatFile))
 	consumeAll(t, s, genRecords(1, 10), 10)
 	if err := s.Shutdown(testCtx(t)); err != nil {
@@ -350,6 +352,7 @@ func TestFlush(t *testing.T) {
 
 // A sink that got nothing leaves a valid empty trace with its metadata.
 func TestEmpty(t *testing.T) {
+	t.Parallel()
 	for _, f := range []Format{FormatFile, FormatStream} {
 		s := newTestSink(t, WithFormat(f))
 		if err := s.Shutdown(testCtx(t)); err != nil {
@@ -445,6 +448,7 @@ func TestWriteErrorIsCountedAndReturned(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{EnvDir: t.TempDir(), EnvFormat: "stream", EnvRotate: "1M"}
 	s, err := newSink(testMeta(), func(k string) string { return env[k] })
 	if err != nil {
