@@ -220,8 +220,8 @@ func algosFor(op Op) []Algorithm {
 
 // simChunks are the chunk sizes a cell of TestSchedulesSimulated runs with:
 // one element per chunk (thousands of chunks at the largest count, so only
-// under VCCL_TEST_FULL), a ragged chunk of 37 elements, and a chunk of count
-// elements, no block's size exceeds (one chunk per block).
+// under VCCL_TEST_FULL), 37 elements (a ragged last chunk), and count
+// elements, which no block exceeds (one chunk per block).
 func simChunks(count int) []int {
 	const es = 8
 	switch {
