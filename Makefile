@@ -5,25 +5,28 @@ RANKS   ?= 2
 PKGS    := ./...
 CORE    := ./flowtel/... ./transport/... ./collective/...
 
-.PHONY: all build test test-full race bench check-deps run lint fmt clean fault-full fuzz
+.PHONY: all build test test-full race bench check-deps run lint staticcheck fmt clean fault-full fuzz
 
 all: build
 
 build:
 	$(GO) build -o $(BIN)/ ./cmd/...
 
-# The default suite: vet, layering, every unit and conformance test, the
-# comm library under the race detector (the collective matrix sampled), and
-# the analyzer on fresh jobs with real faults. Those jobs run alone: they
-# bring their own load (busy loops, more ranks than cores), and another
-# package's tests beside them are load the runs are not labelled with.
+# The default suite: vet, staticcheck, layering, every unit and conformance
+# test (collective's TestReduceKernelsGenerated checks that the generated
+# kernels are current), the comm library under the race detector (the
+# collective matrix sampled), and the analyzer on fresh jobs with real
+# faults. Those jobs run alone: they bring their own load (busy loops, more
+# ranks than cores), and another package's tests beside them are load the
+# runs are not labelled with.
 DIAG    := ./test/diagnosis
 test: check-deps lint
 	$(GO) test -count=1 $$($(GO) list $(PKGS) | grep -v '/test/diagnosis$$')
 	$(GO) test -race -short -count=1 $(CORE)
 	$(GO) test -count=1 -timeout 20m $(DIAG)
 
-# Every cell of the collective matrix, every world size, large counts.
+# Every cell of the collective matrix and the schedule simulator, every world
+# size, large counts.
 test-full: check-deps
 	VCCL_TEST_FULL=1 $(GO) test -count=1 -timeout 60m $(PKGS)
 
@@ -63,12 +66,26 @@ check-deps:
 run: build
 	$(BIN)/vcclrun -n $(RANKS) -- $(BIN)/vccl-demo
 
-lint:
+lint: staticcheck
 	@out=$$(gofmt -l $$(git ls-files '*.go')); if [ -n "$$out" ]; then echo "gofmt needed:"; echo "$$out"; exit 1; fi
 	$(GO) vet $(PKGS)
 	GOOS=darwin $(GO) vet $(PKGS)   # builds off Linux too (shm, CMA and tcp_info have fallbacks)
 	GOARCH=arm64 $(GO) vet $(CORE)   # and off amd64 (pure-Go kernels, no TSC)
 	GOARCH=386 $(GO) vet $(PKGS)     # and where int has 32 bits
+	$(STATICCHECK) $(PKGS)
+
+# staticcheck at the version lint expects, installed through the Go proxy
+# where go install puts programs (GOBIN, else the first GOPATH's bin) unless
+# that version is there already.
+STATICCHECK_VERSION := 0.8.2
+STATICCHECK := $(or $(shell $(GO) env GOBIN),$(firstword $(subst :, ,$(shell $(GO) env GOPATH)))/bin)/staticcheck
+staticcheck:
+	@if $(STATICCHECK) -version 2>/dev/null | grep -qF '($(STATICCHECK_VERSION))'; then \
+		echo "staticcheck: $(STATICCHECK) $(STATICCHECK_VERSION)"; \
+	else \
+		echo "staticcheck: go install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION)"; \
+		GOFLAGS=-buildvcs=false $(GO) install honnef.co/go/tools/cmd/staticcheck@v$(STATICCHECK_VERSION); \
+	fi
 
 fmt:
 	gofmt -w $$(git ls-files '*.go')

@@ -13,6 +13,7 @@ import (
 // A trace whose metadata says world_size = 2^31-1 is analysed within 5 s
 // and 200 MB, with a warning, not gigabytes for the ranks it names.
 func TestHostileWorldSize(t *testing.T) {
+	t.Parallel()
 	bounded.Check(t, bounded.Issue31, func(t *testing.T) {
 		dir := arrowtest.TwoRanks(t, math.MaxInt32)
 		rep, err := AnalyzeFiles(context.Background(), []string{dir}, Options{})

@@ -31,6 +31,7 @@ type golden struct {
 // runs have none, and the whole output matches the golden file (-update
 // rewrites it).
 func TestCorpus(t *testing.T) {
+	t.Parallel()
 	dir := corpusDir
 	fresh := os.Getenv("VCCL_CORPUS_DIR") // a fresh gen.sh run: labels only
 	if fresh != "" {

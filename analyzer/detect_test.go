@@ -45,6 +45,7 @@ func want(t *testing.T, r *Report, names ...string) {
 }
 
 func TestSyntheticClean(t *testing.T) {
+	t.Parallel()
 	s := newSynth(4)
 	for range 40 {
 		s.allReduce(4 << 20)
@@ -57,6 +58,7 @@ func TestSyntheticClean(t *testing.T) {
 }
 
 func TestSyntheticSlowLink(t *testing.T) {
+	t.Parallel()
 	s := newSynth(4)
 	s.bw = func(src, dst int) float64 {
 		if src == 1 && dst == 2 {
@@ -80,6 +82,7 @@ func TestSyntheticSlowLink(t *testing.T) {
 // not the link's, and no link is slow (2 ranks, as in make run, where rank
 // 0 runs ahead).
 func TestSyntheticLateReceiver(t *testing.T) {
+	t.Parallel()
 	s := newSynth(2)
 	s.recvLate = func(src, dst int, seq uint64) int64 {
 		if src == 0 {
@@ -94,6 +97,7 @@ func TestSyntheticLateReceiver(t *testing.T) {
 }
 
 func TestSyntheticStraggler(t *testing.T) {
+	t.Parallel()
 	s := newSynth(4)
 	s.late = func(rank int, seq uint64) int64 {
 		if rank == 2 && seq%4 == 0 {
@@ -114,6 +118,7 @@ func TestSyntheticStraggler(t *testing.T) {
 // A link that slows down mid-run is the root of the backpressure; the link
 // into its sender, starved of credit, is backed up behind it.
 func TestSyntheticBackpressure(t *testing.T) {
+	t.Parallel()
 	s := newSynth(4)
 	s.chunk = 256 << 10
 	slow := false
@@ -157,6 +162,7 @@ func TestSyntheticBackpressure(t *testing.T) {
 // A rank that stops sending in the middle of a collective, with nothing
 // posted: a stall, named at the stalled rank's link.
 func TestSyntheticStall(t *testing.T) {
+	t.Parallel()
 	s := newSynth(4)
 	s.idle = func(rank int, seq uint64, step int) int64 {
 		if rank == 1 && seq == 12 && step == 3 {
@@ -179,6 +185,7 @@ func TestSyntheticStall(t *testing.T) {
 // the rate, and back when it heals: one failover finding with the
 // throughput before, during and after.
 func TestSyntheticFailover(t *testing.T) {
+	t.Parallel()
 	var recs []flowtel.Record
 	const comm = 7
 	add := func(r flowtel.Record) {
@@ -241,6 +248,7 @@ func TestSyntheticFailover(t *testing.T) {
 // slow for good: the stray slow collectives do not dilute the fault's
 // episode below SlowLink.MinFraction.
 func TestSlowLinkAfterStraySlowness(t *testing.T) {
+	t.Parallel()
 	s := newSynth(4)
 	var seq int
 	s.bw = func(src, dst int) float64 {

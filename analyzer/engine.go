@@ -43,7 +43,6 @@ type Analyzer struct {
 	accs      []sliceAcc  // scratch: the slice being judged, by link
 	collRanks int         // per-rank entries of the open collectives
 	cands     []candidate // detector episodes awaiting the final report
-	findings  []Finding   // findings complete as they are
 	hol       map[qpKey]*holAgg
 	finished  bool
 }

@@ -20,7 +20,6 @@ type foEpisode struct {
 	bb0, bb1, bb2, bb3 int64
 	t0, t3             int64 // window edges actually covered
 	haveAfter          bool
-	done               bool
 }
 
 // failoverSlice accounts the link events of l whose slice is judged, and the

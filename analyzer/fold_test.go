@@ -9,6 +9,7 @@ import (
 // TestOneCauseOneFinding checks the folds of the final report: symptoms
 // that the same cause explains are listed under it, not beside it.
 func TestOneCauseOneFinding(t *testing.T) {
+	t.Parallel()
 	link := func(k Kind, src, dst int32, from, to, impact int64) Finding {
 		return Finding{Kind: k, Comm: 1, Rank: src, Peer: dst, StartNs: from * 1e6, EndNs: to * 1e6, ImpactNs: impact * 1e6,
 			Evidence: map[string]float64{"ratio": 0.2, "rate_ratio": 0.1}}

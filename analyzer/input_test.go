@@ -56,6 +56,7 @@ func hasWarning(r *Report, parts ...string) bool {
 // A file cut short (a killed writer) is read up to its last complete batch,
 // with a warning; the job is still diagnosed.
 func TestInputTruncated(t *testing.T) {
+	t.Parallel()
 	dir, files := copyScenario(t, "straggler-4r")
 	b, _ := os.ReadFile(files[1])
 	if err := os.WriteFile(files[1], b[:len(b)*2/3], 0o644); err != nil {
@@ -74,6 +75,7 @@ func TestInputTruncated(t *testing.T) {
 // Garbage, an empty file, a file of an unknown schema version and a file of
 // another job: each a warning naming it, the rest analysed.
 func TestInputBadFiles(t *testing.T) {
+	t.Parallel()
 	dir, files := copyScenario(t, "straggler-4r")
 	garbage := filepath.Join(dir, "vccl-garbage-rank9-000.arrow")
 	os.WriteFile(garbage, bytes.Repeat([]byte("not a trace "), 100), 0o644)
@@ -120,6 +122,7 @@ func TestInputBadFiles(t *testing.T) {
 }
 
 func TestInputMissingRank(t *testing.T) {
+	t.Parallel()
 	dir, files := copyScenario(t, "tbf-start-4r")
 	os.Remove(files[3])
 	r, err := AnalyzeFiles(context.Background(), []string{dir}, Options{})
@@ -133,6 +136,7 @@ func TestInputMissingRank(t *testing.T) {
 }
 
 func TestInputErrors(t *testing.T) {
+	t.Parallel()
 	if _, err := AnalyzeFiles(context.Background(), []string{filepath.Join(t.TempDir(), "nope")}, Options{}); err == nil || !strings.Contains(err.Error(), "nope") {
 		t.Errorf("missing path: %v", err)
 	}
@@ -155,6 +159,7 @@ func TestInputErrors(t *testing.T) {
 }
 
 func TestOptionsSet(t *testing.T) {
+	t.Parallel()
 	var o Options
 	for _, kv := range [][2]string{{"straggler.min_late", "5ms"}, {"slow_link.ratio", "0.3"}, {"hol.min_blocked", "4"}, {"backpressure.min_backlog", "1MiB"}} {
 		if err := o.Set(kv[0], kv[1]); err != nil {

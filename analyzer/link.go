@@ -82,7 +82,6 @@ type link struct {
 	lastLanded int64
 	xferCache  *linkColl // accumulator of the collective of the latest pair
 	xferSeq    uint64
-	xferComm   *commState
 
 	// Totals.
 	sentBytes, sentWRs, landedBytes uint64

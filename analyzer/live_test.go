@@ -77,6 +77,7 @@ func tbfInjection(t *testing.T) (inj struct {
 // the throttled link 2->3 as the root of the backpressure while the limit
 // is on, and nothing before it.
 func TestLiveCorpusTBF(t *testing.T) {
+	t.Parallel()
 	recs := corpusRecords(t, "tbf-mid-4r")
 	inj := tbfInjection(t)
 	updates := liveRun(t, recs)
@@ -101,6 +102,7 @@ func TestLiveCorpusTBF(t *testing.T) {
 }
 
 func TestLiveClean(t *testing.T) {
+	t.Parallel()
 	s := newSynth(4)
 	for range 60 {
 		s.allReduce(4 << 20)
@@ -123,6 +125,7 @@ func TestLiveClean(t *testing.T) {
 // (heartbeating) is late, not dead: the live analysis, which sees the job
 // up to now, must not call it dead.
 func TestLiveLateRankIsNotDead(t *testing.T) {
+	t.Parallel()
 	var recs []flowtel.Record
 	call := func(seq uint64, ranks []int32, at int64) {
 		for _, r := range ranks {

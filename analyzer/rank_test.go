@@ -53,6 +53,7 @@ func analyse(t *testing.T, recs []flowtel.Record) []Finding {
 }
 
 func TestRankThatDoesNotRun(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name   string
 		silent func(rank int32, ts int64) bool
@@ -114,6 +115,7 @@ func deathJob(last uint64, stop [4]uint64, beats [4]int64) []flowtel.Record {
 }
 
 func TestDeadRank(t *testing.T) {
+	t.Parallel()
 	tests := []struct {
 		name  string
 		last  uint64

@@ -94,6 +94,7 @@ func sameFloat32(x, y float32) bool {
 }
 
 func TestHalfFloat32Exhaustive(t *testing.T) {
+	t.Parallel()
 	for i := 0; i < 1<<16; i++ {
 		h := Half(i)
 		f := h.Float32()
@@ -127,6 +128,7 @@ func TestHalfFloat32Exhaustive(t *testing.T) {
 // float32 ulp either side rounds to the nearer one. This covers every
 // rounding boundary, subnormal, normal and overflow.
 func TestHalfFromRoundingBoundaries(t *testing.T) {
+	t.Parallel()
 	for i := 0; i < 0x7c00; i++ {
 		lo := refHalfValue(uint16(i))
 		hi := refHalfValue(uint16(i + 1))
@@ -162,6 +164,7 @@ func TestHalfFromRoundingBoundaries(t *testing.T) {
 // HalfFrom and BFloatFrom against the float64 references over a spread of
 // float32 bit patterns (every 251st: all exponents, assorted mantissas).
 func TestHalfBFloatFromSampled(t *testing.T) {
+	t.Parallel()
 	step := uint64(251)
 	if testing.Short() {
 		step = 4093
@@ -189,6 +192,7 @@ func TestHalfBFloatFromSampled(t *testing.T) {
 }
 
 func TestBFloatExhaustive(t *testing.T) {
+	t.Parallel()
 	for i := 0; i < 1<<16; i++ {
 		b := BFloat(i)
 		f := b.Float32()
@@ -240,6 +244,7 @@ func TestBFloatExhaustive(t *testing.T) {
 }
 
 func TestHalfSpecialValues(t *testing.T) {
+	t.Parallel()
 	cases := []struct {
 		f    float32
 		want Half

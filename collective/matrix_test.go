@@ -391,6 +391,7 @@ func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
 }
 
 func TestMatrix(t *testing.T) {
+	t.Parallel()
 	transports := []string{"loop", "tcp", "shm"}
 	sizes := []int{1, 2, 3, 4, 5, 8}
 	large, sample := 4099, 40

@@ -51,31 +51,29 @@ const (
 type Option func(*options)
 
 type options struct {
-	rank, size  int
-	rankSet     bool
-	master      string
-	token       string
-	transport   string
-	channels    int
-	algo        Algorithm
-	chunk       int
-	check       bool
-	timeout     time.Duration
-	telemetry   bool
-	collector   *flowtel.Collector
-	attach      bool // run the registered TelemetryAttachers
-	logger      *slog.Logger
-	ifname      string
-	sock        tcp.Config // socket options of tcp and ft links (Interfaces is ifname's)
-	ft          bool
-	ftParams    ft.Params
-	clock       flowtel.ClockSource
-	hostID      string // overrides host detection (tests)
-	window      string
-	errs        []error
-	localTokens bool
-	insecure    bool // run without a token on addresses that are not loopback
-	served      bool // the store at master is served already (WithServedStore)
+	rank, size int
+	rankSet    bool
+	master     string
+	token      string
+	transport  string
+	channels   int
+	algo       Algorithm
+	chunk      int
+	check      bool
+	timeout    time.Duration
+	telemetry  bool
+	collector  *flowtel.Collector
+	attach     bool // run the registered TelemetryAttachers
+	logger     *slog.Logger
+	ifname     string
+	sock       tcp.Config // socket options of tcp and ft links (Interfaces is ifname's)
+	ft         bool
+	ftParams   ft.Params
+	clock      flowtel.ClockSource
+	hostID     string // overrides host detection (tests)
+	errs       []error
+	insecure   bool // run without a token on addresses that are not loopback
+	served     bool // the store at master is served already (WithServedStore)
 }
 
 // WithRank sets this process's rank and the world size.

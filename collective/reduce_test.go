@@ -12,19 +12,49 @@ import (
 // testSets returns every kernel set this CPU runs, plus nil (pure Go).
 func testSets() []*kernelSet { return append([]*kernelSet{nil}, kernelSets...) }
 
+// TestReduceKernelSets checks the shape of every kernel set: unique names,
+// the active set the last (the preferred one), and each vector kernel
+// usable as reduceWith uses it.
 func TestReduceKernelSets(t *testing.T) {
+	t.Parallel()
+	if len(kernelSets) == 0 {
+		if activeKernels != nil {
+			t.Fatalf("no kernel sets, but %s is active", activeKernels.name)
+		}
+		return
+	}
+	if last := kernelSets[len(kernelSets)-1]; activeKernels != last {
+		t.Errorf("active set %s, want the last listed, %s", setName(activeKernels), last.name)
+	}
+	names := map[string]bool{}
 	for _, ks := range kernelSets {
-		n := 0
-		for _, row := range ks.k {
-			for _, k := range row {
-				if k.fn != nil {
-					n++
+		if names[ks.name] {
+			t.Errorf("two kernel sets named %s", ks.name)
+		}
+		names[ks.name] = true
+		vector := 0
+		for _, dt := range Datatypes() {
+			for _, op := range ReduceOps() {
+				k := ks.k[dt][op]
+				if k.fn == nil {
+					if k.fnNT != nil {
+						t.Errorf("%s/%v/%v: a non-temporal kernel without its ordinary one", ks.name, dt, op)
+					}
+					continue
+				}
+				vector++
+				if k.block <= 0 || k.block%dt.Size() != 0 {
+					t.Errorf("%s/%v/%v: block %d, want a positive multiple of %d", ks.name, dt, op, k.block, dt.Size())
+				}
+				if k.fnNT != nil && (k.align <= 0 || k.align&(k.align-1) != 0) {
+					t.Errorf("%s/%v/%v: align %d, want a power of two", ks.name, dt, op, k.align)
 				}
 			}
 		}
-		t.Logf("kernel set %s: %d vector kernels", ks.name, n)
+		if vector == 0 {
+			t.Errorf("kernel set %s has no vector kernel", ks.name)
+		}
 	}
-	t.Logf("active: %s", setName(activeKernels))
 }
 
 func setName(ks *kernelSet) string {
@@ -190,6 +220,7 @@ func testReduceMatchesRef(t *testing.T, nt string) {
 // TestReduceStaged covers the aligned-scratch path that strict-alignment
 // architectures take for misaligned buffers (amd64 never needs it).
 func TestReduceStaged(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(11, 12))
 	for _, dt := range Datatypes() {
 		for _, op := range ReduceOps() {
@@ -221,6 +252,7 @@ func TestReduceStaged(t *testing.T) {
 
 // TestReduceAvgIsSum: Avg reduces exactly like Sum.
 func TestReduceAvgIsSum(t *testing.T) {
+	t.Parallel()
 	rng := rand.New(rand.NewPCG(3, 4))
 	for _, dt := range Datatypes() {
 		a, b := make([]byte, 100*dt.Size()), make([]byte, 100*dt.Size())
@@ -236,6 +268,7 @@ func TestReduceAvgIsSum(t *testing.T) {
 }
 
 func TestReduceFloatSpecials(t *testing.T) {
+	t.Parallel()
 	nan, inf, negz := math.NaN(), math.Inf(1), math.Copysign(0, -1)
 	cases := []struct{ x, y, min, max float64 }{
 		{nan, 1, nan, nan},
@@ -308,6 +341,7 @@ func checkTyped[T Element](t *testing.T, op ReduceOp, x, y, want T) {
 }
 
 func TestReduceIntegerWrap(t *testing.T) {
+	t.Parallel()
 	checkTyped[int8](t, Sum, 127, 1, -128)
 	checkTyped[int8](t, Sum, -128, -1, 127)
 	checkTyped[int8](t, Prod, 16, 16, 0)
@@ -346,6 +380,7 @@ func TestReduceIntegerWrap(t *testing.T) {
 }
 
 func TestReduceSlicesTypes(t *testing.T) {
+	t.Parallel()
 	testReduceSlices[int8](t)
 	testReduceSlices[uint8](t)
 	testReduceSlices[int32](t)
@@ -375,6 +410,7 @@ func testReduceSlices[T Element](t *testing.T) {
 }
 
 func TestReducePanics(t *testing.T) {
+	t.Parallel()
 	for _, f := range []func(){
 		func() { reduceInto(Float32, Sum, make([]byte, 8), make([]byte, 4), make([]byte, 8)) },
 		func() { reduceInto(Float32, Sum, make([]byte, 6), make([]byte, 6), make([]byte, 6)) },
@@ -398,6 +434,7 @@ func TestReducePanics(t *testing.T) {
 // every op and kernel set: checks the vector conversions against the scalar
 // ones (HalfFrom, BFloatFrom) on all inputs, subnormals and NaNs included.
 func TestReduceHalfBFloatAllPatterns(t *testing.T) {
+	t.Parallel()
 	partners := []float64{0, math.Copysign(0, -1), 1, -1, 0.5, 3, 1.0 / 3, 65504, 6e-8, -1e-40, math.Inf(1), math.NaN(), 1e30}
 	for _, dt := range []Datatype{Float16, BFloat16} {
 		const n = 1 << 16
@@ -423,6 +460,7 @@ func TestReduceHalfBFloatAllPatterns(t *testing.T) {
 }
 
 func TestScaleDiv(t *testing.T) {
+	t.Parallel()
 	check := func(dt Datatype, in []byte, n int, want []byte) {
 		t.Helper()
 		for _, off := range []int{0, 1, 3} {

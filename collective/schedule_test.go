@@ -56,6 +56,17 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 		prim int32
 	}
 	var ready []cand
+	// match puts the heads of key's queues in flight; only a start adds to
+	// a queue, so only the keys it touched can match.
+	var touched []qkey
+	match := func(key qkey) {
+		sq, rq := sends[key], recvs[key]
+		for len(sq) > 0 && len(rq) > 0 {
+			inflight = append(inflight, simXfer{key.from, key.to, sq[0], rq[0]})
+			sq, rq = sq[1:], rq[1:]
+		}
+		sends[key], recvs[key] = sq, rq
+	}
 	for r, sr := range ranks {
 		sr.m = newMachine(sr.s, n)
 		sr.sent = map[int32][]byte{}
@@ -87,6 +98,7 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 				}
 				key := qkey{cd.rank, p.peer}
 				sends[key] = append(sends[key], cd.prim)
+				touched = append(touched, key)
 			case primRecv:
 				if !p.fuse { // a fused receive's dst may be its source
 					dst := p.dst.slice(sr.bufs, p.n)
@@ -96,6 +108,7 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 				}
 				key := qkey{p.peer, cd.rank}
 				recvs[key] = append(recvs[key], cd.prim)
+				touched = append(touched, key)
 			case primVerify:
 				if err, _ := sr.s.hdr.verify(sr.bufs[bufHdr], sr.c); err != nil {
 					// Nothing behind the verify starts; the rank fills the
@@ -110,6 +123,7 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 						for range k {
 							sends[key] = append(sends[key], simDrain)
 						}
+						touched = append(touched, key)
 					}
 					break
 				}
@@ -121,15 +135,10 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 			for _, i := range more {
 				ready = append(ready, cand{cd.rank, i})
 			}
-			// Match heads of queues.
-			for key, sq := range sends {
-				rq := recvs[key]
-				for len(sq) > 0 && len(rq) > 0 {
-					inflight = append(inflight, simXfer{key.from, key.to, sq[0], rq[0]})
-					sq, rq = sq[1:], rq[1:]
-				}
-				sends[key], recvs[key] = sq, rq
+			for _, key := range touched {
+				match(key)
 			}
+			touched = touched[:0]
 			continue
 		}
 		k := rng.IntN(len(inflight))
@@ -209,35 +218,72 @@ func algosFor(op Op) []Algorithm {
 	return []Algorithm{AlgoDirect}
 }
 
+// simChunks are the chunk sizes a cell of TestSchedulesSimulated runs with:
+// one element per chunk (thousands of chunks at the largest count, so only
+// under VCCL_TEST_FULL), 37 elements (a ragged last chunk), and count
+// elements, which no block exceeds (one chunk per block).
+func simChunks(count int) []int {
+	const es = 8
+	switch {
+	case count <= 1:
+		return []int{es}
+	case fullMatrix:
+		return []int{es, 37 * es, count * es}
+	case count > 13:
+		return []int{37 * es, count * es}
+	}
+	return []int{es, count * es}
+}
+
+// TestSchedulesSimulated checks every algorithm of every operation at every
+// world size from 1 to 8 in the simulator, one parallel subtest each.
 func TestSchedulesSimulated(t *testing.T) {
+	t.Parallel()
 	ops := []Op{OpAllReduce, OpAllGather, OpReduceScatter, OpBroadcast, OpReduce, OpAllToAll, OpGather, OpScatter, OpBarrier}
-	counts := []int{0, 1, 7, 13, 1003}
-	rng := rand.New(rand.NewPCG(1, 2))
 	for _, op := range ops {
-		for _, algo := range algosFor(op) {
-			for n := 1; n <= 8; n++ {
-				for _, count := range counts {
-					for _, inPlace := range []bool{false, true} {
-						for _, redop := range []ReduceOp{Sum, Max, Avg} {
-							if redop != Sum && !op.Reduces() {
-								continue
-							}
-							name := fmt.Sprintf("%v/%v/n=%d/count=%d/inplace=%v/%v", op, algo, n, count, inPlace, redop)
-							fuses := []bool{false}
-							if op == OpAllReduce && algo == AlgoRing || op == OpReduceScatter || op == OpAllGather {
-								fuses = append(fuses, true) // receives reduced on arrival, sends teed
-							}
-							for _, chunk := range []int{8, 1 << 20} {
-								for _, check := range []bool{false, true} {
-									if check && chunk == 8 && count > 13 {
-										continue // thousands of chunks: the unchecked run covers them
-									}
-									for _, fuse := range fuses {
-										if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, check, fuse, rng); err != nil {
-											t.Fatalf("%s/chunk=%d/check=%v/fuse=%v: %v", name, chunk, check, fuse, err)
-										}
-									}
-								}
+		t.Run(op.String(), func(t *testing.T) {
+			t.Parallel()
+			for _, algo := range algosFor(op) {
+				t.Run(algo.String(), func(t *testing.T) {
+					t.Parallel()
+					for n := 1; n <= 8; n++ {
+						t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+							t.Parallel()
+							rng := rand.New(rand.NewPCG(uint64(op)<<16|uint64(algo)<<8|uint64(n), 2))
+							simulateCells(t, op, algo, n, rng)
+						})
+					}
+				})
+			}
+		})
+	}
+}
+
+// simulateCells runs every count, placement, reduction, chunk size, check
+// and fusion of one operation, algorithm and world size.
+func simulateCells(t *testing.T, op Op, algo Algorithm, n int, rng *rand.Rand) {
+	fuses := []bool{false}
+	if op == OpAllReduce && algo == AlgoRing || op == OpReduceScatter || op == OpAllGather {
+		fuses = append(fuses, true) // receives reduced on arrival, sends teed
+	}
+	counts := []int{0, 1, 7, 13, 1003}
+	if testing.Short() { // the race run: the default run has the rest
+		counts = []int{1, 13}
+	}
+	for _, count := range counts {
+		for _, inPlace := range []bool{false, true} {
+			for _, redop := range []ReduceOp{Sum, Max, Avg} {
+				if redop != Sum && !op.Reduces() {
+					continue
+				}
+				for _, chunk := range simChunks(count) {
+					for _, check := range []bool{false, true} {
+						if check && chunk == 8 && count > 13 {
+							continue // thousands of chunks: the unchecked run covers them
+						}
+						for _, fuse := range fuses {
+							if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, check, fuse, rng); err != nil {
+								t.Fatalf("count=%d/inplace=%v/%v/chunk=%d/check=%v/fuse=%v: %v", count, inPlace, redop, chunk, check, fuse, err)
 							}
 						}
 					}
@@ -440,6 +486,7 @@ func countXfers(s *schedule) (sends, recvs int) {
 // one message each way, checked or not; a payload past the eager limit gets
 // a header of its own.
 func TestSignatureFoldsFirstExchange(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		op           Op
 		algo         Algorithm
@@ -494,6 +541,7 @@ func TestSignatureFoldsFirstExchange(t *testing.T) {
 // any of them sent was received: nothing is left in flight to be matched
 // with the next call's.
 func TestMismatchSimulated(t *testing.T) {
+	t.Parallel()
 	type variant struct {
 		op          Op
 		algo        Algorithm
@@ -577,6 +625,7 @@ func TestMismatchSimulated(t *testing.T) {
 // it, while it is still cached; otherwise step-major. Only the last
 // landing of a large output is streamed past the caches.
 func TestRingAllReduceOrder(t *testing.T) {
+	t.Parallel()
 	steps := func(s *schedule) (sends, recvs string) {
 		for _, p := range s.prims {
 			switch p.kind {
@@ -625,6 +674,7 @@ func TestRingAllReduceOrder(t *testing.T) {
 // the first send of each chunk into the output and is not copied apart,
 // unless the output reaches streamFrom (copied whole, as without tees).
 func TestRingAllGatherOwnTee(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		block int
 		tees  bool
@@ -663,6 +713,7 @@ func teesAndCopies(s *schedule, check func(p prim)) (teed, copies int) {
 // copy per chunk, each after that chunk's send, or one copy from
 // streamFrom; and nothing in place or on the other ranks.
 func TestChainBroadcastRootTee(t *testing.T) {
+	t.Parallel()
 	const count = 1 << 20 // 4 MiB of float32: 8 chunks of 512 KiB
 	for _, tc := range []struct {
 		rank          int
@@ -701,6 +752,7 @@ func TestChainBroadcastRootTee(t *testing.T) {
 // one per chunk after that chunk's first send, unless the output reaches
 // streamFrom: then whole, before the sends (memmove's non-temporal stores).
 func TestRingAllGatherOwnCopy(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		n, block int // ranks, bytes a rank
 		whole    bool

@@ -108,8 +108,14 @@ func TestStoppedRankRole(t *testing.T) {
 			t.Fatalf("warm-up all-reduce gave %v", buf[0])
 		}
 	}
+	// mark writes a file under a temporary name and renames it: the
+	// conductor, polling for it, must not read it half written.
 	mark := func(name string) {
-		if err := os.WriteFile(filepath.Join(dir, name), []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+		tmp := filepath.Join(dir, name+".tmp")
+		if err := os.WriteFile(tmp, []byte(strconv.Itoa(os.Getpid())), 0o600); err != nil {
+			t.Fatal(err)
+		}
+		if err := os.Rename(tmp, filepath.Join(dir, name)); err != nil {
 			t.Fatal(err)
 		}
 	}

@@ -6,6 +6,7 @@ import "testing"
 // wholeBlockMax; TCP, more ranks, larger blocks and the other collectives
 // keep the pipeline's chunks, and a configured chunk size wins.
 func TestChunkFor(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name  string
 		op    Op

@@ -371,7 +371,7 @@ func (c *Collector) run() {
 	timer := time.NewTimer(time.Hour)
 	timer.Stop()
 	for {
-		n := c.pass(nil)
+		n := c.pass(noWait)
 		if n >= c.cfg.batchSize {
 			// Busy: pass again at once, and sleep less next time.
 			idle = max(idle/2, minIdle)
@@ -513,9 +513,17 @@ func (c *Collector) final() {
 	}
 }
 
-// pass drains every ring once and dispatches the batches. ctx is nil in
-// normal operation (full sink queues drop) and the shutdown context in the
-// final pass (full sink queues are waited for, until ctx expires).
+// noWait is pass's context in normal operation: done already, so that full
+// sink queues drop at once.
+var noWait = func() context.Context {
+	ctx, cancel := context.WithCancel(context.Background())
+	cancel()
+	return ctx
+}()
+
+// pass drains every ring once and dispatches the batches, waiting for room
+// in full sink queues until ctx is done: noWait in normal operation, the
+// shutdown context in the final pass.
 func (c *Collector) pass(ctx context.Context) int {
 	total := 0
 	var b *batch
@@ -580,12 +588,10 @@ func (c *Collector) dispatch(b *batch, ctx context.Context) {
 		case s.q <- item:
 			sent = true
 		default:
-			if ctx != nil { // final pass: wait for room, until the deadline
-				select {
-				case s.q <- item:
-					sent = true
-				case <-ctx.Done():
-				}
+			select {
+			case s.q <- item:
+				sent = true
+			case <-ctx.Done():
 			}
 		}
 		if sent {

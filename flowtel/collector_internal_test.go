@@ -36,10 +36,10 @@ func TestCollectorPassNoAlloc(t *testing.T) {
 		}
 	}
 	fill()
-	c.pass(nil) // warm the pool
+	c.pass(noWait) // warm the pool
 	allocs := testing.AllocsPerRun(100, func() {
 		fill()
-		if n := c.pass(nil); n != 200 {
+		if n := c.pass(noWait); n != 200 {
 			t.Fatalf("pass drained %d, want 200", n)
 		}
 	})

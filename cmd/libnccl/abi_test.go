@@ -6,7 +6,6 @@ import (
 	"os"
 	"os/exec"
 	"path/filepath"
-	"runtime"
 	"strings"
 	"testing"
 	"time"
@@ -22,6 +21,10 @@ func TestCProgramWithoutGPU(t *testing.T) {
 	cc, err := exec.LookPath("gcc")
 	if err != nil {
 		t.Skip("gcc is needed to build the C test program: apt-get install gcc")
+	}
+	goCmd, err := exec.LookPath("go") // go test puts its own GOROOT/bin first in PATH
+	if err != nil {
+		t.Skipf("the go command is needed to build the library: %v", err)
 	}
 	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Minute)
 	defer cancel()
@@ -41,7 +44,7 @@ func TestCProgramWithoutGPU(t *testing.T) {
 		}
 		return string(out)
 	}
-	run(filepath.Join(runtime.GOROOT(), "bin", "go"), append(args, ".")...)
+	run(goCmd, append(args, ".")...)
 	prog := filepath.Join(dir, "abi_nogpu")
 	run(cc, "-std=c11", "-Wall", "-Wextra", "-Werror", "-Iinclude", "testdata/abi_nogpu.c", "-o", prog,
 		"-L"+dir, "-l:libnccl.so.2", "-Wl,-rpath,"+dir)

@@ -135,7 +135,7 @@ var errText = func() []*C.char {
 
 //export ncclGetErrorString
 func ncclGetErrorString(r C.ncclResult_t) *C.char {
-	if r < 0 || int(r) >= len(errText)-1 {
+	if uint(r) >= uint(len(errText)-1) { // also what C passed as negative
 		return errText[capi.NumResults]
 	}
 	return errText[r]

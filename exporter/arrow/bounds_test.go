@@ -15,6 +15,7 @@ import (
 // 5 s and 200 MB: unverified, a corrupted vector length in it made
 // pqarrow allocate until the process died.
 func TestHostileParquetSchema(t *testing.T) {
+	t.Parallel()
 	bounded.Check(t, bounded.Issue31, func(t *testing.T) {
 		s, err := New(testMeta(), WithDir(t.TempDir()), WithFormat(FormatParquet), WithBatchRows(10))
 		if err != nil {

@@ -41,6 +41,7 @@ func schemaWith(k, v string, edit func([]arrowgo.Field) []arrowgo.Field) *arrowg
 }
 
 func TestReaderRefuses(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	recs := genRecords(1, 10)
 	for _, tc := range []struct {
@@ -106,6 +107,7 @@ func TestReaderRefuses(t *testing.T) {
 // A directory with a bad file among good ones: the good ones read, then an
 // error names the bad one.
 func TestReaderErrorNamesTheFile(t *testing.T) {
+	t.Parallel()
 	dir := t.TempDir()
 	writeRaw(t, filepath.Join(dir, "a.arrow"), schemaFor(testMeta()), false, genRecords(1, 5))
 	writeRaw(t, filepath.Join(dir, "b.arrow"), schemaWith(KeySchemaVersion, "9", nil), false, genRecords(6, 5))
@@ -129,8 +131,10 @@ func TestReaderErrorNamesTheFile(t *testing.T) {
 // Cut a trace at every length: what remains reads without error as the
 // batches that are complete, and the cut shows as an unfinished file.
 func TestReaderEveryCut(t *testing.T) {
+	t.Parallel()
 	for _, f := range []Format{FormatFile, FormatStream} {
 		t.Run(f.String(), func(t *testing.T) {
+			t.Parallel()
 			s := newTestSink(t, WithFormat(f), WithBatchRows(8))
 			want := genRecords(1, 30) // batches of 8, 8, 8, 6
 			consumeAll(t, s, want, 30)
@@ -182,6 +186,7 @@ func TestReaderEveryCut(t *testing.T) {
 }
 
 func TestRepair(t *testing.T) {
+	t.Parallel()
 	for _, f := range []Format{FormatFile, FormatStream} {
 		t.Run(f.String(), func(t *testing.T) {
 			s := newTestSink(t, WithFormat(f), WithBatchRows(100))
@@ -273,6 +278,7 @@ func TestRepair(t *testing.T) {
 
 // Nulls (which the sink never writes, but another tool might) read as zero.
 func TestReaderNulls(t *testing.T) {
+	t.Parallel()
 	path := filepath.Join(t.TempDir(), "nulls.arrow")
 	s := schemaFor(testMeta())
 	recs := genRecords(1, 20)

@@ -81,6 +81,7 @@ func consumeAll(t testing.TB, s *Sink, recs []flowtel.Record, chunk int) {
 }
 
 func TestRoundTrip(t *testing.T) {
+	t.Parallel()
 	for _, tc := range []struct {
 		name string
 		opts []Option
@@ -167,6 +168,7 @@ func firstDiff(a, b []flowtel.Record) int {
 // order and types, and what the metadata holds, as any Arrow library sees
 // it.
 func TestSchema(t *testing.T) {
+	t.Parallel()
 	s := newTestSink(t, WithFormat(FormatFile))
 	consumeAll(t, s, genRecords(1, 10), 10)
 	if err := s.Shutdown(testCtx(t)); err != nil {
@@ -348,6 +350,7 @@ func TestFlush(t *testing.T) {
 
 // A sink that got nothing leaves a valid empty trace with its metadata.
 func TestEmpty(t *testing.T) {
+	t.Parallel()
 	for _, f := range []Format{FormatFile, FormatStream} {
 		s := newTestSink(t, WithFormat(f))
 		if err := s.Shutdown(testCtx(t)); err != nil {
@@ -443,6 +446,7 @@ func TestWriteErrorIsCountedAndReturned(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
+	t.Parallel()
 	env := map[string]string{EnvDir: t.TempDir(), EnvFormat: "stream", EnvRotate: "1M"}
 	fromEnv := func() []Option {
 		t.Helper()

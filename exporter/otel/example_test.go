@@ -76,7 +76,7 @@ func ExampleExporter() {
 		for _, kv := range s.Attributes {
 			switch kv.Key {
 			case "vccl.op", "vccl.peer", "vccl.send_bytes", "vccl.busbw_gbps":
-				fmt.Printf(" %s=%v", kv.Key, kv.Value.Emit())
+				fmt.Printf(" %s=%v", kv.Key, kv.Value.String())
 			}
 		}
 		fmt.Println()

@@ -65,8 +65,10 @@ func TestLogLimiter(t *testing.T) {
 
 func TestGate(t *testing.T) {
 	g := Gate{Max: 2, PerHost: 1}
-	if !g.Slot(nil) || !g.Slot(nil) {
-		t.Fatal("slots")
+	for i := range 2 {
+		if !g.Slot(nil) {
+			t.Fatalf("slot %d of 2 refused", i+1)
+		}
 	}
 	done := make(chan struct{})
 	close(done)

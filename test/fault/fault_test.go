@@ -127,7 +127,12 @@ func TestFlaps(t *testing.T) {
 	j := nw.start(workerConfig{Iters: iters, Sizes: "mixed", Seed: 42, Every: 1})
 	start := time.Now()
 	flaps := 0
-	var downs []time.Duration
+	// Each flap's rank and the span its primary was down, monotonic ns.
+	type down struct {
+		rank     int
+		from, to int64
+	}
+	var downs []down
 	for !j.allExited() {
 		k := flaps % nw.n
 		j.waitIters(40, time.Minute)
@@ -136,9 +141,8 @@ func TestFlaps(t *testing.T) {
 		}
 		t0 := nw.setLink(k, 0, false)
 		j.waitIters(40, time.Minute)
-		hold := time.Duration(flowNow() - t0)
 		t1 := nw.setLink(k, 0, true)
-		downs = append(downs, hold)
+		downs = append(downs, down{k, t0, t1})
 		// Both of rank k's links fail back before the next fault.
 		j.waitFor("fail-back", 10*time.Second, func() bool {
 			j.failOnError()
@@ -149,6 +153,18 @@ func TestFlaps(t *testing.T) {
 		flaps++
 	}
 	j.waitExit(time.Minute)
+	// Every all-reduce of a down span needs rank k: its links moved to the
+	// backup within the span, or the all-reduces did not run on them.
+	evs := j.snapshot()
+	for i, d := range downs {
+		moved := since(evs, d.from, func(e event) bool {
+			return e.Ev == "link" && e.Kind == "failover" && e.Ts <= d.to && (e.Rank == d.rank || e.Peer == d.rank)
+		})
+		if len(moved) == 0 {
+			t.Errorf("flap %d: rank %d's primary was down for %.1f ms, 40 all-reduces ran, and none of its links failed over",
+				i, d.rank, ms(d.to-d.from))
+		}
+	}
 	wrs, done := checkDoneWRs(t, j, iters)
 	var durs []float64
 	for _, e := range j.snapshot() {

@@ -129,14 +129,13 @@ type call struct {
 
 // setup holds a rank's buffers, allocated once for the largest size.
 type setup struct {
-	cfg        Config
-	rank, n    int
-	dt         collective.Datatype
-	es         int
-	sendBuf    []byte
-	recvBuf    []byte
-	reduceRoot bool
-	dev        *deviceRun // --device gpu
+	cfg     Config
+	rank, n int
+	dt      collective.Datatype
+	es      int
+	sendBuf []byte
+	recvBuf []byte
+	dev     *deviceRun // --device gpu
 }
 
 // newSetup allocates the buffers and writes this rank's inputs into every

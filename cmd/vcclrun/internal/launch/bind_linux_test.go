@@ -29,7 +29,7 @@ func myCPUs(t *testing.T) []int {
 func ranksCPUs(t *testing.T, n int, bind string) map[string]string {
 	cfg, stdout, stderr := job(t, n, "cpus")
 	cfg.Bind = bind
-	if err, _ := runJob(t, testCtx(t), cfg); err != nil {
+	if _, err := runJob(t, testCtx(t), cfg); err != nil {
 		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr)
 	}
 	cpus := map[string]string{}

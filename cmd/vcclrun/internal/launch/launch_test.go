@@ -252,20 +252,20 @@ func job(t *testing.T, n int, mode string, extraEnv ...string) (Config, *output,
 }
 
 // runJob runs cfg and checks it ended within the test's deadline.
-func runJob(t *testing.T, ctx context.Context, cfg Config) (error, time.Duration) {
+func runJob(t *testing.T, ctx context.Context, cfg Config) (time.Duration, error) {
 	t.Helper()
 	start := time.Now()
 	err := Run(ctx, cfg)
 	if ctx.Err() != nil {
 		t.Fatalf("job outlived the test deadline: %v", err)
 	}
-	return err, time.Since(start)
+	return time.Since(start), err
 }
 
 func TestEnvPerRank(t *testing.T) {
 	ctx := testCtx(t)
 	cfg, stdout, stderr := job(t, 3, "env", "RANK=99", "VCCL_RANK=7", "MASTER_ADDR=elsewhere")
-	if err, _ := runJob(t, ctx, cfg); err != nil {
+	if _, err := runJob(t, ctx, cfg); err != nil {
 		t.Fatalf("Run: %v\nstderr:\n%s", err, stderr)
 	}
 	re := regexp.MustCompile(`(?m)^\[(\d)\] env RANK=(\d) WORLD_SIZE=3 LOCAL_RANK=(\d) LOCAL_WORLD_SIZE=3 MASTER_ADDR=127\.0\.0\.1 MASTER_PORT=(\d+) VCCL_JOB_TOKEN=([0-9a-f]{32}) VCCL_RANK=""$`)
@@ -292,7 +292,7 @@ func TestEnvPerRank(t *testing.T) {
 func TestRanksRendezvous(t *testing.T) {
 	ctx := testCtx(t)
 	cfg, stdout, stderr := job(t, 3, "rendezvous")
-	if err, _ := runJob(t, ctx, cfg); err != nil {
+	if _, err := runJob(t, ctx, cfg); err != nil {
 		t.Fatalf("Run: %v\nstdout:\n%s\nstderr:\n%s", err, stdout, stderr)
 	}
 	for r := range 3 {
@@ -306,7 +306,7 @@ func TestInheritedTokenKept(t *testing.T) {
 	ctx := testCtx(t)
 	cfg, stdout, _ := job(t, 2, "env", "VCCL_JOB_TOKEN=mine")
 	cfg.Port = 4242
-	if err, _ := runJob(t, ctx, cfg); err != nil {
+	if _, err := runJob(t, ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if n := strings.Count(stdout.String(), "MASTER_PORT=4242 VCCL_JOB_TOKEN=mine "); n != 2 {
@@ -317,7 +317,7 @@ func TestInheritedTokenKept(t *testing.T) {
 func TestOutputTagged(t *testing.T) {
 	ctx := testCtx(t)
 	cfg, stdout, stderr := job(t, 2, "output")
-	if err, _ := runJob(t, ctx, cfg); err != nil {
+	if _, err := runJob(t, ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	for r := range 2 {
@@ -336,7 +336,7 @@ func TestOutputTagged(t *testing.T) {
 
 	cfg, stdout, _ = job(t, 1, "output")
 	cfg.TagOutput = TagOutputNone
-	if err, _ := runJob(t, ctx, cfg); err != nil {
+	if _, err := runJob(t, ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	if got := stdout.String(); got != "first half\nsecond line\nno newline at exit" {
@@ -347,7 +347,7 @@ func TestOutputTagged(t *testing.T) {
 	// other line is tagged.
 	cfg, stdout, stderr = job(t, 2, "output")
 	cfg.TagOutput = TagOutputAuto
-	if err, _ := runJob(t, ctx, cfg); err != nil {
+	if _, err := runJob(t, ctx, cfg); err != nil {
 		t.Fatal(err)
 	}
 	lines := strings.Split(strings.TrimSuffix(stdout.String(), "\n"), "\n")
@@ -374,7 +374,7 @@ func TestStatusLine(t *testing.T) {
 	for _, on := range []bool{false, true} {
 		cfg, stdout, stderr := job(t, 1, "progress", term.StatusLinesVar+"=1")
 		cfg.StatusLine = on
-		if err, _ := runJob(t, ctx, cfg); err != nil {
+		if _, err := runJob(t, ctx, cfg); err != nil {
 			t.Fatal(err)
 		}
 		if want := map[bool]string{false: `[0] status lines ""`, true: `[0] status lines "1"`}[on]; !strings.Contains(stdout.String(), want) {
@@ -399,7 +399,7 @@ func TestStatusLine(t *testing.T) {
 func TestRankFailureStopsOthers(t *testing.T) {
 	ctx := testCtx(t)
 	cfg, stdout, _ := job(t, 3, "fail")
-	err, took := runJob(t, ctx, cfg)
+	took, err := runJob(t, ctx, cfg)
 	var re *RankError
 	if !errors.As(err, &re) || re.Rank != 1 || re.ExitCode != 3 || re.Signal != 0 {
 		t.Fatalf("err = %#v (%v), want rank 1 exit code 3", err, err)
@@ -424,7 +424,7 @@ func TestRankFailureStopsOthers(t *testing.T) {
 func TestRankKilledBySignal(t *testing.T) {
 	ctx := testCtx(t)
 	cfg, _, _ := job(t, 2, "sigkill")
-	err, _ := runJob(t, ctx, cfg)
+	_, err := runJob(t, ctx, cfg)
 	var re *RankError
 	if !errors.As(err, &re) || re.Rank != 1 || re.Signal != syscall.SIGKILL {
 		t.Fatalf("err = %v, want rank 1 killed by SIGKILL", err)
@@ -457,7 +457,7 @@ func TestGraceThenKill(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}()
-	err, took := runJob(t, ctx, cfg)
+	took, err := runJob(t, ctx, cfg)
 	var re *RankError
 	if !errors.As(err, &re) || re.Rank != 1 || re.ExitCode != 3 {
 		t.Fatalf("err = %v, want rank 1 exit code 3", err)
@@ -471,7 +471,7 @@ func TestTimeout(t *testing.T) {
 	ctx := testCtx(t)
 	cfg, _, _ := job(t, 2, "block")
 	cfg.Timeout = 300 * time.Millisecond
-	err, took := runJob(t, ctx, cfg)
+	took, err := runJob(t, ctx, cfg)
 	var te *TimeoutError
 	if !errors.As(err, &te) || err.Error() != "job timed out after 300ms" {
 		t.Fatalf("err = %v, want a timeout", err)
@@ -497,7 +497,7 @@ func TestSignalForwarded(t *testing.T) {
 		case <-ctx.Done():
 		}
 	}()
-	err, _ := runJob(t, ctx, cfg)
+	_, err := runJob(t, ctx, cfg)
 	var ie *InterruptedError
 	if !errors.As(err, &ie) || err.Error() != "interrupted by SIGINT" {
 		t.Fatalf("err = %v, want interrupted by SIGINT", err)
@@ -585,7 +585,7 @@ func TestStopWhileStarting(t *testing.T) {
 			} else {
 				cfg.Timeout = 100 * time.Millisecond
 			}
-			err, took := runJob(t, ctx, cfg)
+			took, err := runJob(t, ctx, cfg)
 			var ie *InterruptedError
 			var te *TimeoutError
 			if how == "signal" && !errors.As(err, &ie) || how == "timeout" && !errors.As(err, &te) {
@@ -618,7 +618,7 @@ func TestAnnounce(t *testing.T) {
 	cfg, _, stderr := job(t, 2, "telemetry", "RELEASE_FILE="+release)
 	cfg.Announce = true
 	errc := make(chan error, 1)
-	go func() { err, _ := runJob(t, ctx, cfg); errc <- err }()
+	go func() { _, err := runJob(t, ctx, cfg); errc <- err }()
 	live := regexp.MustCompile(`(?m)^vcclrun: live telemetry at (http://127\.0\.0\.1:\d+) \(rank 0: /metrics, /v1/info\), while the job runs; watch it: vccl-top --targets (\S+)$`)
 	var m []string
 	for m == nil {
