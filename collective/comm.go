@@ -18,10 +18,6 @@ import (
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/jobauth"
 	"github.com/vccl-go/vccl/transport"
-	"github.com/vccl-go/vccl/transport/ft"
-	"github.com/vccl-go/vccl/transport/loop"
-	"github.com/vccl-go/vccl/transport/shm"
-	"github.com/vccl-go/vccl/transport/tcp"
 )
 
 // Comm is a communicator: a fixed group of ranks that run collectives
@@ -44,7 +40,7 @@ type Comm struct {
 	server       *bootstrap.Server
 	peers        []peerInfo
 	backends     []string         // backend per peer ("self" for this rank)
-	overTCP      bool             // some link is TCP, so on every rank (chunkFor)
+	overStream   bool             // some link is a stream socket, so on every rank (chunkFor)
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 	fuseRecv     bool       // every QP reduces receives on arrival: schedules fuse receive and reduce
@@ -403,36 +399,6 @@ func hash32(s string) uint32 {
 	return h.Sum32()
 }
 
-// backendsByName are the transports a communicator may use.
-func (c *Comm) backend(name string) transport.Backend {
-	switch name {
-	case loop.Name:
-		return loop.Backend{}
-	case shm.Name:
-		return shm.Backend{}
-	default:
-		if c.opts.ft {
-			return ft.Backend{Interfaces: c.opts.ifname, Logger: c.opts.logger}
-		}
-		return tcp.Backend{Interface: c.opts.ifname}
-	}
-}
-
-// chooseBackend picks the transport between two ranks: the same process
-// uses loop, the same host shm, anything else TCP, unless one is forced.
-func (c *Comm) chooseBackend(me, peer peerInfo) string {
-	if c.opts.transport != "auto" {
-		return c.opts.transport
-	}
-	switch {
-	case me.ProcID == peer.ProcID:
-		return loop.Name
-	case me.HostID == peer.HostID:
-		return "shm"
-	}
-	return "tcp"
-}
-
 // setup listens, exchanges addresses, connects every pair of ranks on every
 // channel and starts the progress engines.
 func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInfo) ([]peerInfo, error)) error {
@@ -442,7 +408,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	if me.HostID == "" {
 		me.HostID = hostID()
 	}
-	names := []string{loop.Name, "shm", "tcp"}
+	names := autoBackends
 	if c.opts.transport != "auto" {
 		names = []string{c.opts.transport}
 	}
@@ -454,13 +420,14 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	}()
 	if c.size > 1 {
 		for _, name := range names {
-			l, err := c.backend(name).Listen(ctx, transport.ListenConfig{Token: c.opts.token})
+			b := c.opts.backendNamed(name)
+			l, err := b.Listen(ctx, transport.ListenConfig{Token: c.opts.token})
 			if err != nil {
 				return fmt.Errorf("collective: rank %d cannot listen on %s: %w", c.rank, name, err)
 			}
 			listeners[name] = l
 			me.Addrs[name] = l.Addr()
-			if name != loop.Name {
+			if b.Capabilities().Reach > transport.ReachProcess {
 				if err := c.opts.needToken(ctx, "the "+name+" transport", l.Addr()); err != nil {
 					return err
 				}
@@ -479,11 +446,16 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		}
 	}
 	c.backends = make([]string, c.size)
+	spin := true // every link's Poll progresses (engine.spin)
 	for p := range c.size {
 		c.backends[p] = "self"
 		if p != c.rank {
-			c.backends[p] = c.chooseBackend(me, peers[p])
-			c.overTCP = c.overTCP || c.backends[p] == "tcp"
+			if c.backends[p], err = c.chooseBackend(me, peers[p]); err != nil {
+				return err
+			}
+			caps := c.opts.backendNamed(c.backends[p]).Capabilities()
+			c.overStream = c.overStream || caps.StreamSocket
+			spin = spin && caps.PollProgresses
 			if _, ok := peers[p].Addrs[c.backends[p]]; !ok {
 				return fmt.Errorf("collective: rank %d offers no %s address (is VCCL_TRANSPORT the same on every rank?)", p, c.backends[p])
 			}
@@ -529,7 +501,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 				var qp transport.QP
 				var err error
 				if c.rank < p {
-					qp, err = c.backend(name).Dial(ctx, peers[p].Addrs[name], key, cfg)
+					qp, err = c.opts.backendNamed(name).Dial(ctx, peers[p].Addrs[name], key, cfg)
 				} else {
 					qp, err = listeners[name].Accept(ctx, key, cfg)
 				}
@@ -561,7 +533,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	c.teeSend = everyQP(c.qps, teesOnSend)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
-		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], c.overTCP)
+		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], spin, c.overStream)
 	}
 	var smallRec *flowtel.Recorder
 	if c.collector != nil {
@@ -658,13 +630,13 @@ func (c *Comm) SetTelemetry(on bool) error {
 	return nil
 }
 
-// Transport returns the transport this rank uses to reach peer ("ft" for
-// TCP with fault tolerance on).
+// Transport returns the name of the transport this rank uses to reach peer
+// ("ft" for TCP with fault tolerance on, "self" for this rank).
 func (c *Comm) Transport(peer int) string {
-	if b := c.backends[peer]; b != "tcp" || !c.opts.ft {
-		return b
+	if peer == c.rank {
+		return c.backends[peer]
 	}
-	return "ft"
+	return c.opts.backendNamed(c.backends[peer]).Name()
 }
 
 // Store returns the rendezvous store client (nil for local or single-rank

@@ -35,9 +35,9 @@ type engine struct {
 	rec     *flowtel.Recorder
 	beat    flowtel.Heartbeat // the driver's, while it waits with tasks in flight
 	notify  *transport.Notifier
-	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
+	spin    bool // every peer's Poll makes progress itself (transport.Capabilities.PollProgresses)
 	procs   int  // processes of the communicator on this host
-	// batch: a link is TCP, where sends to one peer that may go together
+	// batch: a link is a stream socket (TCP), where sends to one peer that may go together
 	// are posted back to back and flagged transport.WR.More, so they leave
 	// in one write: a 2-rank 1 MiB broadcast's root, whose four chunks'
 	// credits came with the receiver's signature header, wrote them in four
@@ -170,15 +170,10 @@ func (t *task) release() {
 	t.done.Store(nil)
 }
 
-func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier, batch bool) *engine {
+func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier, spin, batch bool) *engine {
 	e := &engine{channel: channel, rank: rank, ranks: ranks, procs: max(procs, 1), comm: comm, qps: qps, rec: rec, notify: notify, batch: batch,
 		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: true}
-	for _, qp := range qps {
-		if qp != nil && qp.Info().Backend != "shm" && qp.Info().Backend != "loop" && !isSpinner(qp) {
-			e.spin = false
-		}
-	}
+		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: spin}
 	liveEngines.Add(1)
 	go e.background()
 	return e
@@ -239,11 +234,6 @@ func (e *engine) yieldsWaiting(w time.Duration) bool {
 // spinner is a QP whose Poll reads the network itself and which must know
 // whether its owner polls without pause (transport/tcp).
 type spinner interface{ SetSpinning(on bool) }
-
-func isSpinner(qp transport.QP) bool {
-	_, ok := qp.(spinner)
-	return ok
-}
 
 // setSpinning tells the channel's spinners whether the driver spins.
 func (e *engine) setSpinning(on bool) {

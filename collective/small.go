@@ -131,7 +131,7 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 	// for each other on different paths.
 	for i := range c.peers {
 		for j := range i {
-			if c.chooseBackend(c.peers[i], c.peers[j]) != "shm" {
+			if !c.sharedMemory(c.peers[i], c.peers[j]) {
 				return nil
 			}
 		}

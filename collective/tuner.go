@@ -67,7 +67,7 @@ func (c *Comm) chunkFor(cl *call) int {
 		return c.opts.chunk
 	}
 	block := cl.count * cl.esize / max(cl.n, 1)
-	if !c.overTCP && (cl.op == OpAllGather || cl.op == OpBroadcast) {
+	if !c.overStream && (cl.op == OpAllGather || cl.op == OpBroadcast) {
 		// What one step moves is the whole of count (a rank's block of
 		// an all-gather, a broadcast's buffer), not count/n. Over shared
 		// memory the transport pipelines each message through its ring
@@ -79,7 +79,7 @@ func (c *Comm) chunkFor(cl *call) int {
 		// 128/256 KiB 63.5/52.6 us close.
 		block = cl.count * cl.esize
 	}
-	if cl.op == OpAllGather && cl.n == 2 && !c.overTCP && block <= wholeBlockMax {
+	if cl.op == OpAllGather && cl.n == 2 && !c.overStream && block <= wholeBlockMax {
 		// Nothing relays a 2-rank all-gather's block, so chunks only
 		// cost: each a message, and by single copy (an exchange, see
 		// shm's exchangeCMA) a read behind the last one's
@@ -91,7 +91,7 @@ func (c *Comm) chunkFor(cl *call) int {
 		return max(block, 1)
 	}
 	least := 32 << 10
-	if c.overTCP {
+	if c.overStream {
 		least = tcpMinChunk
 	}
 	return min(max(block/4, least), c.opts.chunk)
