@@ -658,20 +658,17 @@ func (c *Comm) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.pending.Wait()
-	return c.teardown(errEngineStopped)
+	return c.teardown(ErrClosed)
 }
-
-// errAborted is what calls pending on an aborted communicator get.
-var errAborted = errors.New("collective: communicator aborted")
 
 // Abort tears the communicator down at once, from any goroutine: pending
 // calls fail with an error and the connections close, so peers see this
-// rank gone.
+// rank gone. Calls pending fail with ErrAborted.
 func (c *Comm) Abort() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	return c.teardown(errAborted)
+	return c.teardown(ErrAborted)
 }
 
 func (c *Comm) teardown(reason error) error {

@@ -268,9 +268,6 @@ func spinFits(live, procs, cpus int, bound bool) bool {
 	return live*procs <= cpus
 }
 
-// errEngineStopped is what tasks submitted after Close get.
-var errEngineStopped = errors.New("collective: communicator closed")
-
 // enqueue hands t to the engine; t finishes (markDone) when done. With
 // inline, the caller will drive the task itself (await); otherwise the
 // background goroutine is woken to drive it.
@@ -278,7 +275,7 @@ func (e *engine) enqueue(t *task, inline bool) {
 	e.qmu.Lock()
 	if e.closed {
 		e.qmu.Unlock()
-		t.err = errEngineStopped
+		t.err = ErrClosed
 		t.markDone()
 		return
 	}
@@ -901,8 +898,8 @@ func (e *engine) completion(peer int, wc transport.WC) {
 		}
 	}
 	if p.kind == primRecv && (wc.Bytes != p.n && !p.upTo || p.upTo && wc.Bytes < hdrSize) {
-		e.fail(t, fmt.Errorf("collective: %v seq %d: rank %d sent %d bytes at step %d where rank %d expected %d (do the ranks agree on counts and datatypes?)",
-			t.call.op, t.seq, peer, wc.Bytes, p.step, e.rank, p.n), true)
+		e.fail(t, fmt.Errorf("%w: %v seq %d: rank %d sent %d bytes at step %d where rank %d expected %d (do the ranks agree on counts and datatypes?)",
+			ErrMismatch, t.call.op, t.seq, peer, wc.Bytes, p.step, e.rank, p.n), true)
 		return
 	}
 	t.ready = t.m.complete(i, t.ready)
@@ -1038,7 +1035,7 @@ func (e *engine) expired(t *task, now int64) error {
 		err = context.DeadlineExceeded // its timer has not fired yet
 	}
 	if err == nil && t.deadline != 0 && now > t.deadline {
-		err = errCommTimeout
+		err = ErrTimeout
 	}
 	if err == nil {
 		return nil
