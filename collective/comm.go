@@ -16,6 +16,7 @@ import (
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/benchhook"
 	"github.com/vccl-go/vccl/internal/jobauth"
 	"github.com/vccl-go/vccl/transport"
 )
@@ -609,15 +610,20 @@ func (c *Comm) Clock() *flowtel.Clock { return c.clock }
 // Exporters attach to it as sinks.
 func (c *Comm) Collector() *flowtel.Collector { return c.collector }
 
-// SetTelemetry pauses (false) or resumes (true) the records of a
-// communicator made with telemetry on, so that one program can time the
-// same calls with telemetry off and on, alternately (vccl-bench --telemetry
-// alternate): launches differ more on a shared machine than telemetry
-// costs. Paused, the data path does what it does with telemetry off but
-// for one atomic load per check, and the collector idles. Switch between
-// calls: a call running meanwhile may keep only part of its records. It
-// fails on a communicator made with telemetry off, which has no recorders.
-func (c *Comm) SetTelemetry(on bool) error {
+func init() {
+	benchhook.SetTelemetry = func(comm any, on bool) error {
+		c, ok := comm.(*Comm)
+		if !ok {
+			return fmt.Errorf("collective: SetTelemetry of a %T, want a *Comm", comm)
+		}
+		return c.setTelemetry(on)
+	}
+}
+
+// setTelemetry pauses (false) or resumes (true) the records of a
+// communicator made with telemetry on (benchhook.SetTelemetry says why and
+// when).
+func (c *Comm) setTelemetry(on bool) error {
 	if c.collector == nil {
 		return errors.New("collective: SetTelemetry: the communicator was made with telemetry off")
 	}
@@ -639,9 +645,25 @@ func (c *Comm) Transport(peer int) string {
 	return c.opts.backendNamed(c.backends[peer]).Name()
 }
 
-// Store returns the rendezvous store client (nil for local or single-rank
-// communicators), for publishing job-wide information.
-func (c *Comm) Store() *bootstrap.Client { return c.store }
+// Store is the job's rendezvous store as a program uses it: keys every
+// rank of the job reaches, for job-wide information (exporter/live
+// announces its endpoints there). A key is written once; Get waits until
+// some rank sets the key or ctx ends. It is an alias of an unnamed
+// interface so that packages that must not import this one (exporters)
+// can name the same type.
+type Store = interface {
+	Set(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
+// Store returns the job's rendezvous store, or nil for communicators that
+// have none (NewLocal's, a single rank's).
+func (c *Comm) Store() Store {
+	if c.store == nil {
+		return nil
+	}
+	return c.store
+}
 
 // EndpointBearer returns the credential HTTP clients of this rank's live
 // telemetry endpoint present when it asks for one (exporter/live), derived
