@@ -34,7 +34,7 @@ var (
 // errors.Is(err, ErrMismatch) holds for it.
 type MismatchError struct {
 	// Calls describes each rank's call, by rank, for example
-	// "AllReduce(count=4, float32, sum, algo=ring) at seq 3".
+	// "allreduce(count=4, float32, sum, algo=ring) at seq 3".
 	Calls []string
 }
 
