@@ -185,10 +185,10 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	// Ranks on rank 0's kernel (and time namespace) read the same monotonic
 	// clock: their offset is 0, exactly. Measured over the store's round
-	// trips it carried their error (half the best round trip, up to tens
-	// of microseconds on a loaded VM), which put receives' landings before
-	// their sends' posts and showed the analyzer links moving data at
-	// 60,000 GB/s.
+	// trips it would carry that measurement's error (half the best round
+	// trip), larger than a short transfer, which would put receives'
+	// landings before their sends' posts and show the analyzer impossible
+	// link speeds.
 	var offset, errNs int64
 	clock := clockID()
 	if o.rank == 0 {

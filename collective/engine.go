@@ -192,8 +192,8 @@ var liveEngines atomic.Int32
 // spinFor is how long the driver keeps polling after the last progress
 // before it yields, and then how long it yields before it sleeps on the
 // notifier. Spinning pays where a poll itself makes progress: shared memory,
-// and TCP, whose Poll reads the socket (a sleeping peer's wake-up costs tens
-// of microseconds on an idle VM, more than a whole small collective). While
+// and TCP, whose Poll reads the socket (a sleeping peer's wake-up through
+// the scheduler costs more than a whole small collective). While
 // the driver spins, TCP's reader goroutines stay off Go's network poller
 // (spinner), so an arriving message wakes no thread; before it sleeps they
 // go back on it and wake the driver through the notifier. With more engines
@@ -209,8 +209,8 @@ const yieldAfter = 20 * time.Microsecond
 // that may not spin yields its core between polls before it sleeps. The
 // waits of larger calls are for chunks that take the peer a while to move,
 // and a waiter polling through them keeps taking turns on the core that
-// peer needs (CFS keeps picking a thread that yields at once): 4 ranks on
-// 2 cores, all-reduce of 4 MiB over shm went from 3.1-4.2 to 4.9-6.9 ms.
+// peer needs (CFS keeps picking a thread that yields at once), so the peer
+// moves the chunk later than if the waiter slept.
 const yieldMax = 256 << 10
 
 // yieldsWaiting reports whether a driver that may not spin (more engines
@@ -259,8 +259,8 @@ func (e *engine) spins() bool {
 // other processes do on theirs. An unbound one shares its CPUs with the
 // host's other ranks: the engines of all of them must fit. Counting the
 // processes against a bound rank's own share (one CPU each for 2 ranks on
-// 2 cores) made nothing spin under vcclrun's and mpirun's binding: 2-rank
-// TCP broadcast of 1 MiB took 419/379 µs against 260/232 spinning.
+// 2 cores) would make nothing spin under vcclrun's and mpirun's binding,
+// and every wait would pay a wake-up.
 func spinFits(live, procs, cpus int, bound bool) bool {
 	if bound {
 		return live <= cpus
@@ -537,9 +537,8 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			// (the peer this one waits for may be queued behind it), as
 			// Open MPI does when oversubscribed. Sleeping at once made
 			// every step of a small call wait for a wake-up through the
-			// notifier and the scheduler: 4 ranks on 2 cores, 16 KiB
-			// all-reduce over shm ~300 us against Open MPI's 46
-			// (BENCHMARKS.md).
+			// notifier and the scheduler, which costs more than a small
+			// call's transfers (BENCHMARKS.md compares with Open MPI).
 			e.setSpinning(true)
 			osYield()
 			continue
@@ -723,9 +722,8 @@ func (e *engine) step() bool {
 	e.passTs = 0
 	for peer, qp := range e.qps {
 		// A QP with nothing posted has nothing to complete: over TCP each
-		// Poll is a system call or two, and a 4-rank call's steps talk to
-		// one peer at a time (4 ranks on 2 cores, 1 KiB all-reduce over
-		// TCP, 3 launches: 103-154 -> 93-100 us).
+		// Poll is a system call or two, and a call of many ranks talks to
+		// one peer at a time in each step, so most QPs are idle.
 		if qp == nil || qp.Outstanding() == 0 {
 			continue
 		}

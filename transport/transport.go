@@ -73,9 +73,9 @@ type WR struct {
 
 	// More, on a send, says that another send to the same QP is posted
 	// right after this one: a backend may hold this one's write until that
-	// post, or the next Poll, and write both at once (over TCP one writev
-	// of 1 MiB moves bytes faster than four of 256 KiB). A hint; backends
-	// may ignore it.
+	// post, or the next Poll, and write both at once (over TCP one
+	// system call and one pass through the stack then carry both). A
+	// hint; backends may ignore it.
 	More bool
 }
 
