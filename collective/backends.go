@@ -12,10 +12,10 @@ import (
 )
 
 // builtinBackends are the transports WithTransport and VCCL_TRANSPORT
-// name, each made with the communicator's settings. "tcp" is the
-// fault-tolerant backend when fault tolerance is on: the two share
-// addresses' key so that Transport and the ranks' records name the link
-// kind, not the option.
+// name, each made with the communicator's settings. "tcp" makes the
+// fault-tolerant backend (transport/ft) when fault tolerance is on: the
+// ranks agree on that apart (peerInfo.FT), so the name that keys their
+// addresses stays "tcp" either way.
 var builtinBackends = map[string]func(o *options) transport.Backend{
 	loop.Name: func(*options) transport.Backend { return loop.Backend{} },
 	shm.Name:  func(*options) transport.Backend { return shm.Backend{} },
