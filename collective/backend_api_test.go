@@ -196,3 +196,4 @@ func TestWithBackendOptions(t *testing.T) {
 		})
 	}
 }
+

@@ -446,6 +446,18 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 				c.rank, onOff(me.FT), p, onOff(peers[p].FT))
 		}
 	}
+	if c.opts.transport != "auto" {
+		// Every rank checks every pair, so that all fail at once where
+		// the forced backend cannot join two of them, rather than wait
+		// for links that will not come.
+		for i := range peers {
+			for j := range i {
+				if _, err := c.chooseBackend(peers[i], peers[j]); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	c.backends = make([]string, c.size)
 	spin := true // every link's Poll progresses (engine.spin)
 	for p := range c.size {
