@@ -196,4 +196,3 @@ func TestWithBackendOptions(t *testing.T) {
 		})
 	}
 }
-
