@@ -75,7 +75,7 @@ func DatatypeOf[T Element]() Datatype {
 		}
 		return Uint8
 	case 4:
-		if isFloat(z) {
+		if isFloat[T]() {
 			return Float32
 		}
 		if isSigned(z) {
@@ -83,7 +83,7 @@ func DatatypeOf[T Element]() Datatype {
 		}
 		return Uint32
 	case 8:
-		if isFloat(z) {
+		if isFloat[T]() {
 			return Float64
 		}
 		if isSigned(z) {
@@ -99,8 +99,8 @@ func isSigned[T Element](z T) bool {
 	return z < 0
 }
 
-func isFloat[T Element](z T) bool {
-	z = 1
+func isFloat[T Element]() bool {
+	z := T(1)
 	z /= 2
 	return z != 0
 }

@@ -56,3 +56,35 @@ func TestBenchHookSetTelemetry(t *testing.T) {
 		})
 	}
 }
+
+type (
+	namedI8  int8
+	namedU8  uint8
+	namedF32 float32
+	namedI32 int32
+	namedU32 uint32
+	namedF64 float64
+	namedI64 int64
+	namedU64 uint64
+)
+
+// TestDatatypeOfNamedTypes: a slice of a named type over a basic one maps
+// to its underlying datatype, told apart by size, sign and fraction.
+func TestDatatypeOfNamedTypes(t *testing.T) {
+	for _, tc := range []struct {
+		got, want Datatype
+	}{
+		{DatatypeOf[namedI8](), Int8},
+		{DatatypeOf[namedU8](), Uint8},
+		{DatatypeOf[namedF32](), Float32},
+		{DatatypeOf[namedI32](), Int32},
+		{DatatypeOf[namedU32](), Uint32},
+		{DatatypeOf[namedF64](), Float64},
+		{DatatypeOf[namedI64](), Int64},
+		{DatatypeOf[namedU64](), Uint64},
+	} {
+		if tc.got != tc.want {
+			t.Errorf("DatatypeOf = %v, want %v", tc.got, tc.want)
+		}
+	}
+}
