@@ -83,7 +83,7 @@ func TestCodes(t *testing.T) {
 		{fmt.Errorf("x: %w", cuda.ErrNoDriver), InvalidUsage},
 		{&cuda.Error{Call: "cuMemAlloc_v2", Code: cuda.ErrorOutOfMemory}, UnhandledCudaError},
 		{fmt.Errorf("waiting: %w", context.Canceled), RemoteError},
-		{&collective.PeerFailedError{Rank: 1, Cause: "gone"}, RemoteError},
+		{&collective.PeerFailedError{Rank: 1, Cause: errors.New("gone")}, RemoteError},
 		{errorf(InvalidArgument, "x"), InvalidArgument},
 		{fmt.Errorf("wrapped: %w", errorf(RemoteError, "x")), RemoteError},
 		{errors.New("something"), InternalError},

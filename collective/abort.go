@@ -22,7 +22,9 @@ import (
 // the cause on the communicator's abort board (a key in the rendezvous
 // store, or a shared value for NewLocal's ranks), and every rank watches
 // the board and fails its calls with the first poster's cause at once, as
-// a *PeerFailedError. The board is off the data path: one blocked store
+// a *PeerFailedError. A cause crosses ranks as text and a set of kinds
+// (errorKinds), so errors.Is finds on every rank what the first poster's
+// error was. The board is off the data path: one blocked store
 // request per communicator, and one atomic load per progress pass.
 //
 // The store is served by rank 0's process; when that process is gone no
@@ -47,7 +49,9 @@ import (
 // PeerFailedError is what calls fail with on every rank once another rank's
 // call failed in a way that broke the communicator (a dead or unreachable
 // peer, a deadline, a mismatch found mid-call). The communicator cannot be
-// used again; close it.
+// used again; close it. It unwraps to the reporter's error, so
+// errors.Is(err, ErrTimeout) or errors.Is(err, transport.ErrPeerDead) tell
+// what happened there.
 type PeerFailedError struct {
 	// Rank is the rank the failure is blamed on: the one that stopped
 	// making progress when the first report was a timeout waiting on it
@@ -55,16 +59,25 @@ type PeerFailedError struct {
 	Rank     int
 	Reporter int    // the rank whose call failed first
 	Seq      uint64 // the collective sequence number of that call
-	Cause    string // the reporter's error
+	// Cause is the reporter's error: its text, and the kinds it was
+	// (the sentinels of this package, of transport and of context) for
+	// errors.Is.
+	Cause error
 }
 
 func (e *PeerFailedError) Error() string {
-	cause := strings.TrimPrefix(e.Cause, "collective: ")
+	cause := "unknown cause"
+	if e.Cause != nil {
+		cause = strings.TrimPrefix(e.Cause.Error(), "collective: ")
+	}
 	if e.Rank == e.Reporter {
 		return fmt.Sprintf("collective: communicator aborted because rank %d failed: %s", e.Rank, cause)
 	}
 	return fmt.Sprintf("collective: communicator aborted because rank %d stopped making progress: rank %d timed out: %s", e.Rank, e.Reporter, cause)
 }
+
+// Unwrap returns the reporter's error.
+func (e *PeerFailedError) Unwrap() error { return e.Cause }
 
 // covers reports whether the failure is of the call with sequence number
 // seq or an earlier one: that call must fail on every rank. Point-to-point
@@ -88,13 +101,10 @@ type stuckError struct {
 func (e *stuckError) Error() string { return e.err.Error() }
 func (e *stuckError) Unwrap() error { return e.err }
 
-// errCommTimeout is the communicator's timeout passing.
-var errCommTimeout = fmt.Errorf("%w (VCCL_TIMEOUT)", context.DeadlineExceeded)
-
 // blame wraps a deadline error of a call that waits on peers: a
 // communicator timeout while it waits on one peer names that peer.
 func blame(err error, peers ...int) error {
-	if len(peers) == 1 && errors.Is(err, errCommTimeout) {
+	if len(peers) == 1 && errors.Is(err, ErrTimeout) {
 		return &stuckError{err: err, peer: peers[0]}
 	}
 	return err
@@ -105,6 +115,7 @@ type abortPost struct {
 	reporter, culprit int
 	seq               uint64
 	cause             string
+	kinds             uint64 // kindsOf the cause
 }
 
 // abortBoard is where the ranks of one communicator post and learn the
@@ -166,7 +177,7 @@ func (b storeBoard) post(p abortPost) {
 	}
 	me := b.store.Rank()
 	if b.store.Set(ctx, b.causeKey(me), []byte(cause)) == nil {
-		b.store.Set(ctx, b.key, fmt.Appendf(nil, "%d %d %d %d", p.reporter, me, p.culprit, p.seq))
+		b.store.Set(ctx, b.key, fmt.Appendf(nil, "%d %d %d %d %d", p.reporter, me, p.culprit, p.seq, p.kinds))
 	}
 }
 
@@ -180,7 +191,7 @@ func (b storeBoard) watch(ctx context.Context) (abortPost, bool) {
 	}
 	var p abortPost
 	var storeRank int
-	if n, err := fmt.Sscanf(string(v), "%d %d %d %d", &p.reporter, &storeRank, &p.culprit, &p.seq); n != 4 || err != nil || p.reporter < 0 || storeRank < 0 || p.culprit < 0 {
+	if n, err := fmt.Sscanf(string(v), "%d %d %d %d %d", &p.reporter, &storeRank, &p.culprit, &p.seq, &p.kinds); n != 5 || err != nil || p.reporter < 0 || storeRank < 0 || p.culprit < 0 {
 		return abortPost{}, false
 	}
 	cause, err := b.store.Get(ctx, b.causeKey(storeRank))
@@ -289,7 +300,7 @@ func (c *Comm) watchAborts(boards func(uid string) abortBoard) {
 			if errors.As(err, new(*PeerFailedError)) {
 				return // not ours to report
 			}
-			p := abortPost{reporter: c.rank, culprit: c.rank, seq: seq, cause: err.Error()}
+			p := abortPost{reporter: c.rank, culprit: c.rank, seq: seq, cause: err.Error(), kinds: kindsOf(err)}
 			if se := (*stuckError)(nil); errors.As(err, &se) {
 				p.culprit = se.peer
 			}
@@ -323,7 +334,7 @@ func (c *Comm) learn(ctx context.Context, p abortPost) *PeerFailedError {
 		}
 		culprit = next
 	}
-	pf := &PeerFailedError{Rank: culprit, Reporter: p.reporter, Seq: p.seq, Cause: p.cause}
+	pf := &PeerFailedError{Rank: culprit, Reporter: p.reporter, Seq: p.seq, Cause: &remoteError{msg: p.cause, kinds: p.kinds}}
 	if !c.peerFailure.CompareAndSwap(nil, pf) {
 		return c.peerFailure.Load()
 	}

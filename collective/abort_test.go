@@ -78,7 +78,7 @@ func TestFailureReachesEveryRank(t *testing.T) {
 				if !errors.As(errs[r], &pf) || pf.Rank != 2 {
 					t.Fatalf("rank %d: got %v, want rank 2's failure", r, errs[r])
 				}
-				if !strings.Contains(pf.Cause, "deadline") || !strings.Contains(errs[r].Error(), "rank 2") {
+				if !strings.Contains(pf.Cause.Error(), "deadline") || !strings.Contains(errs[r].Error(), "rank 2") {
 					t.Errorf("rank %d's error does not carry rank 2's cause: %v", r, errs[r])
 				}
 				// Their own deadline is 30 s away.
@@ -110,7 +110,7 @@ func TestCallerErrorDoesNotAbort(t *testing.T) {
 	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
 	defer cancel()
 	comms := newAbortJob(t, ctx, "local")
-	if err := Broadcast(ctx, comms[1], []float32{1}, 7); err == nil {
+	if err := Broadcast(ctx, comms[1], []float32{1}, []float32{1}, 7); err == nil {
 		t.Fatal("broadcast from rank 7 of 3 succeeded")
 	}
 	if err := runOnAll(comms, func(c *Comm) error {

@@ -156,9 +156,9 @@ func buildSelf(c *call, s *schedule) {
 // it is still in this core's cache (step-major, a 64 MiB call read every
 // reduced chunk back from memory, 32 MiB later). Every rank posts its
 // sends and receives in the same (step, chunk) order, so the k-th send on
-// a link still meets the k-th receive. Over TCP, where the kernel's
-// copies dominate, step-major measured as fast or faster (4 MiB: 2.94
-// against 3.16 ms), so the lag there covers a whole step.
+// a link still meets the k-th receive. Over TCP the kernel's copies
+// through the socket dominate, so a chunk still in the cache gains nothing
+// (step-major was as fast), and the lag there covers a whole step.
 func ringAllReduce(c *call, s *schedule) {
 	r, n := c.rank, c.n
 	next, prev := mod(r+1, n), mod(r-1, n)
@@ -288,16 +288,13 @@ func blockLen(c *call, count int) int {
 // own block is copied into the output too, chunk by chunk: by the transport
 // as it sends the chunk, where it can (c.tee: the chunk is read once and
 // written twice, see transport.WR.Tee), or else each piece after that
-// chunk's first send has left: copied whole first, it held back every
-// post of the call (a 1 MiB all-gather on 2 ranks took 190 us that way over
-// TCP, 150 us so; over shared memory 56 and 53). Only an output of
-// streamFrom or more has its block copied whole first, with memmove's
-// non-temporal stores (from ntCopy), past the caches: in pieces it went
-// through the cache and lost (16 MiB over shared memory). Below that the
-// output's lines are in the cache from the last call, and a non-temporal
-// store first evicts its line: a 4 MiB all-gather over shared memory spent
-// ~100 of its ~270 us in the 2 MiB copy so (2 ranks, close placement;
-// ~165 us in pieces).
+// chunk's first send has left: a copy of the whole block first would hold
+// back every post of the call behind it. Only an output of streamFrom or
+// more has its block copied whole first, with memmove's non-temporal
+// stores (from ntCopy), past the caches: an output that large does not
+// stay in the cache, and pieces copied through it cost a read of every
+// line. Below that the output's lines are in the cache from the last call,
+// and a non-temporal store would first evict them, so pieces win.
 func ringAllGather(c *call, s *schedule) {
 	r, n := c.rank, c.n
 	next, prev := mod(r+1, n), mod(r-1, n)
@@ -339,12 +336,9 @@ func ringAllGather(c *call, s *schedule) {
 // streamFrom is the output size from which a collective's last landing of
 // its bytes is written past the caches (transport.WR.Stream): beyond what
 // the ranks' buffers and rings leave of this VM's 32 MiB L3, the lines
-// would go to memory anyway, and a plain store reads each first.
-//
-// 2-rank all-reduce over shared memory, close placement, medians of 5
-// (out of place / in place, us): 4 MiB 321/247 -> 305/391 and 8 MiB
-// 923/708 -> 885/791 with every size streamed, 16 MiB 2783/2112 ->
-// 2591/1908 and 32 MiB 6303/6200 -> 5478/5837.
+// would go to memory anyway, and a plain store reads each first. Below it
+// the output may still be cached from the last call, which streaming would
+// throw away (an in-place all-reduce then reads it back from memory).
 const streamFrom = 16 << 20
 
 // ntCopy is the size from which Go's memmove (amd64) writes with
@@ -407,16 +401,13 @@ func ringReduceScatter(c *call, s *schedule) {
 
 // chainBroadcast pipelines chunks down the chain root, root+1, …. Out of
 // place, the root's input reaches its output on its sends where the
-// transports tee them (c.tee: read once, written twice): copied apart over
-// shared memory, it was half of a 2-rank broadcast's time from 4 MiB
-// (4 MiB 621-656 us against 486-504 teed, 16 MiB 2.68-2.69 ms against
-// 1.99-2.02, 64 MiB 17.2-17.5 ms against 14.7; in place 330-340 us,
-// 1.37-1.46 ms, 6.8-9.5 ms). Elsewhere each chunk is copied once its send
-// has left, while the next waits for room in the socket, and from
+// transports tee them (c.tee: read once, written twice): over shared
+// memory a separate copy reads the input a second time, as much memory
+// traffic as the broadcast's own. Elsewhere each chunk is copied once its
+// send has left, while the next waits for room in the socket, and from
 // streamFrom in one copy after the sends are posted (memmove's
-// non-temporal stores). 2 ranks over TCP, out of place, one copy after the
-// sends against pieces, us: 1 MiB 228-231 -> 209-213, 4 MiB 894-907 ->
-// 891-927, 16 MiB 4139-4937 -> 7054-7662 (so one copy from there).
+// non-temporal stores): pieces of an output that large go through the
+// cache only to be evicted.
 func chainBroadcast(c *call, s *schedule) {
 	r, n := c.rank, c.n
 	v := mod(r-c.root, n)

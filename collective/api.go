@@ -160,7 +160,7 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 	c.mu.Lock()
 	if c.closed {
 		c.mu.Unlock()
-		return nil, errEngineStopped
+		return nil, ErrClosed
 	}
 	if err := c.failed(); err != nil {
 		c.mu.Unlock()

@@ -60,7 +60,7 @@ func startBenchJob(b *testing.B, transport string, bytes int, telemetry bool) *b
 func (j *benchJob) stop(b *testing.B) {
 	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
 	defer cancel()
-	Broadcast(ctx, j.comm, []int64{-1}, 0)
+	Broadcast(ctx, j.comm, []int64{-1}, []int64{-1}, 0)
 	j.comm.Close()
 	if err := j.peer.Wait(); err != nil {
 		b.Errorf("benchmark peer: %v", err)
@@ -78,7 +78,7 @@ func BenchmarkAllReduce2Proc(b *testing.B) {
 						job = startBenchJob(b, tr, size, tel)
 					}
 					ctx := context.Background()
-					if err := Broadcast(ctx, job.comm, []int64{int64(b.N)}, 0); err != nil {
+					if err := Broadcast(ctx, job.comm, []int64{int64(b.N)}, []int64{int64(b.N)}, 0); err != nil {
 						b.Fatal(err)
 					}
 					b.SetBytes(int64(size))
@@ -121,7 +121,7 @@ func TestBenchPeer(t *testing.T) {
 	buf := make([]float32, bytes/4)
 	for {
 		n := []int64{0}
-		if err := Broadcast(ctx, c, n, 0); err != nil {
+		if err := Broadcast(ctx, c, n, n, 0); err != nil {
 			t.Fatal(err)
 		}
 		if n[0] < 0 {

@@ -133,9 +133,10 @@ func ReduceScatter[T Element](ctx context.Context, c *Comm, send, recv []T, op R
 	return c.ReduceScatter(ctx, Buf(send), Buf(recv), op)
 }
 
-// Broadcast copies root's buf to every rank's buf.
-func Broadcast[T Element](ctx context.Context, c *Comm, buf []T, root int) error {
-	return c.Broadcast(ctx, Buf(buf), Buf(buf), root)
+// Broadcast copies root's send into every rank's recv (pass one slice
+// twice for in place; send is read on root only).
+func Broadcast[T Element](ctx context.Context, c *Comm, send, recv []T, root int) error {
+	return c.Broadcast(ctx, Buf(send), Buf(recv), root)
 }
 
 // Reduce reduces send across ranks into root's recv.
@@ -171,6 +172,55 @@ func Send[T Element](ctx context.Context, c *Comm, buf []T, peer int) error {
 // Recv receives from peer into buf.
 func Recv[T Element](ctx context.Context, c *Comm, buf []T, peer int) error {
 	return c.Recv(ctx, Buf(buf), peer)
+}
+
+// The typed API's async forms: each starts the call and returns its
+// Handle, as the Comm method of the same name does. The slices belong to
+// the call until its Handle's Wait returns.
+
+// AllReduceAsync starts AllReduce.
+func AllReduceAsync[T Element](ctx context.Context, c *Comm, send, recv []T, op ReduceOp) (*Handle, error) {
+	return c.AllReduceAsync(ctx, Buf(send), Buf(recv), op)
+}
+
+// AllGatherAsync starts AllGather.
+func AllGatherAsync[T Element](ctx context.Context, c *Comm, send, recv []T) (*Handle, error) {
+	return c.AllGatherAsync(ctx, Buf(send), Buf(recv))
+}
+
+// ReduceScatterAsync starts ReduceScatter.
+func ReduceScatterAsync[T Element](ctx context.Context, c *Comm, send, recv []T, op ReduceOp) (*Handle, error) {
+	return c.ReduceScatterAsync(ctx, Buf(send), Buf(recv), op)
+}
+
+// BroadcastAsync starts Broadcast.
+func BroadcastAsync[T Element](ctx context.Context, c *Comm, send, recv []T, root int) (*Handle, error) {
+	return c.BroadcastAsync(ctx, Buf(send), Buf(recv), root)
+}
+
+// ReduceAsync starts Reduce.
+func ReduceAsync[T Element](ctx context.Context, c *Comm, send, recv []T, op ReduceOp, root int) (*Handle, error) {
+	return c.ReduceAsync(ctx, Buf(send), Buf(recv), op, root)
+}
+
+// AllToAllAsync starts AllToAll.
+func AllToAllAsync[T Element](ctx context.Context, c *Comm, send, recv []T) (*Handle, error) {
+	return c.AllToAllAsync(ctx, Buf(send), Buf(recv))
+}
+
+// AllToAllvAsync starts AllToAllv.
+func AllToAllvAsync[T Element](ctx context.Context, c *Comm, send []T, sendCounts, sendDispls []int, recv []T, recvCounts, recvDispls []int) (*Handle, error) {
+	return c.AllToAllvAsync(ctx, Buf(send), sendCounts, sendDispls, Buf(recv), recvCounts, recvDispls)
+}
+
+// GatherAsync starts Gather.
+func GatherAsync[T Element](ctx context.Context, c *Comm, send, recv []T, root int) (*Handle, error) {
+	return c.GatherAsync(ctx, Buf(send), Buf(recv), root)
+}
+
+// ScatterAsync starts Scatter.
+func ScatterAsync[T Element](ctx context.Context, c *Comm, send, recv []T, root int) (*Handle, error) {
+	return c.ScatterAsync(ctx, Buf(send), Buf(recv), root)
 }
 
 // NoColor is the Split color of ranks that join no sub-communicator.

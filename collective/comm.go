@@ -16,12 +16,9 @@ import (
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/benchhook"
 	"github.com/vccl-go/vccl/internal/jobauth"
 	"github.com/vccl-go/vccl/transport"
-	"github.com/vccl-go/vccl/transport/ft"
-	"github.com/vccl-go/vccl/transport/loop"
-	"github.com/vccl-go/vccl/transport/shm"
-	"github.com/vccl-go/vccl/transport/tcp"
 )
 
 // Comm is a communicator: a fixed group of ranks that run collectives
@@ -44,7 +41,7 @@ type Comm struct {
 	server       *bootstrap.Server
 	peers        []peerInfo
 	backends     []string         // backend per peer ("self" for this rank)
-	overTCP      bool             // some link is TCP, so on every rank (chunkFor)
+	overStream   bool             // some link is a stream socket, so on every rank (chunkFor)
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 	fuseRecv     bool       // every QP reduces receives on arrival: schedules fuse receive and reduce
@@ -188,10 +185,10 @@ func New(ctx context.Context, opts ...Option) (*Comm, error) {
 	}
 	// Ranks on rank 0's kernel (and time namespace) read the same monotonic
 	// clock: their offset is 0, exactly. Measured over the store's round
-	// trips it carried their error (half the best round trip, up to tens
-	// of microseconds on a loaded VM), which put receives' landings before
-	// their sends' posts and showed the analyzer links moving data at
-	// 60,000 GB/s.
+	// trips it would carry that measurement's error (half the best round
+	// trip), larger than a short transfer, which would put receives'
+	// landings before their sends' posts and show the analyzer impossible
+	// link speeds.
 	var offset, errNs int64
 	clock := clockID()
 	if o.rank == 0 {
@@ -404,37 +401,6 @@ func hash32(s string) uint32 {
 	return h.Sum32()
 }
 
-// backendsByName are the transports a communicator may use.
-func (c *Comm) backend(name string) transport.Backend {
-	switch name {
-	case loop.Name:
-		return loop.Backend{}
-	case shm.Name:
-		return shm.Backend{}
-	default:
-		if c.opts.ft {
-			return ft.Backend{Interfaces: c.opts.ifname, Params: c.opts.ftParams, SockBuf: c.opts.sock.SockBuf,
-				Congestion: c.opts.sock.Congestion, Logger: c.opts.logger}
-		}
-		return tcp.Backend{Interface: c.opts.ifname, SockBuf: c.opts.sock.SockBuf, Congestion: c.opts.sock.Congestion}
-	}
-}
-
-// chooseBackend picks the transport between two ranks: the same process
-// uses loop, the same host shm, anything else TCP, unless one is forced.
-func (c *Comm) chooseBackend(me, peer peerInfo) string {
-	if c.opts.transport != "auto" {
-		return c.opts.transport
-	}
-	switch {
-	case me.ProcID == peer.ProcID:
-		return loop.Name
-	case me.HostID == peer.HostID:
-		return "shm"
-	}
-	return "tcp"
-}
-
 // setup listens, exchanges addresses, connects every pair of ranks on every
 // channel and starts the progress engines.
 func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInfo) ([]peerInfo, error)) error {
@@ -444,7 +410,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	if me.HostID == "" {
 		me.HostID = hostID()
 	}
-	names := []string{loop.Name, "shm", "tcp"}
+	names := autoBackends
 	if c.opts.transport != "auto" {
 		names = []string{c.opts.transport}
 	}
@@ -456,13 +422,14 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	}()
 	if c.size > 1 {
 		for _, name := range names {
-			l, err := c.backend(name).Listen(ctx, transport.ListenConfig{Token: c.opts.token})
+			b := c.opts.backendNamed(name)
+			l, err := b.Listen(ctx, transport.ListenConfig{Token: c.opts.token})
 			if err != nil {
 				return fmt.Errorf("collective: rank %d cannot listen on %s: %w", c.rank, name, err)
 			}
 			listeners[name] = l
 			me.Addrs[name] = l.Addr()
-			if name != loop.Name {
+			if b.Capabilities().Reach > transport.ReachProcess {
 				if err := c.opts.needToken(ctx, "the "+name+" transport", l.Addr()); err != nil {
 					return err
 				}
@@ -480,12 +447,29 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 				c.rank, onOff(me.FT), p, onOff(peers[p].FT))
 		}
 	}
+	if c.opts.transport != "auto" {
+		// Every rank checks every pair, so that all fail at once where
+		// the forced backend cannot join two of them, rather than wait
+		// for links that will not come.
+		for i := range peers {
+			for j := range i {
+				if _, err := c.chooseBackend(peers[i], peers[j]); err != nil {
+					return err
+				}
+			}
+		}
+	}
 	c.backends = make([]string, c.size)
+	spin := true // every link's Poll progresses (engine.spin)
 	for p := range c.size {
 		c.backends[p] = "self"
 		if p != c.rank {
-			c.backends[p] = c.chooseBackend(me, peers[p])
-			c.overTCP = c.overTCP || c.backends[p] == "tcp"
+			if c.backends[p], err = c.chooseBackend(me, peers[p]); err != nil {
+				return err
+			}
+			caps := c.opts.backendNamed(c.backends[p]).Capabilities()
+			c.overStream = c.overStream || caps.StreamSocket
+			spin = spin && caps.PollProgresses
 			if _, ok := peers[p].Addrs[c.backends[p]]; !ok {
 				return fmt.Errorf("collective: rank %d offers no %s address (is VCCL_TRANSPORT the same on every rank?)", p, c.backends[p])
 			}
@@ -531,7 +515,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 				var qp transport.QP
 				var err error
 				if c.rank < p {
-					qp, err = c.backend(name).Dial(ctx, peers[p].Addrs[name], key, cfg)
+					qp, err = c.opts.backendNamed(name).Dial(ctx, peers[p].Addrs[name], key, cfg)
 				} else {
 					qp, err = listeners[name].Accept(ctx, key, cfg)
 				}
@@ -563,7 +547,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	c.teeSend = everyQP(c.qps, teesOnSend)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
-		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], c.overTCP)
+		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], spin, c.overStream)
 	}
 	var smallRec *flowtel.Recorder
 	if c.collector != nil {
@@ -639,15 +623,20 @@ func (c *Comm) Clock() *flowtel.Clock { return c.clock }
 // Exporters attach to it as sinks.
 func (c *Comm) Collector() *flowtel.Collector { return c.collector }
 
-// SetTelemetry pauses (false) or resumes (true) the records of a
-// communicator made with telemetry on, so that one program can time the
-// same calls with telemetry off and on, alternately (vccl-bench --telemetry
-// alternate): launches differ more on a shared machine than telemetry
-// costs. Paused, the data path does what it does with telemetry off but
-// for one atomic load per check, and the collector idles. Switch between
-// calls: a call running meanwhile may keep only part of its records. It
-// fails on a communicator made with telemetry off, which has no recorders.
-func (c *Comm) SetTelemetry(on bool) error {
+func init() {
+	benchhook.SetTelemetry = func(comm any, on bool) error {
+		c, ok := comm.(*Comm)
+		if !ok {
+			return fmt.Errorf("collective: SetTelemetry of a %T, want a *Comm", comm)
+		}
+		return c.setTelemetry(on)
+	}
+}
+
+// setTelemetry pauses (false) or resumes (true) the records of a
+// communicator made with telemetry on (benchhook.SetTelemetry says why and
+// when).
+func (c *Comm) setTelemetry(on bool) error {
 	if c.collector == nil {
 		return errors.New("collective: SetTelemetry: the communicator was made with telemetry off")
 	}
@@ -660,18 +649,34 @@ func (c *Comm) SetTelemetry(on bool) error {
 	return nil
 }
 
-// Transport returns the transport this rank uses to reach peer ("ft" for
-// TCP with fault tolerance on).
+// Transport returns the name of the transport this rank uses to reach peer
+// ("ft" for TCP with fault tolerance on, "self" for this rank).
 func (c *Comm) Transport(peer int) string {
-	if b := c.backends[peer]; b != "tcp" || !c.opts.ft {
-		return b
+	if peer == c.rank {
+		return c.backends[peer]
 	}
-	return "ft"
+	return c.opts.backendNamed(c.backends[peer]).Name()
 }
 
-// Store returns the rendezvous store client (nil for local or single-rank
-// communicators), for publishing job-wide information.
-func (c *Comm) Store() *bootstrap.Client { return c.store }
+// Store is the job's rendezvous store as a program uses it: keys every
+// rank of the job reaches, for job-wide information (exporter/live
+// announces its endpoints there). A key is written once; Get waits until
+// some rank sets the key or ctx ends. It is an alias of an unnamed
+// interface so that packages that must not import this one (exporters)
+// can name the same type.
+type Store = interface {
+	Set(ctx context.Context, key string, value []byte) error
+	Get(ctx context.Context, key string) ([]byte, error)
+}
+
+// Store returns the job's rendezvous store, or nil for communicators that
+// have none (NewLocal's, a single rank's).
+func (c *Comm) Store() Store {
+	if c.store == nil {
+		return nil
+	}
+	return c.store
+}
 
 // EndpointBearer returns the credential HTTP clients of this rank's live
 // telemetry endpoint present when it asks for one (exporter/live), derived
@@ -688,20 +693,17 @@ func (c *Comm) Close() error {
 	c.closed = true
 	c.mu.Unlock()
 	c.pending.Wait()
-	return c.teardown(errEngineStopped)
+	return c.teardown(ErrClosed)
 }
-
-// errAborted is what calls pending on an aborted communicator get.
-var errAborted = errors.New("collective: communicator aborted")
 
 // Abort tears the communicator down at once, from any goroutine: pending
 // calls fail with an error and the connections close, so peers see this
-// rank gone.
+// rank gone. Calls pending fail with ErrAborted.
 func (c *Comm) Abort() error {
 	c.mu.Lock()
 	c.closed = true
 	c.mu.Unlock()
-	return c.teardown(errAborted)
+	return c.teardown(ErrAborted)
 }
 
 func (c *Comm) teardown(reason error) error {

@@ -20,30 +20,30 @@ func TestConfigPrecedence(t *testing.T) {
 		check func(t *testing.T, o options, c *Comm)
 	}{
 		{"interface from env", map[string]string{EnvIfname: "lo"}, nil, func(t *testing.T, o options, c *Comm) {
-			if b := c.backend(tcp.Name).(tcp.Backend); b.Interface != "lo" {
+			if b := c.opts.backendNamed(tcp.Name).(tcp.Backend); b.Interface != "lo" {
 				t.Errorf("tcp backend interface %q, want lo", b.Interface)
 			}
 		}},
 		{"interface option wins", map[string]string{EnvIfname: "eth9"}, []Option{WithSocketInterface("lo")}, func(t *testing.T, o options, c *Comm) {
-			if b := c.backend(tcp.Name).(tcp.Backend); b.Interface != "lo" {
+			if b := c.opts.backendNamed(tcp.Name).(tcp.Backend); b.Interface != "lo" {
 				t.Errorf("tcp backend interface %q, want the option's lo", b.Interface)
 			}
 		}},
 		{"socket options reach tcp", map[string]string{tcp.EnvSockBuf: "100000", tcp.EnvCongestion: "cubic"}, nil, func(t *testing.T, o options, c *Comm) {
-			if b := c.backend(tcp.Name).(tcp.Backend); b.SockBuf != 100000 || b.Congestion != "cubic" {
+			if b := c.opts.backendNamed(tcp.Name).(tcp.Backend); b.SockBuf != 100000 || b.Congestion != "cubic" {
 				t.Errorf("tcp backend %+v, want SockBuf 100000 and cubic", b)
 			}
 		}},
 		{"socket options and params reach ft", map[string]string{tcp.EnvSockBuf: "-1", EnvFT: "1", ft.EnvDeadAfter: "90ms", EnvIfname: "lo,lo"}, nil,
 			func(t *testing.T, o options, c *Comm) {
-				b := c.backend(tcp.Name).(ft.Backend)
+				b := c.opts.backendNamed(tcp.Name).(ft.Backend)
 				if b.SockBuf != -1 || b.Params.DeadAfter != 90*time.Millisecond || b.Interfaces != "lo,lo" {
 					t.Errorf("ft backend %+v, want SockBuf -1, dead-after 90ms, interfaces lo,lo", b)
 				}
 			}},
 		{"fault tolerance option wins", map[string]string{EnvFT: "1"}, []Option{WithFaultTolerance(false)}, func(t *testing.T, o options, c *Comm) {
-			if _, ok := c.backend(tcp.Name).(tcp.Backend); !ok {
-				t.Errorf("backend %T, want tcp.Backend", c.backend(tcp.Name))
+			if _, ok := c.opts.backendNamed(tcp.Name).(tcp.Backend); !ok {
+				t.Errorf("backend %T, want tcp.Backend", c.opts.backendNamed(tcp.Name))
 			}
 		}},
 		{"chunk option wins", map[string]string{EnvChunk: "1M"}, []Option{WithChunkSize(4096)}, func(t *testing.T, o options, c *Comm) {

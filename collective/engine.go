@@ -35,9 +35,9 @@ type engine struct {
 	rec     *flowtel.Recorder
 	beat    flowtel.Heartbeat // the driver's, while it waits with tasks in flight
 	notify  *transport.Notifier
-	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
+	spin    bool // every peer's Poll makes progress itself (transport.Capabilities.PollProgresses)
 	procs   int  // processes of the communicator on this host
-	// batch: a link is TCP, where sends to one peer that may go together
+	// batch: a link is a stream socket (TCP), where sends to one peer that may go together
 	// are posted back to back and flagged transport.WR.More, so they leave
 	// in one write: a 2-rank 1 MiB broadcast's root, whose four chunks'
 	// credits came with the receiver's signature header, wrote them in four
@@ -170,15 +170,10 @@ func (t *task) release() {
 	t.done.Store(nil)
 }
 
-func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier, batch bool) *engine {
+func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier, spin, batch bool) *engine {
 	e := &engine{channel: channel, rank: rank, ranks: ranks, procs: max(procs, 1), comm: comm, qps: qps, rec: rec, notify: notify, batch: batch,
 		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: true}
-	for _, qp := range qps {
-		if qp != nil && qp.Info().Backend != "shm" && qp.Info().Backend != "loop" && !isSpinner(qp) {
-			e.spin = false
-		}
-	}
+		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: spin}
 	liveEngines.Add(1)
 	go e.background()
 	return e
@@ -197,8 +192,8 @@ var liveEngines atomic.Int32
 // spinFor is how long the driver keeps polling after the last progress
 // before it yields, and then how long it yields before it sleeps on the
 // notifier. Spinning pays where a poll itself makes progress: shared memory,
-// and TCP, whose Poll reads the socket (a sleeping peer's wake-up costs tens
-// of microseconds on an idle VM, more than a whole small collective). While
+// and TCP, whose Poll reads the socket (a sleeping peer's wake-up through
+// the scheduler costs more than a whole small collective). While
 // the driver spins, TCP's reader goroutines stay off Go's network poller
 // (spinner), so an arriving message wakes no thread; before it sleeps they
 // go back on it and wake the driver through the notifier. With more engines
@@ -214,8 +209,8 @@ const yieldAfter = 20 * time.Microsecond
 // that may not spin yields its core between polls before it sleeps. The
 // waits of larger calls are for chunks that take the peer a while to move,
 // and a waiter polling through them keeps taking turns on the core that
-// peer needs (CFS keeps picking a thread that yields at once): 4 ranks on
-// 2 cores, all-reduce of 4 MiB over shm went from 3.1-4.2 to 4.9-6.9 ms.
+// peer needs (CFS keeps picking a thread that yields at once), so the peer
+// moves the chunk later than if the waiter slept.
 const yieldMax = 256 << 10
 
 // yieldsWaiting reports whether a driver that may not spin (more engines
@@ -239,11 +234,6 @@ func (e *engine) yieldsWaiting(w time.Duration) bool {
 // spinner is a QP whose Poll reads the network itself and which must know
 // whether its owner polls without pause (transport/tcp).
 type spinner interface{ SetSpinning(on bool) }
-
-func isSpinner(qp transport.QP) bool {
-	_, ok := qp.(spinner)
-	return ok
-}
 
 // setSpinning tells the channel's spinners whether the driver spins.
 func (e *engine) setSpinning(on bool) {
@@ -269,17 +259,14 @@ func (e *engine) spins() bool {
 // other processes do on theirs. An unbound one shares its CPUs with the
 // host's other ranks: the engines of all of them must fit. Counting the
 // processes against a bound rank's own share (one CPU each for 2 ranks on
-// 2 cores) made nothing spin under vcclrun's and mpirun's binding: 2-rank
-// TCP broadcast of 1 MiB took 419/379 µs against 260/232 spinning.
+// 2 cores) would make nothing spin under vcclrun's and mpirun's binding,
+// and every wait would pay a wake-up.
 func spinFits(live, procs, cpus int, bound bool) bool {
 	if bound {
 		return live <= cpus
 	}
 	return live*procs <= cpus
 }
-
-// errEngineStopped is what tasks submitted after Close get.
-var errEngineStopped = errors.New("collective: communicator closed")
 
 // enqueue hands t to the engine; t finishes (markDone) when done. With
 // inline, the caller will drive the task itself (await); otherwise the
@@ -288,7 +275,7 @@ func (e *engine) enqueue(t *task, inline bool) {
 	e.qmu.Lock()
 	if e.closed {
 		e.qmu.Unlock()
-		t.err = errEngineStopped
+		t.err = ErrClosed
 		t.markDone()
 		return
 	}
@@ -550,9 +537,8 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			// (the peer this one waits for may be queued behind it), as
 			// Open MPI does when oversubscribed. Sleeping at once made
 			// every step of a small call wait for a wake-up through the
-			// notifier and the scheduler: 4 ranks on 2 cores, 16 KiB
-			// all-reduce over shm ~300 us against Open MPI's 46
-			// (BENCHMARKS.md).
+			// notifier and the scheduler, which costs more than a small
+			// call's transfers (BENCHMARKS.md compares with Open MPI).
 			e.setSpinning(true)
 			osYield()
 			continue
@@ -736,9 +722,8 @@ func (e *engine) step() bool {
 	e.passTs = 0
 	for peer, qp := range e.qps {
 		// A QP with nothing posted has nothing to complete: over TCP each
-		// Poll is a system call or two, and a 4-rank call's steps talk to
-		// one peer at a time (4 ranks on 2 cores, 1 KiB all-reduce over
-		// TCP, 3 launches: 103-154 -> 93-100 us).
+		// Poll is a system call or two, and a call of many ranks talks to
+		// one peer at a time in each step, so most QPs are idle.
 		if qp == nil || qp.Outstanding() == 0 {
 			continue
 		}
@@ -911,8 +896,8 @@ func (e *engine) completion(peer int, wc transport.WC) {
 		}
 	}
 	if p.kind == primRecv && (wc.Bytes != p.n && !p.upTo || p.upTo && wc.Bytes < hdrSize) {
-		e.fail(t, fmt.Errorf("collective: %v seq %d: rank %d sent %d bytes at step %d where rank %d expected %d (do the ranks agree on counts and datatypes?)",
-			t.call.op, t.seq, peer, wc.Bytes, p.step, e.rank, p.n), true)
+		e.fail(t, fmt.Errorf("%w: %v seq %d: rank %d sent %d bytes at step %d where rank %d expected %d (do the ranks agree on counts and datatypes?)",
+			ErrMismatch, t.call.op, t.seq, peer, wc.Bytes, p.step, e.rank, p.n), true)
 		return
 	}
 	t.ready = t.m.complete(i, t.ready)
@@ -1048,7 +1033,7 @@ func (e *engine) expired(t *task, now int64) error {
 		err = context.DeadlineExceeded // its timer has not fired yet
 	}
 	if err == nil && t.deadline != 0 && now > t.deadline {
-		err = errCommTimeout
+		err = ErrTimeout
 	}
 	if err == nil {
 		return nil

@@ -120,11 +120,13 @@ func ExamplePeerFailedError() {
 	if errors.As(errs[0], &pf) {
 		fmt.Println("rank 0's call failed because rank", pf.Rank, "failed")
 	}
+	fmt.Println("rank 0's error carries rank 1's cause:", errors.Is(errs[0], context.DeadlineExceeded))
 	fmt.Println("rank 1's own error is its deadline:", errors.Is(errs[1], context.DeadlineExceeded))
 	for _, c := range comms {
 		c.Close()
 	}
 	// Output:
 	// rank 0's call failed because rank 1 failed
+	// rank 0's error carries rank 1's cause: true
 	// rank 1's own error is its deadline: true
 }

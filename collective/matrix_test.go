@@ -392,7 +392,14 @@ func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
 
 func TestMatrix(t *testing.T) {
 	t.Parallel()
-	transports := []string{"loop", "tcp", "shm"}
+	for _, tr := range []string{"loop", "tcp", "shm"} {
+		runMatrix(t, tr, WithTransport(tr))
+	}
+}
+
+// runMatrix runs the matrix on NewLocal communicators made with opt, in
+// subtests named name/n=N.
+func runMatrix(t *testing.T, name string, opt Option) {
 	sizes := []int{1, 2, 3, 4, 5, 8}
 	large, sample := 4099, 40
 	if fullMatrix {
@@ -402,27 +409,25 @@ func TestMatrix(t *testing.T) {
 	if testing.Short() {
 		sizes, sample = []int{2, 3}, 80
 	}
-	for _, tr := range transports {
-		for _, n := range sizes {
-			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-				defer cancel()
-				comms, err := NewLocal(ctx, n, WithTransport(tr), WithChunkSize(8<<10))
-				if err != nil {
-					t.Fatal(err)
+	for _, n := range sizes {
+		t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
+			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
+			defer cancel()
+			comms, err := NewLocal(ctx, n, opt, WithChunkSize(8<<10))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer runOnAll(comms, func(c *Comm) error { return c.Close() })
+			cases := matrixCases(n, large)
+			if sample > 1 {
+				cases = sampled(cases, sample, uint64(n))
+			}
+			for _, mc := range cases {
+				if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+					t.Fatalf("%v: %v", mc, err)
 				}
-				defer runOnAll(comms, func(c *Comm) error { return c.Close() })
-				cases := matrixCases(n, large)
-				if sample > 1 {
-					cases = sampled(cases, sample, uint64(n))
-				}
-				for _, mc := range cases {
-					if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
-						t.Fatalf("%v: %v", mc, err)
-					}
-				}
-				t.Logf("%d cases", len(cases))
-			})
-		}
+			}
+			t.Logf("%d cases", len(cases))
+		})
 	}
 }

@@ -12,6 +12,7 @@ import (
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/jobauth"
+	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/ft"
 	"github.com/vccl-go/vccl/transport/tcp"
 )
@@ -56,6 +57,7 @@ type options struct {
 	master     string
 	token      string
 	transport  string
+	backend    transport.Backend // WithBackend's; used where transport names it
 	channels   int
 	algo       Algorithm
 	chunk      int
@@ -245,9 +247,7 @@ func (o *options) validate() error {
 	case len(o.token) > jobauth.MaxToken:
 		return fmt.Errorf("collective: the job token is longer than %d bytes", jobauth.MaxToken)
 	}
-	switch o.transport {
-	case "auto", "loop", "shm", "tcp":
-	default:
+	if o.transport != "auto" && !o.knowsBackend(o.transport) {
 		return fmt.Errorf("collective: unknown transport %q (want auto, loop, shm or tcp)", o.transport)
 	}
 	return nil
@@ -287,7 +287,8 @@ func (o *options) needToken(ctx context.Context, what, addr string) error {
 // address other than loopback: checked before the store, so that every
 // rank says so, not only the first to listen.
 func (o *options) needTokenForInterfaces(ctx context.Context) error {
-	if o.token != "" || o.insecure || o.ifname == "" || o.transport == "loop" || o.transport == "shm" {
+	if o.token != "" || o.insecure || o.ifname == "" ||
+		o.transport != "auto" && o.backendNamed(o.transport).Capabilities().Reach < transport.ReachNetwork {
 		return nil
 	}
 	for _, name := range strings.Split(o.ifname, ",") {

@@ -36,9 +36,9 @@ type kernel struct {
 // non-temporal stores: writing dst around the caches saves reading every dst
 // line before it is overwritten, a quarter of the memory traffic, once the
 // three buffers no longer fit in the caches. Below it the result stays in
-// cache for the step that consumes it. On Zen 4 (1 MiB L2, 32 MiB L3) the
-// crossover measured between 2 and 4 MiB of dst; runtime.memmove switches
-// at 1 MiB for copy(). In-place reductions (dst == a or b) never use NT
+// cache for the step that consumes it. The three buffers outgrow the
+// caches a core gets (1 MiB L2, a share of the L3) at a few MiB of dst,
+// later than copy()'s two, for which runtime.memmove switches at 1 MiB. In-place reductions (dst == a or b) never use NT
 // stores: their dst lines are read anyway.
 // (A variable so that tests can exercise the NT kernels on small buffers.)
 var ntThreshold = 4 << 20

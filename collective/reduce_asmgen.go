@@ -45,7 +45,8 @@ type kernel struct {
 	isa    isa
 	feat   string // Go feature constant; defaults to isa.goGroup
 	// prefer marks an AVX-512 kernel that beats the AVX2 one for its type
-	// and op (measured on Zen 4); the default kernel set takes only these.
+	// and op on Zen 4 (BenchmarkKernel decides); the default kernel set
+	// takes only these.
 	prefer bool
 	block  int // bytes of dst per block
 	unroll int // blocks per main-loop iteration

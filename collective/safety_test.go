@@ -46,13 +46,13 @@ func TestMismatchNamedOnEveryRank(t *testing.T) {
 		{"operation", func(ctx context.Context, c *Comm) error {
 			buf := make([]float64, 8)
 			if c.Rank() == 0 {
-				return Broadcast(ctx, c, buf, 0)
+				return Broadcast(ctx, c, buf, buf, 0)
 			}
 			return AllReduce(ctx, c, buf, buf, Sum)
 		}, []string{"rank 0: broadcast", "rank 1: allreduce"}},
 		{"root", func(ctx context.Context, c *Comm) error {
 			buf := make([]float64, 8)
-			return Broadcast(ctx, c, buf, min(c.Rank(), 1))
+			return Broadcast(ctx, c, buf, buf, min(c.Rank(), 1))
 		}, []string{"root=0", "root=1"}},
 		{"reduction", func(ctx context.Context, c *Comm) error {
 			buf := make([]float64, 8)
@@ -84,17 +84,17 @@ func TestMismatchNamedOnEveryRank(t *testing.T) {
 		// Past the eager limit a broadcast posts its receives ahead of the
 		// verify: a mismatch fills them with empty messages, writing nothing.
 		{"broadcast root past the eager limit", func(ctx context.Context, c *Comm) error {
-			return untouched(100000, func(buf []float32) error { return Broadcast(ctx, c, buf, min(c.Rank(), 1)) })
+			return untouched(100000, func(buf []float32) error { return Broadcast(ctx, c, buf, buf, min(c.Rank(), 1)) })
 		}, []string{"root=0", "root=1"}},
 		{"broadcast count past the eager limit", func(ctx context.Context, c *Comm) error {
-			return untouched(100000+c.Rank()/2, func(buf []float32) error { return Broadcast(ctx, c, buf, 1) })
+			return untouched(100000+c.Rank()/2, func(buf []float32) error { return Broadcast(ctx, c, buf, buf, 1) })
 		}, []string{"count=100000,", "count=100001,"}},
 		{"broadcast against all-reduce past the eager limit", func(ctx context.Context, c *Comm) error {
 			return untouched(100000, func(buf []float32) error {
 				if c.Rank() == 0 {
 					return AllReduce(ctx, c, buf, buf, Sum)
 				}
-				return Broadcast(ctx, c, buf, 1)
+				return Broadcast(ctx, c, buf, buf, 1)
 			})
 		}, []string{"rank 0: allreduce", "rank 1: broadcast"}},
 		// Different operations exchange different numbers of messages.
@@ -410,7 +410,7 @@ func TestBadArguments(t *testing.T) {
 	}{
 		{"allreduce lengths", AllReduce(ctx, c, make([]float32, 3), make([]float32, 4), Sum), "3 elements but receive has 4"},
 		{"allgather size", AllGather(ctx, c, make([]float32, 3), make([]float32, 5)), "want 2 ranks × 3"},
-		{"root", Broadcast(ctx, c, make([]float32, 3), 7), "root 7 out of range"},
+		{"root", Broadcast(ctx, c, make([]float32, 3), make([]float32, 3), 7), "root 7 out of range"},
 		{"reduction", AllReduce(ctx, c, make([]float32, 3), make([]float32, 3), ReduceOp(99)), "invalid reduction"},
 		{"datatype", c.AllReduce(ctx, Bytes(make([]byte, 3), Float32), Bytes(make([]byte, 3), Float32), Sum), "not a whole number of float32"},
 		{"types differ", c.AllReduce(ctx, Buf(make([]float32, 2)), Buf(make([]int32, 2)), Sum), "send buffer is float32 but receive buffer is int32"},

@@ -387,12 +387,11 @@ func (h *hdrPlan) verify(buf []byte, c *call) (err error, poisons bool) {
 		if string(buf[h.recvOff(p):][:sigSize]) == string(own) {
 			continue
 		}
-		var sb strings.Builder
-		fmt.Fprintf(&sb, "collective: ranks called different collectives:")
-		for r := range h.ranks {
-			fmt.Fprintf(&sb, "\n  rank %d: %s", r, describeSig(buf[h.recvOff(r):][:sigSize]))
+		calls := make([]string, h.ranks)
+		for r := range calls {
+			calls[r] = describeSig(buf[h.recvOff(r):][:sigSize])
 		}
-		return &MismatchError{msg: sb.String()}, false
+		return &MismatchError{Calls: calls}, false
 	}
 	for p := range h.ranks {
 		if p == h.rank {
@@ -405,8 +404,3 @@ func (h *hdrPlan) verify(buf []byte, c *call) (err error, poisons bool) {
 	}
 	return nil, false
 }
-
-// MismatchError reports ranks that made different calls at the same point.
-type MismatchError struct{ msg string }
-
-func (e *MismatchError) Error() string { return e.msg }

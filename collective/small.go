@@ -131,7 +131,7 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 	// for each other on different paths.
 	for i := range c.peers {
 		for j := range i {
-			if c.chooseBackend(c.peers[i], c.peers[j]) != "shm" {
+			if !c.sharedMemory(c.peers[i], c.peers[j]) {
 				return nil
 			}
 		}
@@ -225,7 +225,7 @@ func (c *Comm) smallIssue(ctx context.Context) (k uint32, seq uint64, prev []*Ha
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	if c.closed {
-		return 0, 0, nil, 0, errEngineStopped
+		return 0, 0, nil, 0, ErrClosed
 	}
 	if err := c.failed(); err != nil {
 		return 0, 0, nil, 0, err
@@ -352,7 +352,7 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 	s.live.Lock()
 	switch {
 	case s.dead:
-		err = errAborted
+		err = ErrAborted
 	case err == nil:
 		err = c.smallRun(ctx, k, seq, deadline, rq)
 	}
@@ -614,14 +614,14 @@ func (d *smallDeadline) passed(now int64) bool {
 // smallCheck returns why a wait for peer p must end, or nil.
 func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline *smallDeadline, now int64) error {
 	if c.small.stopping.Load() {
-		return errAborted
+		return ErrAborted
 	}
 	if err := c.failed(); err != nil {
 		return err
 	}
 	err := ctx.Err()
 	if err == nil && deadline.passed(now) {
-		err = errCommTimeout
+		err = ErrTimeout
 	}
 	if err == nil {
 		if dl, ok := ctx.Deadline(); ok && !time.Now().Before(dl) {

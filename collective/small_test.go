@@ -141,7 +141,7 @@ func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 			hs = append(hs, h)
 		}
 		root := []int32{int32(i)}
-		if err := Broadcast(ctx, c, root, i%n); err != nil {
+		if err := Broadcast(ctx, c, root, root, i%n); err != nil {
 			return err
 		}
 		if err := c.Barrier(ctx); err != nil {

@@ -182,7 +182,7 @@ func TestSetTelemetry(t *testing.T) {
 	if err := runOnAll(comms, func(c *Comm) error {
 		buf := make([]float32, 256)
 		for i, on := range []bool{true, false, true} {
-			if err := c.SetTelemetry(on); err != nil {
+			if err := c.setTelemetry(on); err != nil {
 				return err
 			}
 			if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
@@ -215,7 +215,7 @@ func TestSetTelemetry(t *testing.T) {
 		}
 	}
 	off := newLocal(t, 1, WithTelemetry(false))
-	if err := off[0].SetTelemetry(true); err == nil {
+	if err := off[0].setTelemetry(true); err == nil {
 		t.Error("SetTelemetry on a communicator without telemetry succeeded")
 	}
 }

@@ -46,14 +46,13 @@ func (c *Comm) pickAlgo(op Op, bytes int) Algorithm {
 	return AlgoDirect
 }
 
-// tcpMinChunk is the smallest pipeline chunk when a link is TCP: a chunk
-// there costs system calls and a pass through the kernel's TCP stack at both
-// ends, so smaller chunks overlap less than they cost (a 2-rank all-reduce
-// of 1 MiB over loopback took about 430 µs in 128 KiB chunks, 300 µs in
-// 256 KiB ones; 256 KiB in one chunk beat four of 32 KiB by a quarter). A
-// communicator with a TCP link has one on every rank (it spans hosts, or
-// TCP is forced everywhere), so every rank picks the same chunk.
-const tcpMinChunk = 256 << 10
+// streamMinChunk is the smallest pipeline chunk when a link is a stream
+// socket (transport.Capabilities.StreamSocket, TCP): a chunk there costs
+// system calls and a pass through the kernel's stack at both ends, so
+// smaller chunks overlap less than they cost. A communicator with such a
+// link has one on every rank (it spans hosts, or the backend is forced
+// everywhere), so every rank picks the same chunk.
+const streamMinChunk = 256 << 10
 
 // wholeBlockMax is the largest block a 2-rank all-gather over shared
 // memory sends as one message (chunkFor).
@@ -67,32 +66,26 @@ func (c *Comm) chunkFor(cl *call) int {
 		return c.opts.chunk
 	}
 	block := cl.count * cl.esize / max(cl.n, 1)
-	if !c.overTCP && (cl.op == OpAllGather || cl.op == OpBroadcast) {
+	if !c.overStream && (cl.op == OpAllGather || cl.op == OpBroadcast) {
 		// What one step moves is the whole of count (a rank's block of
 		// an all-gather, a broadcast's buffer), not count/n. Over shared
 		// memory the transport pipelines each message through its ring
-		// in 64 KiB records anyway, and every chunk costs a message's
-		// round of credits and completions, and a single-copy read in
-		// the far placement. 2 ranks, medians: all-gather 1 MiB in
-		// 64/128/256 KiB chunks 58.7/50.1/50.2 us close, 138/92/90 far;
-		// 4 MiB in 256/512 KiB 210/179 us close; broadcast 1 MiB in
-		// 128/256 KiB 63.5/52.6 us close.
+		// in records of its own anyway, and every chunk costs a
+		// message's round of credits and completions, and a single-copy
+		// read when the ranks sit on different sockets.
 		block = cl.count * cl.esize
 	}
-	if cl.op == OpAllGather && cl.n == 2 && !c.overTCP && block <= wholeBlockMax {
+	if cl.op == OpAllGather && cl.n == 2 && !c.overStream && block <= wholeBlockMax {
 		// Nothing relays a 2-rank all-gather's block, so chunks only
 		// cost: each a message, and by single copy (an exchange, see
 		// shm's exchangeCMA) a read behind the last one's
-		// acknowledgement. Intel host, close, 3 launches each, us out of
-		// place / in place: 1 MiB 67-75 / 46-59 -> 47-54 / 32-38, 4 MiB
-		// 307-341 / 263-287 -> 291-314 / 191-203, 16 MiB 1733-1902 /
-		// 1033-1160 -> 1455-1464 / 744-763 (2 launches); a 64 MiB call in
-		// 8 MiB chunks was slower out of place (9.9-10.4 -> 10.6-11.1 ms).
+		// acknowledgement. Up to wholeBlockMax only: beyond it, out of
+		// place, chunks win again.
 		return max(block, 1)
 	}
 	least := 32 << 10
-	if c.overTCP {
-		least = tcpMinChunk
+	if c.overStream {
+		least = streamMinChunk
 	}
 	return min(max(block/4, least), c.opts.chunk)
 }

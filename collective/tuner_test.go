@@ -24,7 +24,7 @@ func TestChunkFor(t *testing.T) {
 		{"broadcast 2 ranks", OpBroadcast, 2, 2 << 20, false, DefaultChunk, DefaultChunk},
 		{"all-gather 2 ranks, chunk set", OpAllGather, 2, 512 << 10, false, 64 << 10, 64 << 10},
 	} {
-		c := &Comm{overTCP: tc.tcp, opts: options{chunk: tc.chunk}}
+		c := &Comm{overStream: tc.tcp, opts: options{chunk: tc.chunk}}
 		cl := &call{op: tc.op, n: tc.n, count: tc.block / 4, esize: 4}
 		if got := c.chunkFor(cl); got != tc.want {
 			t.Errorf("%s: chunk %d, want %d", tc.name, got, tc.want)

@@ -73,9 +73,9 @@ type WR struct {
 
 	// More, on a send, says that another send to the same QP is posted
 	// right after this one: a backend may hold this one's write until that
-	// post, or the next Poll, and write both at once (over TCP one writev
-	// of 1 MiB moves bytes faster than four of 256 KiB). A hint; backends
-	// may ignore it.
+	// post, or the next Poll, and write both at once (over TCP one
+	// system call and one pass through the stack then carry both). A
+	// hint; backends may ignore it.
 	More bool
 }
 
@@ -211,9 +211,60 @@ type Listener interface {
 
 // Backend creates QPs of one kind.
 type Backend interface {
+	// Name is the backend's name: it keys the listen addresses ranks
+	// exchange, so every rank that uses a backend names it alike.
 	Name() string
+	// Capabilities says what its QPs are, for callers that choose and
+	// tune around backends without knowing them.
+	Capabilities() Capabilities
 	Listen(ctx context.Context, lc ListenConfig) (Listener, error)
 	Dial(ctx context.Context, addr, key string, cfg Config) (QP, error)
+}
+
+// Capabilities describes a backend's QPs in the terms a caller chooses and
+// tunes by (collective picks a backend per peer by Reach, and sizes its
+// pipeline and its waiting by the rest). The zero value is the most
+// cautious: a backend that reaches only its own process, where a caller
+// sleeps between polls.
+type Capabilities struct {
+	// Reach is how far apart the two ends of a QP may be.
+	Reach Reach
+	// SharedMemory: the ends of a QP share memory, and its QPs implement
+	// Mailboxer, so callers may exchange small messages through it in
+	// place.
+	SharedMemory bool
+	// StreamSocket: every message crosses a kernel byte stream (TCP), so
+	// each costs system calls and a pass through the kernel's stack at
+	// both ends; callers move data in fewer, larger messages and flag
+	// WR.More to let sends leave in one write.
+	StreamSocket bool
+	// PollProgresses: Poll moves the data itself, so a caller that polls
+	// without pause makes progress with every poll. False where
+	// goroutines of the backend move it, which a caller polling on would
+	// keep off their core.
+	PollProgresses bool
+}
+
+// Reach is how far a backend's links reach, from nearest to farthest: a
+// backend that reaches farther also reaches nearer.
+type Reach uint8
+
+const (
+	ReachProcess Reach = iota // ranks in one process
+	ReachHost                 // processes on one host: one kernel and network namespace
+	ReachNetwork              // any host the network reaches
+)
+
+func (r Reach) String() string {
+	switch r {
+	case ReachProcess:
+		return "process"
+	case ReachHost:
+		return "host"
+	case ReachNetwork:
+		return "network"
+	}
+	return fmt.Sprintf("Reach(%d)", uint8(r))
 }
 
 // Errors shared by every backend. Completions wrap them, so errors.Is works.

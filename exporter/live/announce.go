@@ -10,7 +10,6 @@ import (
 	"slices"
 	"sync"
 
-	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
 	"github.com/vccl-go/vccl/internal/jobauth"
 )
@@ -90,7 +89,7 @@ type Comm interface {
 	ID() uint32
 	Clock() *flowtel.Clock
 	Collector() *flowtel.Collector
-	Store() *bootstrap.Client
+	Store() Store
 }
 
 // Start serves the live endpoint of communicator c and announces it: cfg's
@@ -125,11 +124,7 @@ func Start(ctx context.Context, c Comm, cfg Config) (*Server, error) {
 		cfg.Collector.AddSink(s.Window())
 		cfg.Collector.AddSink(s.RecordSink())
 	}
-	var st Store
-	if cl := c.Store(); cl != nil {
-		st = cl
-	}
-	if err := s.Announce(ctx, st); err != nil {
+	if err := s.Announce(ctx, c.Store()); err != nil {
 		s.Close(ctx)
 		return nil, err
 	}

@@ -592,8 +592,9 @@ func (s *Server) Close(ctx context.Context) error {
 }
 
 // Store is where ranks publish their endpoints: the rendezvous store
-// (*bootstrap.Client has these methods).
-type Store interface {
+// (*bootstrap.Client has these methods). An alias, so that it is the type
+// collective.Comm's Store method returns.
+type Store = interface {
 	Set(ctx context.Context, key string, value []byte) error
 	Get(ctx context.Context, key string) ([]byte, error)
 }

@@ -175,7 +175,7 @@ func localJob(t *testing.T) ([]flowtel.Record, int) {
 				err = collective.AllReduce(ctx, c, buf, buf, collective.Sum)
 			}
 			if err == nil {
-				err = collective.Broadcast(ctx, c, buf[:1<<12], 0)
+				err = collective.Broadcast(ctx, c, buf[:1<<12], buf[:1<<12], 0)
 			}
 			errs <- err
 		}()

@@ -57,6 +57,12 @@ var _ transport.Backend = Backend{}
 // Name returns "ft".
 func (Backend) Name() string { return Name }
 
+// Capabilities: ft reaches any host over TCP; goroutines on Go's network
+// poller move the data of both paths, so Poll only collects completions.
+func (Backend) Capabilities() transport.Capabilities {
+	return transport.Capabilities{Reach: transport.ReachNetwork, StreamSocket: true}
+}
+
 func (b Backend) logger() *slog.Logger {
 	if b.Logger != nil {
 		return b.Logger

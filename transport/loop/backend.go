@@ -21,6 +21,12 @@ var _ transport.Backend = Backend{}
 // Name returns "loop".
 func (Backend) Name() string { return Name }
 
+// Capabilities: a loop QP reaches its own process, and its Poll lands
+// what the peer's posts left for it.
+func (Backend) Capabilities() transport.Capabilities {
+	return transport.Capabilities{Reach: transport.ReachProcess, PollProgresses: true}
+}
+
 var (
 	registryMu sync.Mutex
 	registry   = map[string]*listener{}

@@ -41,6 +41,12 @@ var _ transport.Backend = Backend{}
 // Name returns "shm".
 func (Backend) Name() string { return Name }
 
+// Capabilities: shm QPs join processes of one host through shared memory
+// (they implement transport.Mailboxer), and Poll copies the data itself.
+func (Backend) Capabilities() transport.Capabilities {
+	return transport.Capabilities{Reach: transport.ReachHost, SharedMemory: true, PollProgresses: true}
+}
+
 var nextAddr atomic.Uint64
 
 // Listen listens on a Unix socket: lc.Addr, or a fresh name in the abstract

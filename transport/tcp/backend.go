@@ -45,6 +45,12 @@ var _ transport.Backend = Backend{}
 // Name returns "tcp".
 func (Backend) Name() string { return Name }
 
+// Capabilities: TCP reaches any host through a kernel socket, and Poll
+// reads the socket itself while its owner spins.
+func (Backend) Capabilities() transport.Capabilities {
+	return transport.Capabilities{Reach: transport.ReachNetwork, StreamSocket: true, PollProgresses: true}
+}
+
 // ifname returns the interface to use, or "" for none.
 func (b Backend) ifname() string {
 	first, _, _ := strings.Cut(b.Interface, ",")

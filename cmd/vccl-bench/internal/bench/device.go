@@ -75,7 +75,7 @@ func (d *deviceRun) openNCCL(ctx context.Context, comm *collective.Comm) error {
 			copy(blob[1:], id[:])
 		}
 	}
-	if err := collective.Broadcast(ctx, comm, blob, 0); err != nil {
+	if err := collective.Broadcast(ctx, comm, blob, blob, 0); err != nil {
 		return err
 	}
 	if blob[0] != 0 {

@@ -13,6 +13,7 @@ import (
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/internal/benchhook"
 )
 
 // Measure is one timed variant (out of place or in place) of one size.
@@ -380,7 +381,7 @@ func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on t
 	for b := range blocks {
 		k := iters/blocks + btoi(b < iters%blocks)
 		for j, tel := range [2]bool{b%2 == 1, b%2 == 0} {
-			if err := comm.SetTelemetry(tel); err != nil {
+			if err := benchhook.SetTelemetry(comm, tel); err != nil {
 				return 0, 0, err
 			}
 			t0 := time.Now()
@@ -392,7 +393,7 @@ func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on t
 	}
 	off = time.Duration(median(perCall[0]) * float64(iters))
 	on = time.Duration(median(perCall[1]) * float64(iters))
-	return off, on, comm.SetTelemetry(true)
+	return off, on, benchhook.SetTelemetry(comm, true)
 }
 
 // median returns the median of xs (not empty), sorting it.
