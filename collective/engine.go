@@ -987,15 +987,11 @@ func (e *engine) end(t *task, st flowtel.Status) {
 	t.markDone()
 }
 
-// coll writes t's coll_begin or coll_end into a ring slot, every field
-// one store each (the slot holds a record of the ring's previous lap): a
-// record built on the stack and pushed is copied in with 16-byte loads
-// straddling its narrow stores, which the CPU cannot forward, as
-// transport.Core's records and the mailbox path's say.
+// coll writes t's coll_begin or coll_end into a ring slot.
 func (e *engine) coll(r *flowtel.Record, t *task, ts int64, kind flowtel.Kind, st flowtel.Status) {
-	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, t.seq, 0, uint64(t.payload())
-	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(e.rank), -1, 0, e.comm, 0, uint32(t.parts)
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = uint16(e.channel), kind, st, t.call.op, t.sched.algo, t.dt, 0
+	c := flowtel.CallFields{Seq: t.seq, Bytes: uint64(t.payload()), Rank: int32(e.rank), Comm: e.comm, Parts: uint32(t.parts),
+		Channel: uint16(e.channel), Op: t.call.op, Algo: t.sched.algo, Dtype: t.dt}
+	c.Put(r, ts, kind, st)
 }
 
 // deadPeerGrace is how long a channel may make no progress, with a peer's

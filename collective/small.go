@@ -784,19 +784,17 @@ func recvBytes(rq *request, p int) int {
 	return len(rq.in)
 }
 
-// coll and wr write every field of a ring slot (it holds a record of the
-// ring's previous lap) one store each: a composite literal assigned through
-// the pointer is built on the stack and copied in 16-byte loads that
-// straddle its narrow stores, which the CPU cannot forward (a stall per
-// load; BenchmarkSmallRecords, 2 ranks: 96-101 -> 62-69 ns a call).
+// coll and wr write the call's records through the primitives the
+// engine's records go through too: one channel, the direct algorithm,
+// step 0, the mailbox's own queue pair id for peer p.
 func (s *smallPath) coll(r *flowtel.Record, c *Comm, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status) {
-	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, seq, 0, uint64(len(rq.out))
-	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(c.rank), -1, 0, s.comm, 0, 1
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, rq.call.op, AlgoDirect, rq.dt, 0
+	f := flowtel.CallFields{Seq: seq, Bytes: uint64(len(rq.out)), Rank: int32(c.rank), Comm: s.comm, Parts: 1,
+		Op: rq.call.op, Algo: AlgoDirect, Dtype: rq.dt}
+	f.Put(r, ts, kind, st)
 }
 
-func (s *smallPath) wr(r *flowtel.Record, c *Comm, p int, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status, id uint64, depth uint32, bytes int) {
-	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, seq, id, uint64(bytes)
-	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(c.rank), int32(p), s.qpids[p], s.comm, depth, 0
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, rq.call.op, AlgoDirect, rq.dt, 0
+func (s *smallPath) wr(r *flowtel.Record, c *Comm, p int, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status, id uint64, depth int, bytes int) {
+	w := flowtel.WRFields{Seq: seq, Rank: int32(c.rank), Peer: int32(p), QP: s.qpids[p], Comm: s.comm,
+		Op: rq.call.op, Algo: AlgoDirect, Dtype: rq.dt}
+	w.Put(r, ts, kind, st, id, bytes, depth)
 }

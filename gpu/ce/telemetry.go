@@ -51,16 +51,19 @@ type wrGroup struct {
 	st    cuda.Stream // that stream
 }
 
+// stamp writes w's record of kind at ts, through the primitive every
+// execution path's records go through (flowtel.WRFields).
 func (g *Group) stamp(w *wr, kind flowtel.Kind, ts int64) {
-	q := w.r.qps[w.qp]
-	t := &w.tag
-	rec := flowtel.Record{
-		TsNs: ts, Kind: kind, Status: flowtel.StatusOK,
-		Rank: int32(w.r.global), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
-		CollSeq: t.seq, Step: t.step, Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype,
-		WrID: w.id, Bytes: uint64(w.bytes), Depth: uint32(max(q.depth, 0)),
+	rec := w.r.rec
+	r := rec.Reserve()
+	if r == nil {
+		return
 	}
-	w.r.rec.Record(&rec)
+	t := &w.tag
+	f := flowtel.WRFields{Seq: t.seq, Rank: int32(w.r.global), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
+		Step: t.step, Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype}
+	f.Put(r, ts, kind, flowtel.StatusOK, w.id, w.bytes, w.r.qps[w.qp].depth)
+	rec.Commit()
 }
 
 // post hands the work requests of work just queued on stream s of rank
