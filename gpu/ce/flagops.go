@@ -217,9 +217,11 @@ func (p *Proc) allReduceFlags(ctx context.Context, dt collective.Datatype, op co
 				return err
 			}
 			if overlap && !copied {
-				return cuda.MemcpyDtoDAsync(recv.Ptr(), dst, bytes, r.user)
+				if err := cuda.MemcpyDtoDAsync(recv.Ptr(), dst, bytes, r.user); err != nil {
+					return err
+				}
 			}
-			return nil
+			return g.called(r, t, bytes)
 		})
 	}
 	direct := bytes <= p.directMax
@@ -240,13 +242,19 @@ func (p *Proc) allReduceFlags(ctx context.Context, dt collective.Datatype, op co
 		g.seq++
 		t := tag{seq: g.seq, op: collective.OpAllReduce, dtype: dt}
 		if direct {
-			return p.direct(t, dt, op, send, recv)
+			if err := p.direct(t, dt, op, send, recv); err != nil {
+				return err
+			}
+			return g.called(r, t, bytes)
 		}
 		outs, err := p.exchangeBufs(ctx, recv)
 		if err != nil {
 			return err
 		}
-		return p.pipelined(t, dt, op, send, recv, outs, parts, per)
+		if err := p.pipelined(t, dt, op, send, recv, outs, parts, per); err != nil {
+			return err
+		}
+		return g.called(r, t, bytes)
 	})
 }
 

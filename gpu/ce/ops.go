@@ -48,8 +48,13 @@ func (g *Group) SendRecv(ctx context.Context, ts ...Transfer) error {
 		seq := 1<<63 | g.p2p
 		involved := make([]bool, len(g.ranks))
 		sends := make([]bool, len(g.ranks))
+		moved := make([]int, len(g.ranks)) // each rank's payload: what it sends and receives
 		for _, t := range ts {
 			involved[t.From], involved[t.To], sends[t.From] = true, true, true
+			moved[t.From] += t.Bytes
+			if t.To != t.From {
+				moved[t.To] += t.Bytes
+			}
 		}
 		for i, r := range g.ranks {
 			if involved[i] {
@@ -116,6 +121,9 @@ func (g *Group) SendRecv(ctx context.Context, ts ...Transfer) error {
 						return err
 					}
 				}
+			}
+			if err := g.called(r, tag{seq: seq, op: collective.OpSend}, moved[i]); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -201,6 +209,10 @@ func (g *Group) AllGather(ctx context.Context, send, recv []cuda.DevicePtr, byte
 					return err
 				}
 			}
+			t.step = 0
+			if err := g.called(r, t, n*bytes); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
@@ -245,11 +257,25 @@ func (g *Group) AllReduce(ctx context.Context, send, recv []cuda.DevicePtr, coun
 	return g.do(func() error {
 		g.seq++
 		t := tag{seq: g.seq, op: collective.OpAllReduce, dtype: dt}
+		var err error
 		if small {
 			// Both ranks reduce the whole range into their own output.
-			return g.reduceSmall(t, send, [2]part{{hi: count, out: recv[0]}, {hi: count, out: recv[1]}}, dt, op)
+			err = g.reduceSmall(t, send, [2]part{{hi: count, out: recv[0]}, {hi: count, out: recv[1]}}, dt, op)
+		} else {
+			err = g.reduceCE(t, send, allReduceParts(recv, count, dt), dt, op)
 		}
-		return g.reduceCE(t, send, allReduceParts(recv, count, dt), dt, op)
+		if err != nil {
+			return err
+		}
+		for _, r := range g.ranks {
+			if err := g.use(r); err != nil {
+				return err
+			}
+			if err := g.called(r, t, bytes); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 

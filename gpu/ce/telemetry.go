@@ -36,6 +36,7 @@ type wr struct {
 	peer   int
 	qp     uint32
 	recv   bool
+	call   bool // not a transfer: the call's end on its rank's stream (called)
 	bytes  int
 	id     uint64
 	tag    tag
@@ -64,6 +65,32 @@ func (g *Group) stamp(w *wr, kind flowtel.Kind, ts int64) {
 		Step: t.step, Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype}
 	f.Put(r, ts, kind, flowtel.StatusOK, w.id, w.bytes, w.r.qps[w.qp].depth)
 	rec.Commit()
+}
+
+// stampCall writes the coll_begin or coll_end of w, a call's end marker,
+// through the primitive every execution path's records go through
+// (flowtel.CallFields).
+func (g *Group) stampCall(w *wr, kind flowtel.Kind, ts int64) {
+	rec := w.r.rec
+	r := rec.Reserve()
+	if r == nil {
+		return
+	}
+	t := &w.tag
+	f := flowtel.CallFields{Seq: t.seq, Bytes: uint64(w.bytes), Rank: int32(w.r.global), Comm: g.cfg.Comm, Parts: 1,
+		Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype}
+	f.Put(r, ts, kind, flowtel.StatusOK)
+	rec.Commit()
+}
+
+// called marks the end of call t, of bytes (its payload as nccl-tests
+// counts it), on rank r's stream, after everything queued for it: the
+// call's coll_begin is stamped with the request's start, as its transfers'
+// posts are, and its coll_end when the GPU has run the call on r, as its
+// transfers' completions are. The proxy's context is r's.
+func (g *Group) called(r *rank, t tag, bytes int) error {
+	t.step = 0
+	return g.post(r, r.user, t, wr{r: r, peer: -1, call: true, bytes: bytes})
 }
 
 // post hands the work requests of work just queued on stream s of rank
@@ -217,6 +244,12 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 		}
 		for i := range grp.wrs {
 			w := &grp.wrs[i]
+			if w.call {
+				if !g.diag.NoRecords {
+					g.stampCall(w, flowtel.KindCollBegin, w.postTs+off)
+				}
+				continue
+			}
 			q := w.r.qps[w.qp]
 			if q == nil {
 				q = &qpState{}
@@ -278,6 +311,12 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 			for _, grp := range q[:upto] {
 				for i := range grp.wrs {
 					w := &grp.wrs[i]
+					if w.call {
+						if !g.diag.NoRecords {
+							g.stampCall(w, flowtel.KindCollEnd, now)
+						}
+						continue
+					}
 					w.r.qps[w.qp].depth--
 					if !g.diag.NoRecords {
 						g.stamp(w, flowtel.KindWC, now)
