@@ -20,9 +20,12 @@ import (
 // the call's number, waits for every peer's number, and reduces the peers'
 // slots and its own copy, in rank order, into the output. No task, no
 // engine token, no schedule, no signature header, no WR: one cache-line
-// hand-off each way carries the call, where the engine's path costs about
-// 0.3 us of bookkeeping on top of the transport's exchange (docs/design.md,
-// "Small all-reduce over shared memory").
+// hand-off each way carries the call, where the engine's path adds its
+// per-call bookkeeping to the transport's exchange, which at these sizes
+// is most of the call's time (docs/design.md, "Small all-reduce over shared
+// memory"; BENCHMARKS.md has the figures). Its records are written through
+// the same primitives as the engine's (flowtel.CallFields, WRFields), in
+// the same shape (TestPathsRecordOneShape).
 //
 // Every rank takes this path for the same calls: the choice depends only on
 // what every rank knows alike (the ranks' hosts and processes, the forced
@@ -43,22 +46,19 @@ import (
 // peers it copies them to (each into its slot of that peer's QP) and reads
 // theirs from. A mailbox call does that many bytes of copying and
 // reduction each way where the engine's ring does about twice its bytes,
-// so where the engines spin the path keeps to 64 KiB of it: 2 ranks take
-// it up to 64 KiB a rank (there it beat the engine 1.3-2.5x at 16-64 KiB,
-// close placement or far), 3 ranks to 32 KiB, 9 ranks to 8 KiB, the old
-// fixed limit (docs/design.md has the measurements). It is also a slot's
-// size.
+// so the copies grow with the peers and, where the engines spin, the path
+// keeps to 64 KiB of them: 2 ranks take it up to 64 KiB a rank, 3 ranks
+// to 32 KiB, 9 ranks to 8 KiB. Up to there it beat the engine wherever the
+// ranks were placed (BENCHMARKS.md). It is also a slot's size.
 const smallMax = 64 << 10
 
 // smallLimit is the largest call, in bytes per rank, that takes the
 // mailbox path on a communicator of n ranks (n >= 2) whose engines spin or
 // not. Engines that may not spin (more of them than cores) wait for every
 // step of a call through a sleep or a yield, which costs more than the
-// mailbox's extra copies: there the path takes a whole slot whatever n.
-// 4 ranks on 2 cores, shm, us: all-reduce 32 KiB 61-95 -> 46-48 and 64 KiB
-// 143-221 -> 87-90 (Open MPI 62-71, 101-108); all-gather of 32 KiB a rank
-// 111-133 -> 49-55; broadcast 32 KiB 74-78 -> 18-19; 3 ranks, all-reduce
-// 64 KiB 67-77 -> 47.
+// mailbox's extra copies: a call with one hand-off waits once where the
+// engine's steps wait each, so there the path takes a whole slot whatever
+// n (oversubscribed all-reduce, all-gather and broadcast in BENCHMARKS.md).
 func smallLimit(n int, spin bool) int {
 	if !spin {
 		return smallMax
@@ -69,14 +69,11 @@ func smallLimit(n int, spin bool) int {
 // telLateMin is the size of a mailbox call's copies (its bytes per rank
 // times its peers) from which begin's clock reading is taken before the
 // copies, and its records written with end's, rather than both after the
-// publication. In 2-rank all-reduces (vccl-bench --telemetry alternate,
-// docs/design.md) begin's work after the publication cost nothing up to
-// 16 KiB, where the wait for the peer's publication hides it, and moving
-// it to the end of the call cost 1-11% there; from 32 KiB it was the
-// reverse: any of begin's poll, clock reading or stores after a large
-// copy's publication alone cost 0.5-0.8 us a 64 KiB call (7-9%), the
-// whole of it at the end nothing measurable. Why the gap after a large
-// publication costs so much is not understood.
+// publication. Below it, begin's work after the publication runs while the
+// peers take to see it, hidden by the wait; from it, the same work after
+// the publication lengthens the call and at the end of the call it does
+// not (vccl-bench --telemetry alternate; BENCHMARKS.md). Why work right
+// after a large copy's publication costs more is not established.
 const telLateMin = 32 << 10
 
 // Waiting for a peer: poll without pause for smallSpin, then yield the core

@@ -369,10 +369,10 @@ func (p *Proc) peerRead(t tag, dt collective.Datatype, op collective.ReduceOp, i
 	p.fseq++
 	s := p.fseq
 	if n == 2 && p.fused {
-		// The kernel's own copy wins up to a few MiB (4 KiB in place:
-		// 10.4 µs against 18.7 with a copy-engine copy after it; 4 MiB
-		// 29.6 against 33.7), the copy engine above (16 MiB: 72.3
-		// against 85.3 µs).
+		// The kernel's own copy saves the copy engine's launch and
+		// stream wait, which dominate up to a few MiB; above, the copy
+		// engine moves the bytes faster than the kernel's SMs
+		// (BENCHMARKS.md).
 		if final%kernels.VecBytes != 0 || bytes > kernelCopyMax {
 			final = 0
 		}
@@ -677,9 +677,9 @@ func (p *Proc) SetAllReducePaths(flags bool, oneKernelMax, directMax, chunk int)
 	})
 }
 
-// procChunk is the pipelined all-reduce's chunk: measured on 2 H200s,
-// 16 MiB chunks gave 256 MiB in 846 µs against 913 µs with 8 MiB and
-// 912 µs with 4 MiB (every chunk adds stream waits and flag copies).
+// procChunk is the pipelined all-reduce's chunk: every chunk adds stream
+// waits and flag copies, so chunks are as large as still lets copies and
+// reductions overlap (2 H200s, BENCHMARKS.md).
 const procChunk = 16 << 20
 
 // SetFusedPeerRead chooses, for 2 ranks, between the peer-read path in one

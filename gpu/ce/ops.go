@@ -219,15 +219,14 @@ func (g *Group) AllGather(ctx context.Context, send, recv []cuda.DevicePtr, byte
 }
 
 // DefaultSmallMax is the largest out-of-place all-reduce that takes the
-// one-kernel path by default. Measured on 2 H200s (BENCHMARKS.md): that
-// path took 60 µs at 16 MiB against 112–118 µs for the copy-engine path,
-// whose dozens of driver calls per operation dominate below about 32 MiB;
-// at 32 MiB the two were within 10%.
+// one-kernel path by default: below it the copy-engine path's dozens of
+// driver calls per operation cost more than its copies save, and around
+// twice it the two paths meet (2 H200s, BENCHMARKS.md).
 const DefaultSmallMax = 16 << 20
 
 // defaultChunk is the automatic all-reduce pipeline chunk (bytes of one
-// half): large enough that per-chunk driver calls (about 2 µs) stay far
-// below the copy time (16 MiB takes about 43 µs at 390 GB/s).
+// half): large enough that a chunk's driver calls stay far below the time
+// its copy takes over NVLink.
 const defaultChunk = 16 << 20
 
 // AllReduce queues an all-reduce of count elements of dt from send[r] into
@@ -426,9 +425,9 @@ func (g *Group) reduceCE(t tag, send []cuda.DevicePtr, parts [2]part, dt collect
 	if chunk <= 0 {
 		// A quarter of a part, so copies and reductions overlap, within
 		// [1 MiB, 16 MiB].
-		// (Smaller chunks for reduce were measured slower: 438 µs at 64
-		// MiB with 2 MiB chunks against 226 µs with 16 MiB; each chunk's
-		// cross-GPU event wait costs microseconds on the GPU.)
+		// Not smaller: each chunk's cross-GPU event wait costs
+		// microseconds on the GPU, which smaller chunks multiply
+		// (BENCHMARKS.md).
 		chunk = min(max(longest*sz/4, 1<<20), defaultChunk)
 	}
 	ce := max(lanes, chunk/sz/lanes*lanes) // elements per chunk

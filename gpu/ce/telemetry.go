@@ -350,8 +350,9 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 
 // pollWhileBusy is the sweep of a request that waits for a peer process
 // (a mailbox handshake): every PollBusy, as between back-to-back requests.
-// Sweeping by the idle rule there swept in every handshake, and cost 10%
-// to 26% at 1 MiB (measured, all-reduce and send/recv).
+// The idle rule would sweep in every handshake, where each sweep's event
+// queries compete with the request's own driver calls (BENCHMARKS.md has
+// its cost at 1 MiB).
 func (g *Group) pollWhileBusy(now int64) {
 	if now-g.lastPoll.Load() >= int64(g.cfg.PollBusy) {
 		g.pollTelemetry(g.use)
