@@ -33,7 +33,8 @@ type engine struct {
 	comm    uint32
 	qps     []transport.QP // by peer rank; nil for this rank
 	rec     *flowtel.Recorder
-	beat    flowtel.Heartbeat // the driver's, while it waits with tasks in flight
+	callf   flowtel.CallFields // coll's, kept here (flowtel/put.go says why)
+	beat    flowtel.Heartbeat  // the driver's, while it waits with tasks in flight
 	notify  *transport.Notifier
 	spin    bool // every peer's Poll makes progress itself (shm, loop, tcp)
 	procs   int  // processes of the communicator on this host
@@ -989,9 +990,10 @@ func (e *engine) end(t *task, st flowtel.Status) {
 
 // coll writes t's coll_begin or coll_end into a ring slot.
 func (e *engine) coll(r *flowtel.Record, t *task, ts int64, kind flowtel.Kind, st flowtel.Status) {
-	c := flowtel.CallFields{Seq: t.seq, Bytes: uint64(t.payload()), Rank: int32(e.rank), Comm: e.comm, Parts: uint32(t.parts),
-		Channel: uint16(e.channel), Op: t.call.op, Algo: t.sched.algo, Dtype: t.dt}
-	c.Put(r, ts, kind, st)
+	f := &e.callf
+	f.Seq, f.Bytes, f.Rank, f.Comm, f.Parts = t.seq, uint64(t.payload()), int32(e.rank), e.comm, uint32(t.parts)
+	f.Channel, f.Op, f.Algo, f.Dtype = uint16(e.channel), t.call.op, t.sched.algo, t.dt
+	f.Put(r, ts, kind, st)
 }
 
 // deadPeerGrace is how long a channel may make no progress, with a peer's

@@ -90,6 +90,8 @@ type smallPath struct {
 	boxes []transport.Mailbox // by peer rank; nil for this rank
 	own   transport.Mailbox   // the first peer's: its slot holds this rank's input
 	qpids []uint32            // telemetry QP id of each peer's mailbox
+	callf flowtel.CallFields  // the records' fields, kept here (flowtel/put.go says why)
+	wrf   []flowtel.WRFields  // by peer; their constant fields set by initRecords
 	peer  int                 // the only peer of a 2-rank path, whose records go in Exchange entries; -1: more
 	rec   *flowtel.Recorder   // the path's own: its calls run one at a time
 	beat  flowtel.Heartbeat   // its waits', on rec
@@ -154,8 +156,21 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 		}
 		s.qpids[p] = nextQPID.Add(1)
 	}
+	s.initRecords(c.rank)
 	s.turn = sync.NewCond(&s.turnMu)
 	return s
+}
+
+// initRecords sets the fields of the records that stay the same from
+// call to call: rank's, the peers' and their mailboxes'.
+func (s *smallPath) initRecords(rank int) {
+	f := &s.callf
+	f.Rank, f.Comm, f.Parts, f.Algo = int32(rank), s.comm, 1, AlgoDirect
+	s.wrf = make([]flowtel.WRFields, len(s.boxes))
+	for p := range s.wrf {
+		w := &s.wrf[p]
+		w.Rank, w.Peer, w.QP, w.Comm, w.Algo = int32(rank), int32(p), s.qpids[p], s.comm, AlgoDirect
+	}
 }
 
 // takesSmall reports whether a call takes the mailbox path: an
@@ -695,17 +710,18 @@ func (s *smallPath) writeHeld(c *Comm, rq *request) {
 		return
 	}
 	if r := s.rec.Reserve(); r != nil {
-		s.coll(r, c, h.seq, rq, h.ts, flowtel.KindCollBegin, flowtel.StatusOK)
+		s.callFields(h.seq, rq).Put(r, h.ts, flowtel.KindCollBegin, flowtel.StatusOK)
 	}
 	for p, b := range s.boxes {
 		if b == nil {
 			continue
 		}
+		w := s.wrFields(p, h.seq, rq)
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, h.seq, rq, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), 1, h.sent)
+			w.Put(r, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), h.sent, 1)
 		}
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, h.seq, rq, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), 2, recvBytes(rq, p))
+			w.Put(r, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), recvBytes(rq, p), 2)
 		}
 	}
 	s.rec.Commit()
@@ -742,16 +758,17 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 		if b == nil {
 			continue
 		}
+		w := s.wrFields(p, seq, rq)
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, seq, rq, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), 1, sent)
+			w.Put(r, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), sent, 1)
 		}
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, seq, rq, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, true), 0, recvBytes(rq, p))
+			w.Put(r, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, true), recvBytes(rq, p), 0)
 		}
 	}
 	s.wrs++
 	if r := s.rec.Reserve(); r != nil {
-		s.coll(r, c, seq, rq, ts, flowtel.KindCollEnd, st)
+		s.callFields(seq, rq).Put(r, ts, flowtel.KindCollEnd, st)
 	}
 	s.rec.Commit()
 }
@@ -781,17 +798,18 @@ func recvBytes(rq *request, p int) int {
 	return len(rq.in)
 }
 
-// coll and wr write the call's records through the primitives the
-// engine's records go through too: one channel, the direct algorithm,
-// step 0, the mailbox's own queue pair id for peer p.
-func (s *smallPath) coll(r *flowtel.Record, c *Comm, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status) {
-	f := flowtel.CallFields{Seq: seq, Bytes: uint64(len(rq.out)), Rank: int32(c.rank), Comm: s.comm, Parts: 1,
-		Op: rq.call.op, Algo: AlgoDirect, Dtype: rq.dt}
-	f.Put(r, ts, kind, st)
+// callFields and wrFields return the fields of call seq's records (rq),
+// its own and those of its transfers with peer p, as the primitives the
+// engine's records go through take them: one channel, the direct
+// algorithm, step 0, the mailbox's own queue pair id for peer p.
+func (s *smallPath) callFields(seq uint64, rq *request) *flowtel.CallFields {
+	f := &s.callf
+	f.Seq, f.Bytes, f.Op, f.Dtype = seq, uint64(len(rq.out)), rq.call.op, rq.dt
+	return f
 }
 
-func (s *smallPath) wr(r *flowtel.Record, c *Comm, p int, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status, id uint64, depth int, bytes int) {
-	w := flowtel.WRFields{Seq: seq, Rank: int32(c.rank), Peer: int32(p), QP: s.qpids[p], Comm: s.comm,
-		Op: rq.call.op, Algo: AlgoDirect, Dtype: rq.dt}
-	w.Put(r, ts, kind, st, id, bytes, depth)
+func (s *smallPath) wrFields(p int, seq uint64, rq *request) *flowtel.WRFields {
+	w := &s.wrf[p]
+	w.Seq, w.Op, w.Dtype = seq, rq.call.op, rq.dt
+	return w
 }

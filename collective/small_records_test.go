@@ -27,6 +27,7 @@ func (b *recordsOnlyBox) Arrived(uint32) bool { return b.arrived }
 func recordsPath(ring *flowtel.Ring) (*Comm, *smallPath, *request) {
 	c := &Comm{rank: 0, size: 2}
 	s := &smallPath{boxes: []transport.Mailbox{nil, &recordsOnlyBox{}}, qpids: []uint32{0, 7}, rec: flowtel.NewRecorder(ring, nil), comm: 9, peer: 1}
+	s.initRecords(c.rank)
 	c.small = s
 	buf := make([]byte, 1024)
 	return c, s, &request{call: call{op: OpAllReduce}, dt: Float32, in: buf, out: buf}
@@ -134,6 +135,7 @@ func TestSmallExchangeRecords(t *testing.T) {
 		c.rank = 1
 		s.boxes, s.qpids = []transport.Mailbox{&recordsOnlyBox{}, nil}, []uint32{7, 0}
 		s.peer = peer
+		s.initRecords(c.rank)
 		s.rec = flowtel.NewRecorder(ring, clk.Clock())
 		var got []flowtel.Record
 		dst := make([]flowtel.Record, 2) // less than an entry's records: expansions split across Drains

@@ -9,7 +9,13 @@ package flowtel
 // Each writes every field of a ring slot (Ring.Reserve: the slot holds a
 // record of the ring's previous lap) one store each. A record built on the
 // stack and copied in would be read back in 16-byte loads straddling its
-// narrow stores, which the CPU cannot forward: a stall per load.
+// narrow stores, which the CPU cannot forward: a stall per load. The same
+// holds for the fields: a writer keeps its CallFields and WRFields (one per
+// queue pair) where they live, sets the fields that never change once, and
+// updates the others in place before Put. Fields built afresh for each
+// record (a composite literal) are copied through the stack, and adjacent
+// 32-bit fields are read back in one 64-bit load, both straddling their
+// stores.
 
 // CallFields are what a collective call's coll_begin and coll_end carry.
 type CallFields struct {

@@ -32,6 +32,7 @@ type Core struct {
 	depth   int
 	sendSeq uint64
 	recvSeq uint64
+	wrf     flowtel.WRFields // the records' fields, the QP's set once (flowtel/put.go says why)
 }
 
 type event struct {
@@ -49,6 +50,7 @@ type event struct {
 func NewCore(backend string, cfg Config) *Core {
 	c := &Core{cfg: cfg, backend: backend}
 	c.path.Store(uint32(cfg.Path))
+	c.wrf.Rank, c.wrf.Peer, c.wrf.QP, c.wrf.Comm, c.wrf.Channel = cfg.Rank, cfg.Peer, cfg.QPID, cfg.Comm, cfg.Channel
 	return c
 }
 
@@ -216,8 +218,8 @@ func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path flowte
 	if ts == 0 {
 		ts = rec.Stamp()
 	}
-	w := flowtel.WRFields{Seq: tag.CollSeq, Rank: c.cfg.Rank, Peer: c.cfg.Peer, QP: c.cfg.QPID, Comm: c.cfg.Comm, Step: tag.Step,
-		Channel: c.cfg.Channel, Op: tag.Op, Algo: tag.Algo, Dtype: tag.Dtype, Path: path}
+	w := &c.wrf
+	w.Seq, w.Step, w.Op, w.Algo, w.Dtype, w.Path = tag.CollSeq, tag.Step, tag.Op, tag.Algo, tag.Dtype, path
 	w.Put(r, ts, kind, st, id, bytes, c.depth)
 	rec.Commit()
 }

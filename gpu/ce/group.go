@@ -115,9 +115,10 @@ type rank struct {
 	args    cuda.Args
 	rec     *flowtel.Recorder
 	qps     map[uint32]*qpState
-	fly     [4][]*wrGroup // telemetry in flight per stream (user, ce, gat, red), oldest first
-	open    [4]*wrGroup   // per stream: requests posted, no event recorded yet (proxy only)
-	nfly    int           // groups in fly (owned by the sweeps)
+	callf   flowtel.CallFields // its coll records' fields (flowtel/put.go says why)
+	fly     [4][]*wrGroup      // telemetry in flight per stream (user, ce, gat, red), oldest first
+	open    [4]*wrGroup        // per stream: requests posted, no event recorded yet (proxy only)
+	nfly    int                // groups in fly (owned by the sweeps)
 	evFree  []cuda.Event
 	grpFree []*wrGroup
 	rot     int // PooledEvents diagnostics: next pooled event
@@ -138,6 +139,7 @@ func (r *rank) streamIndex(s cuda.Stream) int {
 type qpState struct {
 	sendSeq, recvSeq uint64
 	depth            int
+	wrf              flowtel.WRFields // its records' fields, the QP's set once (flowtel/put.go says why)
 }
 
 type request struct {

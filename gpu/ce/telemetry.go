@@ -60,10 +60,10 @@ func (g *Group) stamp(w *wr, kind flowtel.Kind, ts int64) {
 	if r == nil {
 		return
 	}
-	t := &w.tag
-	f := flowtel.WRFields{Seq: t.seq, Rank: int32(w.r.global), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
-		Step: t.step, Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype}
-	f.Put(r, ts, kind, flowtel.StatusOK, w.id, w.bytes, w.r.qps[w.qp].depth)
+	q, t := w.r.qps[w.qp], &w.tag
+	f := &q.wrf
+	f.Seq, f.Step, f.Op, f.Dtype = t.seq, t.step, t.op, t.dtype
+	f.Put(r, ts, kind, flowtel.StatusOK, w.id, w.bytes, q.depth)
 	rec.Commit()
 }
 
@@ -76,9 +76,9 @@ func (g *Group) stampCall(w *wr, kind flowtel.Kind, ts int64) {
 	if r == nil {
 		return
 	}
-	t := &w.tag
-	f := flowtel.CallFields{Seq: t.seq, Bytes: uint64(w.bytes), Rank: int32(w.r.global), Comm: g.cfg.Comm, Parts: 1,
-		Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype}
+	t, f := &w.tag, &w.r.callf
+	f.Seq, f.Bytes, f.Rank, f.Comm, f.Parts = t.seq, uint64(w.bytes), int32(w.r.global), g.cfg.Comm, 1
+	f.Op, f.Algo, f.Dtype = t.op, collective.AlgoDirect, t.dtype
 	f.Put(r, ts, kind, flowtel.StatusOK)
 	rec.Commit()
 }
@@ -253,6 +253,7 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 			q := w.r.qps[w.qp]
 			if q == nil {
 				q = &qpState{}
+				q.wrf.Rank, q.wrf.Peer, q.wrf.QP, q.wrf.Comm, q.wrf.Algo = int32(w.r.global), int32(w.peer), w.qp, g.cfg.Comm, collective.AlgoDirect
 				w.r.qps[w.qp] = q
 			}
 			if w.recv {
