@@ -470,10 +470,6 @@ func (p *Proc) flagKinds() int { return flagKinds * p.n * flagStride }
 // peer-read path.
 const DefaultOneKernelMax = 32 << 20
 
-// directOneStream is the largest direct all-reduce queued on the user
-// stream alone, in one chunk.
-const directOneStream = 1 << 20
-
 // exchangeBufs tells every peer, through the mailbox, where this rank's
 // buffer of an operation lies and learns where theirs do (the pipelined
 // path writes into the peers' outputs, the peer-read path reads their

@@ -53,8 +53,8 @@ func (s span) at(off int) cuda.DevicePtr { return s.ptr.Add(off) }
 // into is a receive from peer from of bytes at off into s.
 func (s span) into(from, off, bytes int) P2P { return RecvInto(from, s.reg, s.off+off, bytes) }
 
-// overlaps reports whether a and b share a byte.
-func (a span) overlaps(b span) bool { return a.ptr < b.ptr.Add(b.n) && b.ptr < a.ptr.Add(a.n) }
+// overlaps reports whether s and o share a byte.
+func (s span) overlaps(o span) bool { return s.ptr < o.ptr.Add(o.n) && o.ptr < s.ptr.Add(s.n) }
 
 // opShape is what a plan is made from: the call and this rank's view of it.
 type opShape struct {

@@ -15,12 +15,6 @@ import (
 func qpCompute() uint32        { return 0 }
 func qpCE(peer int) uint32     { return uint32(1 + 2*peer) }
 func qpGather(peer int) uint32 { return uint32(2 + 2*peer) }
-func (g *Group) qpFor(s cuda.Stream, r *rank, peer int) uint32 {
-	if s == r.gat {
-		return qpGather(peer)
-	}
-	return qpCE(peer)
-}
 
 // tag says which operation and step a work request belongs to.
 type tag struct {

@@ -7,8 +7,6 @@ import (
 	"runtime"
 )
 
-const havePurego = false
-
 func dlopen(string) (uintptr, error) {
 	return 0, errors.New("no CUDA driver binding on " + runtime.GOOS + "/" + runtime.GOARCH)
 }

@@ -4,8 +4,6 @@ package cuda
 
 import "github.com/ebitengine/purego"
 
-const havePurego = true
-
 func dlopen(path string) (uintptr, error) {
 	return purego.Dlopen(path, purego.RTLD_NOW|purego.RTLD_GLOBAL)
 }

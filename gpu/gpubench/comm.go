@@ -58,14 +58,13 @@ func CommCheck(ctx context.Context, c *collective.Comm, p *ce.Proc, w io.Writer)
 	poison := bytes.Repeat([]byte{0x5a}, maxBytes)
 
 	type kase struct {
-		name   string
-		dt     collective.Datatype
-		send   *ce.DeviceMem // nil: none on this rank
-		in     []byte
-		recv   *ce.DeviceMem
-		want   []byte // nil: recv not checked on this rank
-		run    func(s, r collective.Buffer) error
-		inRecv bool // the input lives in recv (in place)
+		name string
+		dt   collective.Datatype
+		send *ce.DeviceMem // nil: none on this rank
+		in   []byte
+		recv *ce.DeviceMem
+		want []byte // nil: recv not checked on this rank
+		run  func(s, r collective.Buffer) error
 	}
 	do := func(k kase) error {
 		total++
