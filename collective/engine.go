@@ -33,7 +33,8 @@ type engine struct {
 	comm    uint32
 	qps     []transport.QP // by peer rank; nil for this rank
 	rec     *flowtel.Recorder
-	beat    flowtel.Heartbeat // the driver's, while it waits with tasks in flight
+	callf   flowtel.CallFields // coll's, kept here (flowtel/put.go says why)
+	beat    flowtel.Heartbeat  // the driver's, while it waits with tasks in flight
 	notify  *transport.Notifier
 	spin    bool // every peer's Poll makes progress itself (transport.Capabilities.PollProgresses)
 	procs   int  // processes of the communicator on this host
@@ -972,15 +973,12 @@ func (e *engine) end(t *task, st flowtel.Status) {
 	t.markDone()
 }
 
-// coll writes t's coll_begin or coll_end into a ring slot, every field
-// one store each (the slot holds a record of the ring's previous lap): a
-// record built on the stack and pushed is copied in with 16-byte loads
-// straddling its narrow stores, which the CPU cannot forward, as
-// transport.Core's records and the mailbox path's say.
+// coll writes t's coll_begin or coll_end into a ring slot.
 func (e *engine) coll(r *flowtel.Record, t *task, ts int64, kind flowtel.Kind, st flowtel.Status) {
-	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, t.seq, 0, uint64(t.payload())
-	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(e.rank), -1, 0, e.comm, 0, uint32(t.parts)
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = uint16(e.channel), kind, st, t.call.op, t.sched.algo, t.dt, 0
+	f := &e.callf
+	f.Seq, f.Bytes, f.Rank, f.Comm, f.Parts = t.seq, uint64(t.payload()), int32(e.rank), e.comm, uint32(t.parts)
+	f.Channel, f.Op, f.Algo, f.Dtype = uint16(e.channel), t.call.op, t.sched.algo, t.dt
+	f.Put(r, ts, kind, st)
 }
 
 // deadPeerGrace is how long a channel may make no progress, with a peer's

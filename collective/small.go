@@ -20,9 +20,12 @@ import (
 // the call's number, waits for every peer's number, and reduces the peers'
 // slots and its own copy, in rank order, into the output. No task, no
 // engine token, no schedule, no signature header, no WR: one cache-line
-// hand-off each way carries the call, where the engine's path costs about
-// 0.3 us of bookkeeping on top of the transport's exchange (docs/design.md,
-// "Small all-reduce over shared memory").
+// hand-off each way carries the call, where the engine's path adds its
+// per-call bookkeeping to the transport's exchange, which at these sizes
+// is most of the call's time (docs/design.md, "Small all-reduce over shared
+// memory"; BENCHMARKS.md has the figures). Its records are written through
+// the same primitives as the engine's (flowtel.CallFields, WRFields), in
+// the same shape (TestPathsRecordOneShape).
 //
 // Every rank takes this path for the same calls: the choice depends only on
 // what every rank knows alike (the ranks' hosts and processes, the forced
@@ -43,22 +46,19 @@ import (
 // peers it copies them to (each into its slot of that peer's QP) and reads
 // theirs from. A mailbox call does that many bytes of copying and
 // reduction each way where the engine's ring does about twice its bytes,
-// so where the engines spin the path keeps to 64 KiB of it: 2 ranks take
-// it up to 64 KiB a rank (there it beat the engine 1.3-2.5x at 16-64 KiB,
-// close placement or far), 3 ranks to 32 KiB, 9 ranks to 8 KiB, the old
-// fixed limit (docs/design.md has the measurements). It is also a slot's
-// size.
+// so the copies grow with the peers and, where the engines spin, the path
+// keeps to 64 KiB of them: 2 ranks take it up to 64 KiB a rank, 3 ranks
+// to 32 KiB, 9 ranks to 8 KiB. Up to there it beat the engine wherever the
+// ranks were placed (BENCHMARKS.md). It is also a slot's size.
 const smallMax = 64 << 10
 
 // smallLimit is the largest call, in bytes per rank, that takes the
 // mailbox path on a communicator of n ranks (n >= 2) whose engines spin or
 // not. Engines that may not spin (more of them than cores) wait for every
 // step of a call through a sleep or a yield, which costs more than the
-// mailbox's extra copies: there the path takes a whole slot whatever n.
-// 4 ranks on 2 cores, shm, us: all-reduce 32 KiB 61-95 -> 46-48 and 64 KiB
-// 143-221 -> 87-90 (Open MPI 62-71, 101-108); all-gather of 32 KiB a rank
-// 111-133 -> 49-55; broadcast 32 KiB 74-78 -> 18-19; 3 ranks, all-reduce
-// 64 KiB 67-77 -> 47.
+// mailbox's extra copies: a call with one hand-off waits once where the
+// engine's steps wait each, so there the path takes a whole slot whatever
+// n (oversubscribed all-reduce, all-gather and broadcast in BENCHMARKS.md).
 func smallLimit(n int, spin bool) int {
 	if !spin {
 		return smallMax
@@ -69,14 +69,11 @@ func smallLimit(n int, spin bool) int {
 // telLateMin is the size of a mailbox call's copies (its bytes per rank
 // times its peers) from which begin's clock reading is taken before the
 // copies, and its records written with end's, rather than both after the
-// publication. In 2-rank all-reduces (vccl-bench --telemetry alternate,
-// docs/design.md) begin's work after the publication cost nothing up to
-// 16 KiB, where the wait for the peer's publication hides it, and moving
-// it to the end of the call cost 1-11% there; from 32 KiB it was the
-// reverse: any of begin's poll, clock reading or stores after a large
-// copy's publication alone cost 0.5-0.8 us a 64 KiB call (7-9%), the
-// whole of it at the end nothing measurable. Why the gap after a large
-// publication costs so much is not understood.
+// publication. Below it, begin's work after the publication runs while the
+// peers take to see it, hidden by the wait; from it, the same work after
+// the publication lengthens the call and at the end of the call it does
+// not (vccl-bench --telemetry alternate; BENCHMARKS.md). Why work right
+// after a large copy's publication costs more is not established.
 const telLateMin = 32 << 10
 
 // Waiting for a peer: poll without pause for smallSpin, then yield the core
@@ -93,6 +90,8 @@ type smallPath struct {
 	boxes []transport.Mailbox // by peer rank; nil for this rank
 	own   transport.Mailbox   // the first peer's: its slot holds this rank's input
 	qpids []uint32            // telemetry QP id of each peer's mailbox
+	callf flowtel.CallFields  // the records' fields, kept here (flowtel/put.go says why)
+	wrf   []flowtel.WRFields  // by peer; their constant fields set by initRecords
 	peer  int                 // the only peer of a 2-rank path, whose records go in Exchange entries; -1: more
 	rec   *flowtel.Recorder   // the path's own: its calls run one at a time
 	beat  flowtel.Heartbeat   // its waits', on rec
@@ -157,8 +156,21 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 		}
 		s.qpids[p] = nextQPID.Add(1)
 	}
+	s.initRecords(c.rank)
 	s.turn = sync.NewCond(&s.turnMu)
 	return s
+}
+
+// initRecords sets the fields of the records that stay the same from
+// call to call: rank's, the peers' and their mailboxes'.
+func (s *smallPath) initRecords(rank int) {
+	f := &s.callf
+	f.Rank, f.Comm, f.Parts, f.Algo = int32(rank), s.comm, 1, AlgoDirect
+	s.wrf = make([]flowtel.WRFields, len(s.boxes))
+	for p := range s.wrf {
+		w := &s.wrf[p]
+		w.Rank, w.Peer, w.QP, w.Comm, w.Algo = int32(rank), int32(p), s.qpids[p], s.comm, AlgoDirect
+	}
 }
 
 // takesSmall reports whether a call takes the mailbox path: an
@@ -698,17 +710,18 @@ func (s *smallPath) writeHeld(c *Comm, rq *request) {
 		return
 	}
 	if r := s.rec.Reserve(); r != nil {
-		s.coll(r, c, h.seq, rq, h.ts, flowtel.KindCollBegin, flowtel.StatusOK)
+		s.callFields(h.seq, rq).Put(r, h.ts, flowtel.KindCollBegin, flowtel.StatusOK)
 	}
 	for p, b := range s.boxes {
 		if b == nil {
 			continue
 		}
+		w := s.wrFields(p, h.seq, rq)
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, h.seq, rq, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), 1, h.sent)
+			w.Put(r, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), h.sent, 1)
 		}
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, h.seq, rq, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), 2, recvBytes(rq, p))
+			w.Put(r, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), recvBytes(rq, p), 2)
 		}
 	}
 	s.rec.Commit()
@@ -745,16 +758,17 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 		if b == nil {
 			continue
 		}
+		w := s.wrFields(p, seq, rq)
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, seq, rq, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), 1, sent)
+			w.Put(r, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), sent, 1)
 		}
 		if r := s.rec.Reserve(); r != nil {
-			s.wr(r, c, p, seq, rq, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, true), 0, recvBytes(rq, p))
+			w.Put(r, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, true), recvBytes(rq, p), 0)
 		}
 	}
 	s.wrs++
 	if r := s.rec.Reserve(); r != nil {
-		s.coll(r, c, seq, rq, ts, flowtel.KindCollEnd, st)
+		s.callFields(seq, rq).Put(r, ts, flowtel.KindCollEnd, st)
 	}
 	s.rec.Commit()
 }
@@ -784,19 +798,18 @@ func recvBytes(rq *request, p int) int {
 	return len(rq.in)
 }
 
-// coll and wr write every field of a ring slot (it holds a record of the
-// ring's previous lap) one store each: a composite literal assigned through
-// the pointer is built on the stack and copied in 16-byte loads that
-// straddle its narrow stores, which the CPU cannot forward (a stall per
-// load; BenchmarkSmallRecords, 2 ranks: 96-101 -> 62-69 ns a call).
-func (s *smallPath) coll(r *flowtel.Record, c *Comm, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status) {
-	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, seq, 0, uint64(len(rq.out))
-	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(c.rank), -1, 0, s.comm, 0, 1
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, rq.call.op, AlgoDirect, rq.dt, 0
+// callFields and wrFields return the fields of call seq's records (rq),
+// its own and those of its transfers with peer p, as the primitives the
+// engine's records go through take them: one channel, the direct
+// algorithm, step 0, the mailbox's own queue pair id for peer p.
+func (s *smallPath) callFields(seq uint64, rq *request) *flowtel.CallFields {
+	f := &s.callf
+	f.Seq, f.Bytes, f.Op, f.Dtype = seq, uint64(len(rq.out)), rq.call.op, rq.dt
+	return f
 }
 
-func (s *smallPath) wr(r *flowtel.Record, c *Comm, p int, seq uint64, rq *request, ts int64, kind flowtel.Kind, st flowtel.Status, id uint64, depth uint32, bytes int) {
-	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, seq, id, uint64(bytes)
-	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = int32(c.rank), int32(p), s.qpids[p], s.comm, depth, 0
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = 0, kind, st, rq.call.op, AlgoDirect, rq.dt, 0
+func (s *smallPath) wrFields(p int, seq uint64, rq *request) *flowtel.WRFields {
+	w := &s.wrf[p]
+	w.Seq, w.Op, w.Dtype = seq, rq.call.op, rq.dt
+	return w
 }

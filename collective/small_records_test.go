@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"context"
 	"fmt"
 	"strings"
 	"testing"
@@ -26,6 +27,7 @@ func (b *recordsOnlyBox) Arrived(uint32) bool { return b.arrived }
 func recordsPath(ring *flowtel.Ring) (*Comm, *smallPath, *request) {
 	c := &Comm{rank: 0, size: 2}
 	s := &smallPath{boxes: []transport.Mailbox{nil, &recordsOnlyBox{}}, qpids: []uint32{0, 7}, rec: flowtel.NewRecorder(ring, nil), comm: 9, peer: 1}
+	s.initRecords(c.rank)
 	c.small = s
 	buf := make([]byte, 1024)
 	return c, s, &request{call: call{op: OpAllReduce}, dt: Float32, in: buf, out: buf}
@@ -133,6 +135,7 @@ func TestSmallExchangeRecords(t *testing.T) {
 		c.rank = 1
 		s.boxes, s.qpids = []transport.Mailbox{&recordsOnlyBox{}, nil}, []uint32{7, 0}
 		s.peer = peer
+		s.initRecords(c.rank)
 		s.rec = flowtel.NewRecorder(ring, clk.Clock())
 		var got []flowtel.Record
 		dst := make([]flowtel.Record, 2) // less than an entry's records: expansions split across Drains
@@ -271,4 +274,140 @@ func TestEngineCollRecordsOverwriteSlots(t *testing.T) {
 			t.Errorf("\n got %v\nwant %v", got[0], want)
 		}
 	}
+}
+
+// The same collective run on both CPU paths of one communicator, the
+// mailbox (a small call) and the engine (one larger than smallLimit),
+// writes records of one shape on every rank: one coll_begin and one
+// coll_end carrying the same fields (but the time, sequence number, size
+// and algorithm), transfers whose wr_post each has its wc on the same
+// queue pair and WR id, with the same bytes (a receive: at most the
+// post's), every transfer record naming
+// the call and the algorithm its coll records name, and the times in
+// order (begin, posts, completions, end).
+func TestPathsRecordOneShape(t *testing.T) {
+	for _, tc := range []struct {
+		op Op
+		n  int
+	}{{OpAllReduce, 2}, {OpAllReduce, 3}, {OpAllGather, 2}, {OpAllGather, 3}, {OpBroadcast, 3}} {
+		t.Run(fmt.Sprintf("%v/%d ranks", tc.op, tc.n), func(t *testing.T) { testPathsRecordOneShape(t, tc.op, tc.n) })
+	}
+}
+
+func testPathsRecordOneShape(t *testing.T, op Op, n int) {
+	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+	defer cancel()
+	col, sink := memoryCollector()
+	comms := newLocal(t, n, WithCollector(col), WithTransport("shm"))
+	if comms[0].small == nil {
+		t.Fatal("no mailbox path")
+	}
+	large := smallLimit(n, comms[0].engines[0].spins())/4 + 4
+	var tookSmall [2][]bool
+	for i, floats := range []int{16, large} {
+		tookSmall[i] = make([]bool, n)
+		if err := runOnAll(comms, func(c *Comm) error {
+			before := mailboxCalls(c)
+			in := make([]float32, floats)
+			var err error
+			switch op {
+			case OpAllReduce:
+				err = AllReduce(ctx, c, in, in, Sum)
+			case OpAllGather:
+				err = AllGather(ctx, c, in, make([]float32, n*floats))
+			case OpBroadcast:
+				err = Broadcast(ctx, c, in, n-1)
+			}
+			tookSmall[i][c.Rank()] = mailboxCalls(c) != before
+			return err
+		}); err != nil {
+			t.Fatal(err)
+		}
+	}
+	for r := range n {
+		if !tookSmall[0][r] || tookSmall[1][r] {
+			t.Fatalf("rank %d: the small call took the mailbox: %v, the large one: %v; want true, false", r, tookSmall[0][r], tookSmall[1][r])
+		}
+	}
+	if err := col.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	// calls[seq-1][rank]: the records of call seq on rank.
+	calls := [2][][]flowtel.Record{make([][]flowtel.Record, n), make([][]flowtel.Record, n)}
+	for _, r := range sink.Records() {
+		if r.Comm == comms[0].ID() && (r.CollSeq == 1 || r.CollSeq == 2) && r.Rank >= 0 && int(r.Rank) < n {
+			calls[r.CollSeq-1][r.Rank] = append(calls[r.CollSeq-1][r.Rank], r)
+		}
+	}
+	for rank := range n {
+		var colls [2][2]flowtel.Record // [path][begin, end]
+		for path, recs := range [][]flowtel.Record{calls[0][rank], calls[1][rank]} {
+			colls[path] = checkCallRecords(t, fmt.Sprintf("%s path, rank %d", []string{"mailbox", "engine"}[path], rank), recs, n)
+		}
+		for i := range 2 {
+			m, e := colls[0][i], colls[1][i]
+			m.TsNs, m.CollSeq, m.Bytes, m.Algo = e.TsNs, e.CollSeq, e.Bytes, e.Algo
+			if m != e {
+				t.Errorf("rank %d: the paths' %v records differ beyond time, sequence, size and algorithm:\nmailbox %v\n engine %v", rank, e.Kind, colls[0][i], colls[1][i])
+			}
+		}
+	}
+}
+
+// checkCallRecords checks one call's records on one rank of n (what the
+// record contract says of them, whichever path wrote them) and returns
+// its coll_begin and coll_end.
+func checkCallRecords(t *testing.T, what string, recs []flowtel.Record, n int) [2]flowtel.Record {
+	t.Helper()
+	var coll [2]flowtel.Record
+	kinds := map[flowtel.Kind]int{}
+	type wrKey struct {
+		qp uint32
+		id uint64
+	}
+	posts := map[wrKey]flowtel.Record{}
+	for _, r := range recs {
+		kinds[r.Kind]++
+		switch r.Kind {
+		case flowtel.KindCollBegin, flowtel.KindCollEnd:
+			coll[map[flowtel.Kind]int{flowtel.KindCollBegin: 0, flowtel.KindCollEnd: 1}[r.Kind]] = r
+			if r.Peer != -1 || r.QP != 0 || r.WrID != 0 || r.Depth != 0 || r.Step != 1 || r.Status != flowtel.StatusOK {
+				t.Errorf("%s: %v: want no peer, QP, WR or depth, one channel part, status ok", what, r)
+			}
+		case flowtel.KindWRPost:
+			posts[wrKey{r.QP, r.WrID}] = r
+		case flowtel.KindWC:
+			p, ok := posts[wrKey{r.QP, r.WrID}]
+			// A receive may be posted with room for more than comes.
+			if !ok || r.Bytes != p.Bytes && !(r.IsRecv() && r.Bytes < p.Bytes) || p.Peer != r.Peer || r.TsNs < p.TsNs || r.Status != flowtel.StatusOK {
+				t.Errorf("%s: completion %v: its post %v (found %v) must precede it, with the same peer and bytes (a receive: at most the post's)", what, r, p, ok)
+			}
+			delete(posts, wrKey{r.QP, r.WrID})
+		case flowtel.KindCreditWait, flowtel.KindCreditGrant, flowtel.KindHeartbeat:
+		default:
+			t.Errorf("%s: a %v record in a call", what, r.Kind)
+		}
+	}
+	if kinds[flowtel.KindCollBegin] != 1 || kinds[flowtel.KindCollEnd] != 1 || kinds[flowtel.KindWRPost] == 0 || kinds[flowtel.KindWC] != kinds[flowtel.KindWRPost] {
+		t.Fatalf("%s: wrote %v, want one coll_begin, one coll_end and a wc for each of its wr_posts", what, kinds)
+	}
+	if len(posts) > 0 {
+		t.Errorf("%s: posts without completions: %v", what, posts)
+	}
+	begin, end := coll[0], coll[1]
+	for _, r := range recs {
+		if r.Kind != flowtel.KindWRPost && r.Kind != flowtel.KindWC {
+			continue
+		}
+		if r.Peer < 0 || int(r.Peer) >= n || r.Peer == r.Rank || r.QP == 0 {
+			t.Errorf("%s: transfer %v: want a peer rank and a queue pair", what, r)
+		}
+		if r.Op != begin.Op || r.Dtype != begin.Dtype || r.Algo != begin.Algo || r.Channel != begin.Channel || r.Path != begin.Path {
+			t.Errorf("%s: transfer %v does not name the call %v", what, r, begin)
+		}
+		if r.TsNs < begin.TsNs || r.TsNs > end.TsNs {
+			t.Errorf("%s: transfer %v outside its call's [%d, %d]", what, r, begin.TsNs, end.TsNs)
+		}
+	}
+	return coll
 }

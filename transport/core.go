@@ -32,6 +32,7 @@ type Core struct {
 	depth   int
 	sendSeq uint64
 	recvSeq uint64
+	wrf     flowtel.WRFields // the records' fields, the QP's set once (flowtel/put.go says why)
 }
 
 type event struct {
@@ -49,6 +50,7 @@ type event struct {
 func NewCore(backend string, cfg Config) *Core {
 	c := &Core{cfg: cfg, backend: backend}
 	c.path.Store(uint32(cfg.Path))
+	c.wrf.Rank, c.wrf.Peer, c.wrf.QP, c.wrf.Comm, c.wrf.Channel = cfg.Rank, cfg.Peer, cfg.QPID, cfg.Comm, cfg.Channel
 	return c
 }
 
@@ -231,10 +233,8 @@ func (c *Core) Err() error {
 // Outstanding returns the WRs posted and not yet polled. Owner only.
 func (c *Core) Outstanding() int { return c.depth }
 
-// stamp writes a record in place in the ring, every field (the slot holds
-// a record of the ring's previous lap) one store each: a record built on
-// the stack and copied in would be read back in 16-byte loads straddling
-// its narrow stores, which the CPU cannot forward (a stall per load).
+// stamp writes a record in place in the ring, through the primitive
+// every execution path's records go through (flowtel.WRFields).
 func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path flowtel.Path, id uint64, tag *Tag, bytes int) {
 	rec := c.cfg.Recorder
 	r := rec.Reserve()
@@ -244,8 +244,8 @@ func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path flowte
 	if ts == 0 {
 		ts = rec.Stamp()
 	}
-	r.TsNs, r.CollSeq, r.WrID, r.Bytes = ts, tag.CollSeq, id, uint64(bytes)
-	r.Rank, r.Peer, r.QP, r.Comm, r.Depth, r.Step = c.cfg.Rank, c.cfg.Peer, c.cfg.QPID, c.cfg.Comm, uint32(max(c.depth, 0)), tag.Step
-	r.Channel, r.Kind, r.Status, r.Op, r.Algo, r.Dtype, r.Path = c.cfg.Channel, kind, st, tag.Op, tag.Algo, tag.Dtype, path
+	w := &c.wrf
+	w.Seq, w.Step, w.Op, w.Algo, w.Dtype, w.Path = tag.CollSeq, tag.Step, tag.Op, tag.Algo, tag.Dtype, path
+	w.Put(r, ts, kind, st, id, bytes, c.depth)
 	rec.Commit()
 }

@@ -97,9 +97,23 @@ func TestTelemetry(t *testing.T) {
 	}
 	posts := map[key]flowtel.Record{}
 	wcs := 0
+	type call struct {
+		rank int32
+		seq  uint64
+	}
+	begins := map[call]flowtel.Record{}
+	ends := 0
 	for _, r := range recs {
 		k := key{r.Rank, r.QP, r.WrID}
 		switch r.Kind {
+		case flowtel.KindCollBegin:
+			begins[call{r.Rank, r.CollSeq}] = r
+		case flowtel.KindCollEnd:
+			ends++
+			b, ok := begins[call{r.Rank, r.CollSeq}]
+			if !ok || r.TsNs < b.TsNs || r.Bytes != n || b.Bytes != n || r.Op != b.Op || r.Step != 1 || r.Peer != -1 {
+				t.Errorf("coll_end %v: its coll_begin %v (found %v), want one %d-byte call on one channel", r, b, ok, n)
+			}
 		case flowtel.KindWRPost:
 			posts[k] = r
 		case flowtel.KindWC:
@@ -118,6 +132,10 @@ func TestTelemetry(t *testing.T) {
 	// for each of the 2 halves.
 	if want := 2 + 2*4*5; wcs != want || len(posts) != want {
 		t.Errorf("%d posts and %d completions, want %d each", len(posts), wcs, want)
+	}
+	// Each rank: the send/recv and the all-reduce, each bracketed.
+	if len(begins) != 4 || ends != 4 {
+		t.Errorf("%d coll_begin and %d coll_end, want 4 each (2 calls on 2 ranks)", len(begins), ends)
 	}
 	_ = time.Second
 }

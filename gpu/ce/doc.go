@@ -18,22 +18,29 @@
 // the kernel (operands in rank order, so both ranks get bit-identical
 // results), and the copy engine sends the reduced half back, pipelined in
 // chunks so copies and reductions overlap. Small out-of-place all-reduces
-// take one kernel per GPU that reads the peer's input over NVLink: a launch
-// costs about 4 µs, so fewer driver calls win there.
+// take one kernel per GPU that reads the peer's input over NVLink: there
+// the driver calls, a launch above all, cost more than the copies, so
+// fewer calls win.
 //
 // Proc is the same for a job of one process per GPU on one host (ranks
 // started by vcclrun or any launcher): buffers registered through CUDA IPC
 // handles exchanged over the host communicator, transfers pushed by the
 // sender's copy engine into the mapped peer buffer and ordered with
 // interprocess events, the per-transfer handshake in a shared-memory
-// mailbox. Send/recv and all-gather, 0 SMs.
+// mailbox. Send/recv and all-gather, 0 SMs. Its collectives on device
+// buffers (Attach) are one table entry each (plan.go): a pure plan of
+// transfer and fold phases, as the host engine's schedules are, which one
+// executor runs.
 //
 // Telemetry: with a flowtel.Collector in the Config, every copy-engine
 // transfer is a work request on both ranks (a send on the source, a receive
 // on the destination, on a queue pair per peer and stream) and every
 // reduction kernel one on the rank's local queue pair 0, each a wr_post
 // record when queued and a wc record when the proxy sees its completion
-// event fire, so the analyzer and the per-link windows work on GPU flows
+// event fire; every call is bracketed by coll_begin (its request's start)
+// and coll_end (when the GPU has run it on the rank). The records are
+// written through the primitives the host paths use (flowtel.CallFields,
+// WRFields), so the analyzer and the per-link windows work on GPU flows
 // unchanged. Without a collector no completion events are recorded or
 // polled.
 package ce

@@ -197,6 +197,10 @@ func (p *Proc) wait(ctx context.Context) error {
 }
 
 func (p *Proc) runOp(ctx context.Context, op collective.DeviceOp) error {
+	e, ok := ipcOps[op.Op]
+	if !ok {
+		return fmt.Errorf("ce: %v on device buffers is not supported", op.Op)
+	}
 	send, err := p.mem(op.Send, "send")
 	if err != nil {
 		return err
@@ -209,59 +213,27 @@ func (p *Proc) runOp(ctx context.Context, op collective.DeviceOp) error {
 	if send == nil {
 		dt = op.Recv.Type
 	}
-	es := dt.Size()
-	n, me := p.n, p.me
-	var sendBytes, recvBytes int
-	if send != nil {
-		sendBytes = send.n
-	}
-	if recv != nil {
-		recvBytes = recv.n
-	}
-	need := func(ok bool, format string, args ...any) error {
-		if ok {
-			return nil
+	s := &opShape{op: op, n: p.n, me: p.me, es: dt.Size(), send: memSpan(send), recv: memSpan(recv), hasSend: send != nil, hasRecv: recv != nil}
+	for i, o := range op.P2P {
+		m, err := p.mem(o.Buf, fmt.Sprintf("operation %d's", i))
+		if err != nil {
+			return err
 		}
-		return fmt.Errorf("ce: %v: "+format, append([]any{op.Op}, args...)...)
+		s.p2p = append(s.p2p, m)
 	}
-	// Shapes, as the host library checks them.
-	switch op.Op {
-	case collective.OpAllReduce, collective.OpAllToAll:
-		err = need(send != nil && recv != nil && sendBytes == recvBytes, "send and receive must be device buffers of one size (%d and %d bytes)", sendBytes, recvBytes)
-		if err == nil && op.Op == collective.OpAllToAll {
-			err = need(sendBytes%(n*es) == 0, "%d bytes is not %d equal blocks of %v", sendBytes, n, dt)
-		}
-	case collective.OpAllGather:
-		err = need(send != nil && recv != nil && recvBytes == n*sendBytes, "receive has %d bytes, want %d ranks × %d", recvBytes, n, sendBytes)
-	case collective.OpReduceScatter:
-		err = need(send != nil && recv != nil && sendBytes == n*recvBytes, "send has %d bytes, want %d ranks × %d", sendBytes, n, recvBytes)
-	case collective.OpBroadcast:
-		err = need(recv != nil && (me != op.Root || send != nil && sendBytes == recvBytes), "root's send and every receive must be device buffers of one size")
-	case collective.OpReduce:
-		err = need(send != nil && (me != op.Root || recv != nil && sendBytes == recvBytes), "send and root's receive must be device buffers of one size")
-	case collective.OpGather:
-		err = need(send != nil && (me != op.Root || recv != nil && recvBytes == n*sendBytes), "root's receive must hold %d ranks × %d bytes", n, sendBytes)
-	case collective.OpScatter:
-		err = need(recv != nil && (me != op.Root || send != nil && sendBytes == n*recvBytes), "root's send must hold %d ranks × %d bytes", n, recvBytes)
-	case collective.OpSend, collective.OpRecv, collective.OpGroup:
-		for i, o := range op.P2P {
-			if _, err := p.mem(o.Buf, fmt.Sprintf("operation %d's", i)); err != nil {
-				return err
-			}
-			if o.Buf.Dev == nil {
-				return fmt.Errorf("ce: operation %d has no device buffer", i)
-			}
-		}
-	default:
-		err = fmt.Errorf("ce: %v on device buffers is not supported", op.Op)
-	}
-	if err != nil {
+	if err := e.check(s); err != nil {
 		return err
 	}
 	if p.staged {
 		return stage(ctx, p.comm, p, op)
 	}
-	return p.runIPC(ctx, op, dt, send, recv)
+	if err := ctx.Err(); err != nil {
+		return err
+	}
+	if op.Op == collective.OpAllReduce && p.flagsOK() {
+		return p.allReduceFlags(ctx, dt, op.Reduce, send, recv)
+	}
+	return p.runIPC(ctx, e, s, dt)
 }
 
 // ipcScratch makes sure every rank has a registered scratch buffer of at

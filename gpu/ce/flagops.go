@@ -208,9 +208,11 @@ func (p *Proc) allReduceFlags(ctx context.Context, dt collective.Datatype, op co
 				return err
 			}
 			if overlap && !copied {
-				return cuda.MemcpyDtoDAsync(recv.Ptr(), dst, bytes, r.user)
+				if err := cuda.MemcpyDtoDAsync(recv.Ptr(), dst, bytes, r.user); err != nil {
+					return err
+				}
 			}
-			return nil
+			return g.called(r, t, bytes)
 		})
 	}
 	direct := bytes <= p.directMax
@@ -231,13 +233,19 @@ func (p *Proc) allReduceFlags(ctx context.Context, dt collective.Datatype, op co
 		g.seq++
 		t := tag{seq: g.seq, op: collective.OpAllReduce, dtype: dt}
 		if direct {
-			return p.direct(t, dt, op, send, recv)
+			if err := p.direct(t, dt, op, send, recv); err != nil {
+				return err
+			}
+			return g.called(r, t, bytes)
 		}
 		outs, err := p.exchangeBufs(ctx, recv)
 		if err != nil {
 			return err
 		}
-		return p.pipelined(t, dt, op, send, recv, outs, parts, per)
+		if err := p.pipelined(t, dt, op, send, recv, outs, parts, per); err != nil {
+			return err
+		}
+		return g.called(r, t, bytes)
 	})
 }
 
@@ -352,10 +360,10 @@ func (p *Proc) peerRead(t tag, dt collective.Datatype, op collective.ReduceOp, i
 	p.fseq++
 	s := p.fseq
 	if n == 2 && p.fused {
-		// The kernel's own copy wins up to a few MiB (4 KiB in place:
-		// 10.4 µs against 18.7 with a copy-engine copy after it; 4 MiB
-		// 29.6 against 33.7), the copy engine above (16 MiB: 72.3
-		// against 85.3 µs).
+		// The kernel's own copy saves the copy engine's launch and
+		// stream wait, which dominate up to a few MiB; above, the copy
+		// engine moves the bytes faster than the kernel's SMs
+		// (BENCHMARKS.md).
 		if final%kernels.VecBytes != 0 || bytes > kernelCopyMax {
 			final = 0
 		}
@@ -656,9 +664,9 @@ func (p *Proc) SetAllReducePaths(flags bool, oneKernelMax, directMax, chunk int)
 	})
 }
 
-// procChunk is the pipelined all-reduce's chunk: measured on 2 H200s,
-// 16 MiB chunks gave 256 MiB in 846 µs against 913 µs with 8 MiB and
-// 912 µs with 4 MiB (every chunk adds stream waits and flag copies).
+// procChunk is the pipelined all-reduce's chunk: every chunk adds stream
+// waits and flag copies, so chunks are as large as still lets copies and
+// reductions overlap (2 H200s, BENCHMARKS.md).
 const procChunk = 16 << 20
 
 // SetFusedPeerRead chooses, for 2 ranks, between the peer-read path in one

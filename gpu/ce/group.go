@@ -35,12 +35,12 @@ type Config struct {
 	// Comm is the communicator id written into records.
 	Comm uint32
 	// PollEvery is how often an idle proxy polls the completion events of
-	// telemetry (default 5 µs). PollBusy is how often it polls while
-	// requests keep coming (default DefaultPollBusy): each poll queries a
-	// CUDA event per stream with work in flight, and those queries compete
-	// with the proxy's own driver calls, from any thread (measured: a
-	// thread of its own polling every 5 µs cost more than the proxy doing
-	// it between requests). So a wc record is late by at most about
+	// telemetry (default DefaultPollEvery). PollBusy is how often it polls
+	// while requests keep coming (default DefaultPollBusy): each poll
+	// queries a CUDA event per stream with work in flight, and those
+	// queries compete with the proxy's own driver calls from any thread,
+	// so a thread of its own polling would slow the proxy more than the
+	// proxy polling between its requests does. So a wc record is late by at most about
 	// PollEvery after the proxy goes idle and PollBusy while it queues work
 	// back to back. Synchronize polls continuously.
 	PollEvery time.Duration
@@ -82,9 +82,10 @@ type Group struct {
 // DefaultPollEvery is the idle proxy's telemetry polling period.
 const DefaultPollEvery = 5 * time.Microsecond
 
-// DefaultPollBusy is the busy proxy's telemetry polling period. Measured
-// at 1 MiB all-reduces back to back (BENCHMARKS.md): polling every 5 µs
-// cost 9-19%, every 200 µs 6-8%, every 500 µs 2.4%.
+// DefaultPollBusy is the busy proxy's telemetry polling period: the
+// longer, the less its event queries slow back-to-back requests and the
+// later their wc records; at this period the cost is small against the
+// requests' own (1 MiB all-reduces, BENCHMARKS.md).
 const DefaultPollBusy = 500 * time.Microsecond
 
 // eventPool is how many completion events each rank makes up front when
@@ -114,9 +115,10 @@ type rank struct {
 	args    cuda.Args
 	rec     *flowtel.Recorder
 	qps     map[uint32]*qpState
-	fly     [4][]*wrGroup // telemetry in flight per stream (user, ce, gat, red), oldest first
-	open    [4]*wrGroup   // per stream: requests posted, no event recorded yet (proxy only)
-	nfly    int           // groups in fly (owned by the sweeps)
+	callf   flowtel.CallFields // its coll records' fields (flowtel/put.go says why)
+	fly     [4][]*wrGroup      // telemetry in flight per stream (user, ce, gat, red), oldest first
+	open    [4]*wrGroup        // per stream: requests posted, no event recorded yet (proxy only)
+	nfly    int                // groups in fly (owned by the sweeps)
 	evFree  []cuda.Event
 	grpFree []*wrGroup
 	rot     int // PooledEvents diagnostics: next pooled event
@@ -137,6 +139,7 @@ func (r *rank) streamIndex(s cuda.Stream) int {
 type qpState struct {
 	sendSeq, recvSeq uint64
 	depth            int
+	wrf              flowtel.WRFields // its records' fields, the QP's set once (flowtel/put.go says why)
 }
 
 type request struct {
@@ -222,8 +225,8 @@ func (g *Group) proxy(started chan<- error) {
 				// Idle time counts from the end of the request: a
 				// caller that queues the next operation within
 				// PollEvery of the last one's end finds no sweep in its
-				// way (measured: sweeping in every gap between 1 MiB
-				// all-reduces cost 8%).
+				// way: a sweep in every gap between back-to-back
+				// requests would slow each of them.
 				g.reqEnd = flowtel.Monotonic()
 				if g.reqTs-g.lastPoll.Load() >= int64(g.cfg.PollBusy) {
 					g.pollTelemetry(g.use)

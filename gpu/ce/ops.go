@@ -48,8 +48,13 @@ func (g *Group) SendRecv(ctx context.Context, ts ...Transfer) error {
 		seq := 1<<63 | g.p2p
 		involved := make([]bool, len(g.ranks))
 		sends := make([]bool, len(g.ranks))
+		moved := make([]int, len(g.ranks)) // each rank's payload: what it sends and receives
 		for _, t := range ts {
 			involved[t.From], involved[t.To], sends[t.From] = true, true, true
+			moved[t.From] += t.Bytes
+			if t.To != t.From {
+				moved[t.To] += t.Bytes
+			}
 		}
 		for i, r := range g.ranks {
 			if involved[i] {
@@ -116,6 +121,9 @@ func (g *Group) SendRecv(ctx context.Context, ts ...Transfer) error {
 						return err
 					}
 				}
+			}
+			if err := g.called(r, tag{seq: seq, op: collective.OpSend}, moved[i]); err != nil {
+				return err
 			}
 		}
 		return nil
@@ -201,21 +209,24 @@ func (g *Group) AllGather(ctx context.Context, send, recv []cuda.DevicePtr, byte
 					return err
 				}
 			}
+			t.step = 0
+			if err := g.called(r, t, n*bytes); err != nil {
+				return err
+			}
 		}
 		return nil
 	})
 }
 
 // DefaultSmallMax is the largest out-of-place all-reduce that takes the
-// one-kernel path by default. Measured on 2 H200s (BENCHMARKS.md): that
-// path took 60 µs at 16 MiB against 112–118 µs for the copy-engine path,
-// whose dozens of driver calls per operation dominate below about 32 MiB;
-// at 32 MiB the two were within 10%.
+// one-kernel path by default: below it the copy-engine path's dozens of
+// driver calls per operation cost more than its copies save, and around
+// twice it the two paths meet (2 H200s, BENCHMARKS.md).
 const DefaultSmallMax = 16 << 20
 
 // defaultChunk is the automatic all-reduce pipeline chunk (bytes of one
-// half): large enough that per-chunk driver calls (about 2 µs) stay far
-// below the copy time (16 MiB takes about 43 µs at 390 GB/s).
+// half): large enough that a chunk's driver calls stay far below the time
+// its copy takes over NVLink.
 const defaultChunk = 16 << 20
 
 // AllReduce queues an all-reduce of count elements of dt from send[r] into
@@ -245,11 +256,25 @@ func (g *Group) AllReduce(ctx context.Context, send, recv []cuda.DevicePtr, coun
 	return g.do(func() error {
 		g.seq++
 		t := tag{seq: g.seq, op: collective.OpAllReduce, dtype: dt}
+		var err error
 		if small {
 			// Both ranks reduce the whole range into their own output.
-			return g.reduceSmall(t, send, [2]part{{hi: count, out: recv[0]}, {hi: count, out: recv[1]}}, dt, op)
+			err = g.reduceSmall(t, send, [2]part{{hi: count, out: recv[0]}, {hi: count, out: recv[1]}}, dt, op)
+		} else {
+			err = g.reduceCE(t, send, allReduceParts(recv, count, dt), dt, op)
 		}
-		return g.reduceCE(t, send, allReduceParts(recv, count, dt), dt, op)
+		if err != nil {
+			return err
+		}
+		for _, r := range g.ranks {
+			if err := g.use(r); err != nil {
+				return err
+			}
+			if err := g.called(r, t, bytes); err != nil {
+				return err
+			}
+		}
+		return nil
 	})
 }
 
@@ -400,9 +425,9 @@ func (g *Group) reduceCE(t tag, send []cuda.DevicePtr, parts [2]part, dt collect
 	if chunk <= 0 {
 		// A quarter of a part, so copies and reductions overlap, within
 		// [1 MiB, 16 MiB].
-		// (Smaller chunks for reduce were measured slower: 438 µs at 64
-		// MiB with 2 MiB chunks against 226 µs with 16 MiB; each chunk's
-		// cross-GPU event wait costs microseconds on the GPU.)
+		// Not smaller: each chunk's cross-GPU event wait costs
+		// microseconds on the GPU, which smaller chunks multiply
+		// (BENCHMARKS.md).
 		chunk = min(max(longest*sz/4, 1<<20), defaultChunk)
 	}
 	ce := max(lanes, chunk/sz/lanes*lanes) // elements per chunk

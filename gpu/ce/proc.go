@@ -687,7 +687,11 @@ func (p *Proc) SendRecv(ctx context.Context, ops ...P2P) error {
 	}
 	return p.g.do(func() error {
 		p.g.p2p++
-		return p.transfer(ctx, tag{seq: 1<<63 | p.g.p2p, op: collective.OpSend}, ops, nil)
+		bytes := 0
+		for _, o := range ops {
+			bytes += o.Bytes
+		}
+		return p.runPlan(ctx, tag{seq: 1<<63 | p.g.p2p, op: collective.OpSend}, []phase{{ops: ops}}, 0, bytes)
 	})
 }
 
@@ -904,28 +908,16 @@ func (p *Proc) AllGather(ctx context.Context, send cuda.DevicePtr, recv *Mem, by
 	if bytes < 0 || p.n*bytes > recv.Bytes {
 		return fmt.Errorf("ce: all-gather of %d bytes per rank into a buffer of %d", bytes, recv.Bytes)
 	}
-	ops := make([]P2P, 0, 2*(p.n-1))
-	for k := 1; k < p.n; k++ {
-		q := (p.me + k) % p.n
-		ops = append(ops, SendTo(q, send, bytes))
-	}
-	for k := 1; k < p.n; k++ {
-		q := (p.me - k + p.n) % p.n
-		ops = append(ops, RecvInto(q, recv, q*bytes, bytes))
-	}
-	if err := p.checkOps(ops); err != nil {
+	ph := allGather(p.n, p.me, span{ptr: send, n: bytes}, regSpan(recv))
+	if err := p.checkOps(ph.ops); err != nil {
 		return err
 	}
 	if err := ctx.Err(); err != nil {
 		return err
 	}
-	var loc *local
-	if own := recv.Ptr.Add(p.me * bytes); own != send {
-		loc = &local{dst: own, src: send, bytes: bytes}
-	}
 	return p.g.do(func() error {
 		p.g.seq++
-		return p.transfer(ctx, tag{seq: p.g.seq, op: collective.OpAllGather, dtype: collective.Uint8}, ops, loc)
+		return p.runPlan(ctx, tag{seq: p.g.seq, op: collective.OpAllGather, dtype: collective.Uint8}, []phase{ph}, 0, p.n*bytes)
 	})
 }
 

@@ -30,6 +30,7 @@ type wr struct {
 	peer   int
 	qp     uint32
 	recv   bool
+	call   bool // not a transfer: the call's end on its rank's stream (called)
 	bytes  int
 	id     uint64
 	tag    tag
@@ -45,16 +46,45 @@ type wrGroup struct {
 	st    cuda.Stream // that stream
 }
 
+// stamp writes w's record of kind at ts, through the primitive every
+// execution path's records go through (flowtel.WRFields).
 func (g *Group) stamp(w *wr, kind flowtel.Kind, ts int64) {
-	q := w.r.qps[w.qp]
-	t := &w.tag
-	rec := flowtel.Record{
-		TsNs: ts, Kind: kind, Status: flowtel.StatusOK,
-		Rank: int32(w.r.global), Peer: int32(w.peer), QP: w.qp, Comm: g.cfg.Comm,
-		CollSeq: t.seq, Step: t.step, Op: t.op, Algo: collective.AlgoDirect, Dtype: t.dtype,
-		WrID: w.id, Bytes: uint64(w.bytes), Depth: uint32(max(q.depth, 0)),
+	rec := w.r.rec
+	r := rec.Reserve()
+	if r == nil {
+		return
 	}
-	w.r.rec.Record(&rec)
+	q, t := w.r.qps[w.qp], &w.tag
+	f := &q.wrf
+	f.Seq, f.Step, f.Op, f.Dtype = t.seq, t.step, t.op, t.dtype
+	f.Put(r, ts, kind, flowtel.StatusOK, w.id, w.bytes, q.depth)
+	rec.Commit()
+}
+
+// stampCall writes the coll_begin or coll_end of w, a call's end marker,
+// through the primitive every execution path's records go through
+// (flowtel.CallFields).
+func (g *Group) stampCall(w *wr, kind flowtel.Kind, ts int64) {
+	rec := w.r.rec
+	r := rec.Reserve()
+	if r == nil {
+		return
+	}
+	t, f := &w.tag, &w.r.callf
+	f.Seq, f.Bytes, f.Rank, f.Comm, f.Parts = t.seq, uint64(w.bytes), int32(w.r.global), g.cfg.Comm, 1
+	f.Op, f.Algo, f.Dtype = t.op, collective.AlgoDirect, t.dtype
+	f.Put(r, ts, kind, flowtel.StatusOK)
+	rec.Commit()
+}
+
+// called marks the end of call t, of bytes (its payload as nccl-tests
+// counts it), on rank r's stream, after everything queued for it: the
+// call's coll_begin is stamped with the request's start, as its transfers'
+// posts are, and its coll_end when the GPU has run the call on r, as its
+// transfers' completions are. The proxy's context is r's.
+func (g *Group) called(r *rank, t tag, bytes int) error {
+	t.step = 0
+	return g.post(r, r.user, t, wr{r: r, peer: -1, call: true, bytes: bytes})
 }
 
 // post hands the work requests of work just queued on stream s of rank
@@ -208,9 +238,16 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 		}
 		for i := range grp.wrs {
 			w := &grp.wrs[i]
+			if w.call {
+				if !g.diag.NoRecords {
+					g.stampCall(w, flowtel.KindCollBegin, w.postTs+off)
+				}
+				continue
+			}
 			q := w.r.qps[w.qp]
 			if q == nil {
 				q = &qpState{}
+				q.wrf.Rank, q.wrf.Peer, q.wrf.QP, q.wrf.Comm, q.wrf.Algo = int32(w.r.global), int32(w.peer), w.qp, g.cfg.Comm, collective.AlgoDirect
 				w.r.qps[w.qp] = q
 			}
 			if w.recv {
@@ -269,6 +306,12 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 			for _, grp := range q[:upto] {
 				for i := range grp.wrs {
 					w := &grp.wrs[i]
+					if w.call {
+						if !g.diag.NoRecords {
+							g.stampCall(w, flowtel.KindCollEnd, now)
+						}
+						continue
+					}
 					w.r.qps[w.qp].depth--
 					if !g.diag.NoRecords {
 						g.stamp(w, flowtel.KindWC, now)
@@ -302,8 +345,9 @@ func (g *Group) pollTelemetry(use func(*rank) error) {
 
 // pollWhileBusy is the sweep of a request that waits for a peer process
 // (a mailbox handshake): every PollBusy, as between back-to-back requests.
-// Sweeping by the idle rule there swept in every handshake, and cost 10%
-// to 26% at 1 MiB (measured, all-reduce and send/recv).
+// The idle rule would sweep in every handshake, where each sweep's event
+// queries compete with the request's own driver calls (BENCHMARKS.md has
+// its cost at 1 MiB).
 func (g *Group) pollWhileBusy(now int64) {
 	if now-g.lastPoll.Load() >= int64(g.cfg.PollBusy) {
 		g.pollTelemetry(g.use)

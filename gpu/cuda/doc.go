@@ -26,7 +26,9 @@
 //
 // # Costs
 //
-// One driver call through purego.SyscallN costs about 0.2 µs on an H200 host;
-// a kernel launch about 4 µs. The binding allocates nothing per call on the
-// hot paths (copies, event records and queries, launches through Args).
+// A driver call goes through purego.SyscallN, no cgo; a kernel launch costs
+// far more than a call (BENCHMARKS.md), which is why gpu/ce counts its
+// launches and driver calls per operation. The binding
+// allocates nothing per call on the hot paths (copies, event records and
+// queries, launches through Args).
 package cuda
