@@ -316,7 +316,7 @@ func testPathsRecordOneShape(t *testing.T, op Op, n int) {
 			case OpAllGather:
 				err = AllGather(ctx, c, in, make([]float32, n*floats))
 			case OpBroadcast:
-				err = Broadcast(ctx, c, in, n-1)
+				err = Broadcast(ctx, c, in, in, n-1)
 			}
 			tookSmall[i][c.Rank()] = mailboxCalls(c) != before
 			return err
