@@ -32,6 +32,9 @@ const (
 	MaxMessage = transport.MaxMessage
 )
 
+// ErrBadFrame is wrapped by every error DecodeHeader returns.
+var ErrBadFrame = errors.New("ft: malformed frame header")
+
 // format is the header's first sock.HeaderSize bytes, laid out as tcp's.
 var format = sock.Format{Magic: 'F', Version: 1, Size: HeaderSize, Bad: ErrBadFrame}
 
@@ -76,9 +79,6 @@ type Header struct {
 	Off   uint64
 	Len   uint64
 }
-
-// ErrBadFrame is wrapped by every error DecodeHeader returns.
-var ErrBadFrame = errors.New("ft: malformed frame header")
 
 // PutHeader encodes h into b, which must hold HeaderSize bytes.
 func PutHeader(b []byte, h Header) {

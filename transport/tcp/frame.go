@@ -35,6 +35,9 @@ const (
 	MaxFrameLen = transport.MaxMessage
 )
 
+// ErrBadFrame is wrapped by every error DecodeHeader returns.
+var ErrBadFrame = errors.New("tcp: malformed frame header")
+
 // format is the header's shared part; version 2 added eager data frames.
 var format = sock.Format{Magic: 'V', Version: 2, Size: HeaderSize, Bad: ErrBadFrame}
 
@@ -73,9 +76,6 @@ type Header struct {
 	Seq   uint32
 	Len   uint64
 }
-
-// ErrBadFrame is wrapped by every error DecodeHeader returns.
-var ErrBadFrame = errors.New("tcp: malformed frame header")
 
 // PutHeader encodes h into b, which must hold HeaderSize bytes.
 func PutHeader(b []byte, h Header) {
