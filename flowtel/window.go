@@ -128,7 +128,7 @@ func ParseWindowEnv(s string) (WindowConfig, error) {
 	if s == "" {
 		return cfg, nil
 	}
-	var haveN, haveT bool
+	seen := make(map[string]bool, 2)
 	for item := range strings.SplitSeq(s, ",") {
 		item = strings.TrimSpace(item)
 		if item == "" {
@@ -146,12 +146,12 @@ func ParseWindowEnv(s string) (WindowConfig, error) {
 				return cfg, fmt.Errorf("flowtel: %s=%q: %q is neither a count N (e.g. 1024) nor a duration T (e.g. 50ms)", EnvWindow, s, item)
 			}
 		}
+		if seen[key] {
+			return cfg, fmt.Errorf("flowtel: %s=%q: %s given twice", EnvWindow, s, key)
+		}
+		seen[key] = true
 		switch key {
 		case "N":
-			if haveN {
-				return cfg, fmt.Errorf("flowtel: %s=%q: N given twice", EnvWindow, s)
-			}
-			haveN = true
 			n, err := strconv.Atoi(val)
 			if err != nil {
 				return cfg, fmt.Errorf("flowtel: %s=%q: N=%q is not an integer", EnvWindow, s, val)
@@ -161,10 +161,6 @@ func ParseWindowEnv(s string) (WindowConfig, error) {
 			}
 			cfg.N = n
 		case "T":
-			if haveT {
-				return cfg, fmt.Errorf("flowtel: %s=%q: T given twice", EnvWindow, s)
-			}
-			haveT = true
 			d, err := time.ParseDuration(val)
 			if err != nil {
 				return cfg, fmt.Errorf("flowtel: %s=%q: T=%q is not a duration with a unit (e.g. 50ms, 200us): %v", EnvWindow, s, val, err)

@@ -23,7 +23,7 @@
 // accounting that open every PostSend and PostRecv (Check, Admit, Fail,
 // MaxMessage), the completion queue, depth and telemetry. Acceptor,
 // Rendezvous and the handshake are the connection set-up shared by the
-// backends that listen; internal/sock the dialling and frame-header prefix
+// backends that listen; internal/sock the dialling and frame-header codec
 // shared by the stream-socket backends (tcp, ft). The conformance suite in
 // transporttest is the executable form of this contract.
 package transport

@@ -30,10 +30,13 @@ const (
 	HeaderSize = 32
 	// MaxMessage bounds a WR's length, as in every backend.
 	MaxMessage = transport.MaxMessage
-
-	frameMagic   = 'F'
-	frameVersion = 1
 )
+
+// ErrBadFrame is wrapped by every error DecodeHeader returns.
+var ErrBadFrame = errors.New("ft: malformed frame header")
+
+// format is the header's first sock.HeaderSize bytes, laid out as tcp's.
+var format = sock.Format{Magic: 'F', Version: 1, Size: HeaderSize, Bad: ErrBadFrame}
 
 // FrameType says what a frame carries.
 type FrameType uint8
@@ -77,15 +80,10 @@ type Header struct {
 	Len   uint64
 }
 
-// ErrBadFrame is wrapped by every error DecodeHeader returns.
-var ErrBadFrame = errors.New("ft: malformed frame header")
-
 // PutHeader encodes h into b, which must hold HeaderSize bytes.
 func PutHeader(b []byte, h Header) {
 	_ = b[HeaderSize-1]
-	sock.PutPrefix(b, frameMagic, frameVersion, uint8(h.Type), h.Flags)
-	binary.LittleEndian.PutUint32(b[4:8], h.Aux)
-	binary.LittleEndian.PutUint64(b[8:16], h.Seq)
+	format.Put(b, sock.Header{Type: uint8(h.Type), Flags: h.Flags, Word: h.Aux, Long: h.Seq})
 	binary.LittleEndian.PutUint64(b[16:24], h.Off)
 	binary.LittleEndian.PutUint64(b[24:32], h.Len)
 }
@@ -94,14 +92,15 @@ func PutHeader(b []byte, h Header) {
 // buffer, a wrong magic or version, an unknown type, flags on a frame that
 // takes none, and lengths beyond MaxMessage.
 func DecodeHeader(b []byte) (Header, error) {
-	if err := sock.CheckPrefix(b, HeaderSize, frameMagic, frameVersion, ErrBadFrame); err != nil {
+	s, err := format.Decode(b)
+	if err != nil {
 		return Header{}, err
 	}
 	h := Header{
-		Type:  FrameType(b[2]),
-		Flags: b[3],
-		Aux:   binary.LittleEndian.Uint32(b[4:8]),
-		Seq:   binary.LittleEndian.Uint64(b[8:16]),
+		Type:  FrameType(s.Type),
+		Flags: s.Flags,
+		Aux:   s.Word,
+		Seq:   s.Long,
 		Off:   binary.LittleEndian.Uint64(b[16:24]),
 		Len:   binary.LittleEndian.Uint64(b[24:32]),
 	}

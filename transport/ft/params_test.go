@@ -1,42 +1,29 @@
 package ft
 
 import (
-	"strings"
 	"testing"
 	"time"
+
+	"github.com/vccl-go/vccl/transport/transporttest"
 )
 
 // ParamsFromEnv takes the defaults, overridden by each variable set (a Go
 // duration or milliseconds); errors name the variable.
 func TestParamsFromEnv(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		env     map[string]string
-		want    func(*Params)
-		wantErr string
-	}{
-		{"unset", nil, func(*Params) {}, ""},
-		{"duration", map[string]string{EnvDeadAfter: "90ms", EnvHeartbeat: "20ms"},
-			func(p *Params) { p.DeadAfter, p.Heartbeat = 90*time.Millisecond, 20*time.Millisecond }, ""},
-		{"milliseconds", map[string]string{EnvLinkTimeout: "2000"}, func(p *Params) { p.LinkTimeout = 2 * time.Second }, ""},
-		{"not a duration", map[string]string{EnvProbe: "soon"}, nil, EnvProbe},
-		{"inconsistent", map[string]string{EnvDeadAfter: "5ms"}, nil, "dead-after"},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParamsFromEnv(func(k string) string { return tc.env[k] })
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("ParamsFromEnv: %v, want an error naming %s", err, tc.wantErr)
-				}
-				return
-			}
-			want := DefaultParams()
-			tc.want(&want)
-			if err != nil || got != want {
-				t.Fatalf("ParamsFromEnv = %+v, %v; want %+v", got, err, want)
-			}
-		})
+	defaultsWith := func(set func(*Params)) Params {
+		p := DefaultParams()
+		set(&p)
+		return p
 	}
+	transporttest.RunEnvCases(t, "ParamsFromEnv", ParamsFromEnv, []transporttest.EnvCase[Params]{
+		{Name: "unset", Want: DefaultParams()},
+		{Name: "duration", Env: map[string]string{EnvDeadAfter: "90ms", EnvHeartbeat: "20ms"},
+			Want: defaultsWith(func(p *Params) { p.DeadAfter, p.Heartbeat = 90*time.Millisecond, 20*time.Millisecond })},
+		{Name: "milliseconds", Env: map[string]string{EnvLinkTimeout: "2000"},
+			Want: defaultsWith(func(p *Params) { p.LinkTimeout = 2 * time.Second })},
+		{Name: "not a duration", Env: map[string]string{EnvProbe: "soon"}, WantErr: EnvProbe},
+		{Name: "inconsistent", Env: map[string]string{EnvDeadAfter: "5ms"}, WantErr: "dead-after"},
+	})
 }
 
 // The backend reads no environment: its zero Params are the defaults.

@@ -1,7 +1,6 @@
 package tcp
 
 import (
-	"encoding/binary"
 	"errors"
 	"fmt"
 
@@ -29,15 +28,18 @@ import (
 // it until the receive for it is posted. A credit frame carries no payload;
 // its length is the size of the receive buffer it grants.
 const (
-	HeaderSize = 16
+	HeaderSize = sock.HeaderSize
 	// MaxFrameLen bounds a frame's length field: a larger value is a corrupt
 	// or hostile stream, not a message. It is the longest WR any backend
 	// takes.
 	MaxFrameLen = transport.MaxMessage
-
-	frameMagic   = 'V'
-	frameVersion = 2 // 2: eager data frames
 )
+
+// ErrBadFrame is wrapped by every error DecodeHeader returns.
+var ErrBadFrame = errors.New("tcp: malformed frame header")
+
+// format is the header's shared part; version 2 added eager data frames.
+var format = sock.Format{Magic: 'V', Version: 2, Size: HeaderSize, Bad: ErrBadFrame}
 
 // FrameType says what a frame carries.
 type FrameType uint8
@@ -75,15 +77,9 @@ type Header struct {
 	Len   uint64
 }
 
-// ErrBadFrame is wrapped by every error DecodeHeader returns.
-var ErrBadFrame = errors.New("tcp: malformed frame header")
-
 // PutHeader encodes h into b, which must hold HeaderSize bytes.
 func PutHeader(b []byte, h Header) {
-	_ = b[HeaderSize-1]
-	sock.PutPrefix(b, frameMagic, frameVersion, uint8(h.Type), h.Flags)
-	binary.LittleEndian.PutUint32(b[4:8], h.Seq)
-	binary.LittleEndian.PutUint64(b[8:16], h.Len)
+	format.Put(b, sock.Header{Type: uint8(h.Type), Flags: h.Flags, Word: h.Seq, Long: h.Len})
 }
 
 // AppendHeader appends h's encoding to dst.
@@ -98,15 +94,11 @@ func AppendHeader(dst []byte, h Header) []byte {
 // unknown type or flag, a flag on the wrong type and a length over
 // MaxFrameLen.
 func DecodeHeader(b []byte) (Header, error) {
-	if err := sock.CheckPrefix(b, HeaderSize, frameMagic, frameVersion, ErrBadFrame); err != nil {
+	s, err := format.Decode(b)
+	if err != nil {
 		return Header{}, err
 	}
-	h := Header{
-		Type:  FrameType(b[2]),
-		Flags: b[3],
-		Seq:   binary.LittleEndian.Uint32(b[4:8]),
-		Len:   binary.LittleEndian.Uint64(b[8:16]),
-	}
+	h := Header{Type: FrameType(s.Type), Flags: s.Flags, Seq: s.Word, Len: s.Long}
 	switch h.Type {
 	case FrameData:
 		if h.Flags&^knownFlags != 0 {

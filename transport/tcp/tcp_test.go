@@ -525,33 +525,15 @@ func TestLocalSockBuf(t *testing.T) {
 
 // ParseConfig reads the three variables, and its errors name the variable.
 func TestParseConfig(t *testing.T) {
-	for _, tc := range []struct {
-		name    string
-		env     map[string]string
-		want    Config
-		wantErr string
-	}{
-		{"unset", nil, Config{}, ""},
-		{"all", map[string]string{EnvSocketIfname: " eth0,eth1 ", EnvCongestion: "cubic", EnvSockBuf: "100000"},
-			Config{Interfaces: "eth0,eth1", Congestion: "cubic", SockBuf: 100000}, ""},
-		{"autotuning", map[string]string{EnvSockBuf: "-1"}, Config{SockBuf: -1}, ""},
-		{"not a number", map[string]string{EnvSockBuf: "big"}, Config{}, EnvSockBuf},
-		{"zero", map[string]string{EnvSockBuf: "0"}, Config{}, EnvSockBuf},
-		{"below -1", map[string]string{EnvSockBuf: "-2"}, Config{}, EnvSockBuf},
-	} {
-		t.Run(tc.name, func(t *testing.T) {
-			got, err := ParseConfig(func(k string) string { return tc.env[k] })
-			if tc.wantErr != "" {
-				if err == nil || !strings.Contains(err.Error(), tc.wantErr) {
-					t.Fatalf("ParseConfig: %v, want an error naming %s", err, tc.wantErr)
-				}
-				return
-			}
-			if err != nil || got != tc.want {
-				t.Fatalf("ParseConfig = %+v, %v; want %+v", got, err, tc.want)
-			}
-		})
-	}
+	transporttest.RunEnvCases(t, "ParseConfig", ParseConfig, []transporttest.EnvCase[Config]{
+		{Name: "unset"},
+		{Name: "all", Env: map[string]string{EnvSocketIfname: " eth0,eth1 ", EnvCongestion: "cubic", EnvSockBuf: "100000"},
+			Want: Config{Interfaces: "eth0,eth1", Congestion: "cubic", SockBuf: 100000}},
+		{Name: "autotuning", Env: map[string]string{EnvSockBuf: "-1"}, Want: Config{SockBuf: -1}},
+		{Name: "not a number", Env: map[string]string{EnvSockBuf: "big"}, WantErr: EnvSockBuf},
+		{Name: "zero", Env: map[string]string{EnvSockBuf: "0"}, WantErr: EnvSockBuf},
+		{Name: "below -1", Env: map[string]string{EnvSockBuf: "-2"}, WantErr: EnvSockBuf},
+	})
 }
 
 // Sends flagged More wait for the send posted after them, and all go in

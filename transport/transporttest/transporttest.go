@@ -9,7 +9,8 @@
 // thousands of outstanding WRs, credit-based flow control and its telemetry,
 // close while busy, a peer that dies mid-transfer, posting to a closed QP, a
 // receive buffer too small, the job-token handshake, and receives reduced
-// on arrival where the backend implements transport.Reducer.
+// on arrival where the backend implements transport.Reducer. It also holds
+// the helpers the backends' own tests share.
 package transporttest
 
 import (

@@ -1,7 +1,8 @@
 // Package sock holds what the stream-socket backends, transport/tcp and
 // transport/ft, share below their protocols: choosing the local address
-// from a named interface, dialling from it, and the first bytes of a frame
-// header (magic, version, type, flags) that both wire formats start with.
+// from a named interface, dialling from it, and the codec of the first 16
+// bytes of a frame header (magic, version, type, flags and two fields) that
+// both wire formats start with.
 // The socket options of a connection are tcp's (tcp.SetupConn), since they
 // follow its VCCL_TCP_* settings.
 package sock

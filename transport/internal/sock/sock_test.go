@@ -78,11 +78,13 @@ func TestDialFromInterface(t *testing.T) {
 
 var errBad = errors.New("bad frame")
 
-func TestPrefix(t *testing.T) {
-	good := make([]byte, 8)
-	PutPrefix(good, 'V', 2, 1, 3)
-	if string(good[:4]) != "V\x02\x01\x03" {
-		t.Fatalf("PutPrefix wrote % x", good[:4])
+func TestHeader(t *testing.T) {
+	good := make([]byte, 20)
+	want := Header{Type: 1, Flags: 3, Word: 0x0a0b0c0d, Long: 1 << 40}
+	f := &Format{Magic: 'V', Version: 2, Size: 20, Bad: errBad}
+	f.Put(good, want)
+	if string(good[:8]) != "V\x02\x01\x03\x0d\x0c\x0b\x0a" {
+		t.Fatalf("Put wrote % x", good[:8])
 	}
 	for _, tc := range []struct {
 		name   string
@@ -90,17 +92,17 @@ func TestPrefix(t *testing.T) {
 		substr string // "" for no error
 	}{
 		{"good", good, ""},
-		{"short", good[:7], "7 bytes, want 8"},
+		{"short", good[:19], "19 bytes, want 20"},
 		{"magic", append([]byte{'X'}, good[1:]...), "magic"},
 		{"version", append([]byte{'V', 9}, good[2:]...), "version 9, want 2"},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			err := CheckPrefix(tc.b, 8, 'V', 2, errBad)
+			got, err := f.Decode(tc.b)
 			switch {
-			case tc.substr == "" && err != nil:
-				t.Fatalf("CheckPrefix: %v, want nil", err)
+			case tc.substr == "" && (err != nil || got != want):
+				t.Fatalf("Decode: %+v, %v, want %+v", got, err, want)
 			case tc.substr != "" && (!errors.Is(err, errBad) || !strings.Contains(err.Error(), tc.substr)):
-				t.Fatalf("CheckPrefix: %v, want errBad saying %q", err, tc.substr)
+				t.Fatalf("Decode: %v, want errBad saying %q", err, tc.substr)
 			}
 		})
 	}
