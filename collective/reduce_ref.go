@@ -7,7 +7,7 @@ import (
 
 // reduceRef is the scalar reference for reduceInto: one element at a time,
 // decoded with encoding/binary in native byte order, with the semantics
-// spelled out in refInt, refUint and refFloat rather than left to builtins.
+// spelled out in refInt and refFloat rather than left to builtins.
 // Tests compare every kernel against it, and so do the library's -c checks.
 func reduceRef(dt Datatype, op ReduceOp, dst, a, b []byte) {
 	checkReduce(dt, op, dst, a, b)
@@ -19,15 +19,15 @@ func reduceRef(dt Datatype, op ReduceOp, dst, a, b []byte) {
 		case Int8:
 			d[0] = byte(refInt(op, int64(int8(x[0])), int64(int8(y[0]))))
 		case Uint8:
-			d[0] = byte(refUint(op, uint64(x[0]), uint64(y[0])))
+			d[0] = byte(refInt(op, uint64(x[0]), uint64(y[0])))
 		case Int32:
 			ne.PutUint32(d, uint32(refInt(op, int64(int32(ne.Uint32(x))), int64(int32(ne.Uint32(y))))))
 		case Uint32:
-			ne.PutUint32(d, uint32(refUint(op, uint64(ne.Uint32(x)), uint64(ne.Uint32(y)))))
+			ne.PutUint32(d, uint32(refInt(op, uint64(ne.Uint32(x)), uint64(ne.Uint32(y)))))
 		case Int64:
 			ne.PutUint64(d, uint64(refInt(op, int64(ne.Uint64(x)), int64(ne.Uint64(y)))))
 		case Uint64:
-			ne.PutUint64(d, refUint(op, ne.Uint64(x), ne.Uint64(y)))
+			ne.PutUint64(d, refInt(op, ne.Uint64(x), ne.Uint64(y)))
 		case Float32:
 			r := refFloat(op, math.Float32frombits(ne.Uint32(x)), math.Float32frombits(ne.Uint32(y)))
 			ne.PutUint32(d, math.Float32bits(r))
@@ -44,30 +44,10 @@ func reduceRef(dt Datatype, op ReduceOp, dst, a, b []byte) {
 	}
 }
 
-// refInt computes x op y for signed integers sign-extended to int64; the
-// caller truncates to the element width, which wraps Sum and Prod correctly.
-func refInt(op ReduceOp, x, y int64) int64 {
-	switch op {
-	case Sum, Avg:
-		return x + y
-	case Prod:
-		return x * y
-	case Min:
-		if y < x {
-			return y
-		}
-		return x
-	case Max:
-		if y > x {
-			return y
-		}
-		return x
-	}
-	panic("unreachable")
-}
-
-// refUint is refInt for unsigned integers zero-extended to uint64.
-func refUint(op ReduceOp, x, y uint64) uint64 {
+// refInt computes x op y for integers widened to 64 bits (signed ones
+// sign-extended, unsigned ones zero-extended); the caller truncates to the
+// element width, which wraps Sum and Prod correctly.
+func refInt[T int64 | uint64](op ReduceOp, x, y T) T {
 	switch op {
 	case Sum, Avg:
 		return x + y
