@@ -39,17 +39,9 @@ func TestNewOverTCPStoreAndClockOffset(t *testing.T) {
 func newStoreJob(t *testing.T, ctx context.Context, n int, opts ...Option) []*Comm {
 	t.Helper()
 	addr := freeAddr(t)
-	comms := make([]*Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			comms[r], errs[r] = New(ctx, append([]Option{WithRank(r, n), WithMaster(addr)}, opts...)...)
-		}()
-	}
-	wg.Wait()
+	comms, errs := eachRank(n, func(r int) (*Comm, error) {
+		return New(ctx, append([]Option{WithRank(r, n), WithMaster(addr)}, opts...)...)
+	})
 	t.Cleanup(func() {
 		for _, c := range comms {
 			if c != nil {
