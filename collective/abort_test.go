@@ -18,8 +18,7 @@ import (
 func TestFailureReachesEveryRank(t *testing.T) {
 	for _, how := range []string{"local", "store", "local/split", "store/split"} {
 		t.Run(how, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			ctx := testCtx(t, 30*time.Second)
 			comms := newAbortJob(t, ctx, strings.TrimSuffix(how, "/split"))
 			parents := comms
 			if strings.HasSuffix(how, "/split") {
@@ -107,8 +106,7 @@ func TestFailureReachesEveryRank(t *testing.T) {
 // TestCallerErrorDoesNotAbort: a call refused before any transfer (a bad
 // argument) breaks nothing, so it tells no other rank.
 func TestCallerErrorDoesNotAbort(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	comms := newAbortJob(t, ctx, "local")
 	if err := Broadcast(ctx, comms[1], []float32{1}, []float32{1}, 7); err == nil {
 		t.Fatal("broadcast from rank 7 of 3 succeeded")

@@ -73,8 +73,7 @@ func (l *attachLog) attacher(t *testing.T) TelemetryAttacher {
 // drained anything; the sink it adds sees the first collective's records;
 // Close detaches after the collector has shut the sink down.
 func TestAttachersRunOnNewLocal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "test", l.attacher(t))
 	comms, err := NewLocal(ctx, 2, WithTelemetry(true))
@@ -128,8 +127,7 @@ func TestAttachersRunOnNewLocal(t *testing.T) {
 // Ranks that meet through the rendezvous store run it after the store is
 // up; a child of Split runs none (its records reach the parent's sinks).
 func TestAttachersRunOnNewNotSplit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "test", l.attacher(t))
 	comms := newStoreJob(t, ctx, 2, WithTelemetry(true), WithTransport("tcp"))
@@ -175,8 +173,7 @@ func TestAttachersRunOnNewNotSplit(t *testing.T) {
 
 // Telemetry off, or WithTelemetryAttachers(false): nothing runs.
 func TestAttachersSkipped(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "test", l.attacher(t))
 	for _, opts := range [][]Option{
@@ -204,8 +201,7 @@ func TestAttachersSkipped(t *testing.T) {
 // A failing attacher fails New with an error naming it; the attachers that
 // ran before it (in name order) are detached.
 func TestAttacherErrorFailsNew(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "a-good", l.attacher(t))
 	registerForTest(t, "b-bad", func(context.Context, *Comm) (func(context.Context) error, error) {

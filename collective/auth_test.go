@@ -21,8 +21,7 @@ import (
 // each without the token, with a wrong one, and by a second writer with the
 // right one. Every attempt is refused and the job runs on, unaborted.
 func TestAbortAndHijackRefused(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	const token = "the-job's-secret"
 	comms := newStoreJob(t, ctx, 2, WithToken(token), WithTransport("tcp"), WithFaultTolerance(true))
 	master := comms[0].opts.master
@@ -155,8 +154,7 @@ func TestEmptyTokenOffLoopbackRefused(t *testing.T) {
 	t.Setenv(EnvToken, "")
 	t.Setenv(EnvTokenFile, "")
 	t.Setenv(EnvInsecure, "")
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 10*time.Second)
 	start := time.Now()
 	_, err := New(ctx, WithRank(1, 2), WithMaster("192.0.2.1:29500"))
 	var nt *NoTokenError
@@ -209,8 +207,7 @@ func TestEmptyTokenTransportOffLoopbackRefused(t *testing.T) {
 	if ifname == "" {
 		t.Skip("no interface with an IPv4 address other than loopback")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 10*time.Second)
 	addr := freeAddr(t)
 	errs := make([]error, 2)
 	done := make(chan struct{})

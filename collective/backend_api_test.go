@@ -85,8 +85,7 @@ func TestWithBackendMatrix(t *testing.T) {
 // TestWithBackendLinks checks what a communicator built on a user's
 // backend says of its links.
 func TestWithBackendLinks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(t, time.Minute)
 	posts := new(atomic.Int64)
 	comms, err := NewLocal(ctx, 2, WithBackend(countingBackend{posts: posts}))
 	if err != nil {

@@ -47,8 +47,7 @@ func startBenchJob(b *testing.B, transport string, bytes int, telemetry bool) *b
 	if err := peer.Start(); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(b, time.Minute)
 	comm, err := New(ctx, WithRank(0, 2), WithMaster(addr), WithTransport(transport), WithTelemetry(telemetry))
 	if err != nil {
 		peer.Process.Kill()
@@ -58,8 +57,7 @@ func startBenchJob(b *testing.B, transport string, bytes int, telemetry bool) *b
 }
 
 func (j *benchJob) stop(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(b, time.Minute)
 	Broadcast(ctx, j.comm, []int64{-1}, []int64{-1}, 0)
 	j.comm.Close()
 	if err := j.peer.Wait(); err != nil {

@@ -12,8 +12,7 @@ import (
 )
 
 func TestNewOverTCPStoreAndClockOffset(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	comms := newStoreJob(t, ctx, 3, WithToken("secret"), WithTransport("tcp"))
 	for _, c := range comms {
 		if c.UID() != comms[0].UID() || c.ID() != comms[0].ID() {
@@ -56,8 +55,7 @@ func newStoreJob(t *testing.T, ctx context.Context, n int, opts ...Option) []*Co
 }
 
 func TestWrongJobTokenRefused(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 2*time.Second)
 	addr := freeAddr(t)
 	var logged syncbuf.Buffer
 	log := slog.New(slog.NewTextHandler(&logged, nil))
@@ -87,8 +85,7 @@ func TestWrongJobTokenRefused(t *testing.T) {
 }
 
 func TestFaultToleranceMustAgree(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 10*time.Second)
 	addr := freeAddr(t)
 	errs := make([]error, 2)
 	var wg sync.WaitGroup

@@ -15,8 +15,7 @@ import (
 // own short deadline while rank 1 waits for rank 0, and returns rank 1's
 // error: the failure it learnt of through the job's abort board.
 func peerFailure(t *testing.T, comms []*Comm) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	var errs [2]error
 	var wg sync.WaitGroup
 	for r, c := range comms {

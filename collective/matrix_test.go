@@ -411,8 +411,7 @@ func runMatrix(t *testing.T, name string, opt Option) {
 	}
 	for _, n := range sizes {
 		t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
+			ctx := testCtx(t, 5*time.Minute)
 			comms, err := NewLocal(ctx, n, opt, WithChunkSize(8<<10))
 			if err != nil {
 				t.Fatal(err)

@@ -1,9 +1,7 @@
 package collective
 
 import (
-	"context"
 	"os"
-	"os/exec"
 	"strings"
 	"testing"
 	"time"
@@ -21,16 +19,14 @@ func TestMpirun(t *testing.T) {
 		t.Skip("starts an mpirun job")
 	}
 	mpirun := testproc.Binary(t, "mpirun", "VCCL_MPIRUN", "apt-get install openmpi-bin, or bash .ci/setup.d/42-openmpi.sh")
-	ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-	defer cancel()
+	ctx := testCtx(t, 2*time.Minute)
 	const n = 3
 	args := []string{"-np", "3", "--oversubscribe"}
 	if os.Geteuid() == 0 {
 		args = append(args, "--allow-run-as-root") // CI runs as root; Open MPI refuses it otherwise
 	}
-	args = append(args, os.Args[0], "-test.run=^TestMpirunRank$", "-test.count=1", "-test.v")
-	cmd := exec.CommandContext(ctx, mpirun, args...)
 	// Nothing of another launcher's, nor a token: what mpirun sets alone.
+	var env []string
 	for _, kv := range os.Environ() {
 		k, _, _ := strings.Cut(kv, "=")
 		switch {
@@ -39,16 +35,13 @@ func TestMpirun(t *testing.T) {
 			k == "RANK", k == "WORLD_SIZE", k == "LOCAL_RANK", k == "LOCAL_WORLD_SIZE":
 			continue
 		}
-		cmd.Env = append(cmd.Env, kv)
+		env = append(env, kv)
 	}
-	cmd.Env = append(cmd.Env, envMpirunRank+"=1", "GORACE=atexit_sleep_ms=0")
-	out, err := cmd.CombinedOutput()
+	out, err := rankJob(ctx, mpirun, args, "TestMpirunRank", append(env, envMpirunRank+"=1")).CombinedOutput()
 	if err != nil {
 		t.Fatalf("mpirun: %v\n%s", err, out)
 	}
-	if got := strings.Count(string(out), "mpirun rank ok"); got != n {
-		t.Fatalf("%d of %d ranks reported success:\n%s", got, n, out)
-	}
+	wantRanksOK(t, string(out), "mpirun rank ok", n)
 }
 
 // TestMpirunRank is one rank of TestMpirun's job.
@@ -56,8 +49,7 @@ func TestMpirunRank(t *testing.T) {
 	if os.Getenv(envMpirunRank) == "" {
 		t.Skip("runs as a rank of TestMpirun")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(t, time.Minute)
 	c, err := NewFromEnv(ctx)
 	if err != nil {
 		t.Fatal(err)

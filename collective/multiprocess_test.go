@@ -31,18 +31,14 @@ func TestMatrixMultiProcess(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp"} {
 		for _, n := range sizes {
 			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
-				ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-				defer cancel()
-				cmd := exec.CommandContext(ctx, launcher, "-n", strconv.Itoa(n), "--",
-					os.Args[0], "-test.run=^TestMatrixRank$", "-test.count=1")
-				cmd.Env = append(os.Environ(), envMatrixRank+"=1", EnvTransport+"="+tr, "GORACE=atexit_sleep_ms=0")
+				ctx := testCtx(t, 5*time.Minute)
+				cmd := rankJob(ctx, launcher, []string{"-n", strconv.Itoa(n), "--"}, "TestMatrixRank",
+					append(os.Environ(), envMatrixRank+"=1", EnvTransport+"="+tr))
 				out, err := cmd.CombinedOutput()
 				if err != nil {
 					t.Fatalf("job of %d ranks over %s: %v\n%s", n, tr, err, out)
 				}
-				if got := strings.Count(string(out), "matrix rank ok"); got != n {
-					t.Fatalf("%d of %d ranks reported success:\n%s", got, n, out)
-				}
+				wantRanksOK(t, string(out), "matrix rank ok", n)
 			})
 		}
 	}
@@ -59,13 +55,29 @@ func buildVcclrun(t *testing.T) string {
 	return launcher
 }
 
+// rankJob is the command that runs this test binary's test rankTest as
+// every rank of a job that launcher starts in the environment env.
+func rankJob(ctx context.Context, launcher string, launcherArgs []string, rankTest string, env []string) *exec.Cmd {
+	args := append(launcherArgs, os.Args[0], "-test.run=^"+rankTest+"$", "-test.count=1", "-test.v")
+	cmd := exec.CommandContext(ctx, launcher, args...)
+	cmd.Env = append(env, "GORACE=atexit_sleep_ms=0")
+	return cmd
+}
+
+// wantRanksOK fails the test unless each of a job's n ranks printed mark.
+func wantRanksOK(t *testing.T, out, mark string, n int) {
+	t.Helper()
+	if got := strings.Count(out, mark); got != n {
+		t.Fatalf("%d of %d ranks printed %q:\n%s", got, n, mark, out)
+	}
+}
+
 // TestMatrixRank is one rank of TestMatrixMultiProcess's jobs.
 func TestMatrixRank(t *testing.T) {
 	if os.Getenv(envMatrixRank) == "" {
 		t.Skip("runs as a rank of TestMatrixMultiProcess")
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 4*time.Minute)
-	defer cancel()
+	ctx := testCtx(t, 4*time.Minute)
 	c, err := NewFromEnv(ctx, WithChunkSize(8<<10))
 	if err != nil {
 		t.Fatal(err)

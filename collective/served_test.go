@@ -1,7 +1,6 @@
 package collective
 
 import (
-	"context"
 	"sync"
 	"testing"
 	"time"
@@ -13,8 +12,7 @@ import (
 // the process that made the id): with WithServedStore rank 0 dials it
 // instead of serving its address again.
 func TestServedStore(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	const token = "served-store-test-token"
 	srv, err := bootstrap.Serve(ctx, "127.0.0.1:0", token)
 	if err != nil {

@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"os"
-	"os/exec"
 	"path/filepath"
 	"strconv"
 	"strings"
@@ -45,13 +44,10 @@ func TestStoppedRankFailsTheCallItMissed(t *testing.T) {
 	} {
 		t.Run(fmt.Sprintf("%s/n=%d/count=%d", tc.transport, tc.ranks, tc.count), func(t *testing.T) {
 			run := t.TempDir()
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
-			cmd := exec.CommandContext(ctx, launcher, "-n", strconv.Itoa(tc.ranks), "--",
-				os.Args[0], "-test.run=^TestStoppedRankRole$", "-test.count=1", "-test.v")
-			cmd.Env = append(os.Environ(), envStoppedDir+"="+run, EnvTransport+"="+tc.transport,
-				EnvTimeout+"=2s", "VCCL_TEST_STOPPED_COUNT="+strconv.Itoa(tc.count),
-				"VCCL_TEST_STOPPED_CULPRIT="+strconv.FormatBool(tc.culprit), "GORACE=atexit_sleep_ms=0")
+			ctx := testCtx(t, 2*time.Minute)
+			cmd := rankJob(ctx, launcher, []string{"-n", strconv.Itoa(tc.ranks), "--"}, "TestStoppedRankRole",
+				append(os.Environ(), envStoppedDir+"="+run, EnvTransport+"="+tc.transport, EnvTimeout+"=2s",
+					"VCCL_TEST_STOPPED_COUNT="+strconv.Itoa(tc.count), "VCCL_TEST_STOPPED_CULPRIT="+strconv.FormatBool(tc.culprit)))
 			var output strings.Builder
 			cmd.Stdout, cmd.Stderr = &output, &output
 			if err := cmd.Start(); err != nil {
@@ -69,9 +65,7 @@ func TestStoppedRankFailsTheCallItMissed(t *testing.T) {
 				t.Fatalf("job: %v\n%s", err, output.String())
 			}
 			out := output.String()
-			if got := strings.Count(out, "stopped-rank role ok"); got != tc.ranks {
-				t.Fatalf("%d of %d ranks reported their outcome right:\n%s", got, tc.ranks, out)
-			}
+			wantRanksOK(t, out, "stopped-rank role ok", tc.ranks)
 			for _, line := range strings.Split(out, "\n") {
 				if strings.Contains(line, "stopped-rank role ok") {
 					t.Log(strings.TrimSpace(line))
@@ -89,8 +83,7 @@ func TestStoppedRankRole(t *testing.T) {
 	}
 	count, _ := strconv.Atoi(os.Getenv("VCCL_TEST_STOPPED_COUNT"))
 	culprit := os.Getenv("VCCL_TEST_STOPPED_CULPRIT") == "true"
-	ctx, cancel := context.WithTimeout(context.Background(), 90*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 90*time.Second)
 	c, err := NewFromEnv(ctx)
 	if err != nil {
 		t.Fatal(err)

@@ -40,8 +40,7 @@ func TestBusBWFactor(t *testing.T) {
 // used, its work requests carry its sequence number and steps, and queue
 // pair ids stay unique within a rank across communicators.
 func TestCollectiveRecords(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col), WithChannels(2))
 	if err := runOnAll(comms, func(c *Comm) error {
@@ -107,8 +106,7 @@ func TestCollectiveRecords(t *testing.T) {
 // post everything in the step that admits them; the 256 KiB ring all-reduce
 // posts after completions and after local reductions of 64 KiB and more.
 func TestRecordTimesOrdered(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col))
 	if err := runOnAll(comms, func(c *Comm) error {
@@ -175,8 +173,7 @@ func TestRecordTimesOrdered(t *testing.T) {
 // SetTelemetry(false) stops a communicator's records between calls and
 // SetTelemetry(true) resumes them; without telemetry it is an error.
 func TestSetTelemetry(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col))
 	if err := runOnAll(comms, func(c *Comm) error {
