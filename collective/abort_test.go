@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -46,29 +45,21 @@ func TestFailureReachesEveryRank(t *testing.T) {
 				t.Fatal(err)
 			}
 
-			errs := make([]error, 3)
 			took := make([]time.Duration, 3)
 			start := time.Now()
-			var wg sync.WaitGroup
-			for r, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					buf := []float32{0}
-					switch r {
-					case 0:
-						errs[r] = Recv(ctx, c, buf, 2)
-					case 1:
-						errs[r] = Recv(ctx, c, buf, 0)
-					case 2:
-						short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-						defer cancel()
-						errs[r] = Recv(short, c, buf, 1)
-					}
-					took[r] = time.Since(start)
-				}()
-			}
-			wg.Wait()
+			errs := onRanks(comms, func(c *Comm) error {
+				r, buf := c.Rank(), []float32{0}
+				defer func() { took[r] = time.Since(start) }()
+				switch r {
+				case 0:
+					return Recv(ctx, c, buf, 2)
+				case 1:
+					return Recv(ctx, c, buf, 0)
+				}
+				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				return Recv(short, c, buf, 1)
+			})
 			if !errors.Is(errs[2], context.DeadlineExceeded) {
 				t.Fatalf("rank 2: got %v, want its deadline", errs[2])
 			}
@@ -125,14 +116,10 @@ func newAbortJob(t *testing.T, ctx context.Context, how string) []*Comm {
 		return newStoreJob(t, ctx, 3, WithTransport("tcp"))
 	}
 	comms, err := NewLocal(ctx, 3)
+	closeAtEnd(t, comms)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	})
 	return comms
 }
 

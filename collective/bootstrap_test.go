@@ -32,6 +32,18 @@ func TestNewOverTCPStoreAndClockOffset(t *testing.T) {
 	}
 }
 
+// closeAtEnd closes the communicators of comms that were made when the
+// test ends.
+func closeAtEnd(t testing.TB, comms []*Comm) {
+	t.Cleanup(func() {
+		for _, c := range comms {
+			if c != nil {
+				c.Close()
+			}
+		}
+	})
+}
+
 // newStoreJob starts n ranks as goroutines that meet through rank 0's
 // rendezvous store at a free address, as a launcher's processes would; they
 // close when the test ends.
@@ -41,13 +53,7 @@ func newStoreJob(t *testing.T, ctx context.Context, n int, opts ...Option) []*Co
 	comms, errs := eachRank(n, func(r int) (*Comm, error) {
 		return New(ctx, append([]Option{WithRank(r, n), WithMaster(addr)}, opts...)...)
 	})
-	t.Cleanup(func() {
-		for _, c := range comms {
-			if c != nil {
-				c.Close()
-			}
-		}
-	})
+	closeAtEnd(t, comms)
 	if err := errors.Join(errs...); err != nil {
 		t.Fatal(err)
 	}

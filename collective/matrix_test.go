@@ -370,8 +370,9 @@ func runCase(ctx context.Context, c *Comm, mc matrixCase) error {
 	return fmt.Errorf("no case for %v", mc.op)
 }
 
-// runOnAll runs fn on every communicator at once and joins the errors.
-func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
+// onRanks runs fn on every communicator at once, as each rank's process
+// would, and returns their errors in the order of comms.
+func onRanks(comms []*Comm, fn func(c *Comm) error) []error {
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
 	for i, c := range comms {
@@ -382,7 +383,13 @@ func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
 		}()
 	}
 	wg.Wait()
-	for i, err := range errs {
+	return errs
+}
+
+// runOnAll runs fn on every communicator at once and returns the first
+// rank's error.
+func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
+	for i, err := range onRanks(comms, fn) {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}

@@ -20,9 +20,6 @@ import (
 const envMatrixRank = "VCCL_TEST_MATRIX_RANK"
 
 func TestMatrixMultiProcess(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process matrix skipped in -short mode")
-	}
 	launcher := buildVcclrun(t)
 	sizes := []int{2, 3}
 	if fullMatrix {
@@ -45,9 +42,12 @@ func TestMatrixMultiProcess(t *testing.T) {
 }
 
 // buildVcclrun builds the launcher the multi-process tests run their jobs
-// with, and returns its path.
+// with, and returns its path. Those jobs are skipped in -short mode.
 func buildVcclrun(t *testing.T) string {
 	t.Helper()
+	if testing.Short() {
+		t.Skip("multi-process job skipped in -short mode")
+	}
 	launcher := filepath.Join(t.TempDir(), "vcclrun")
 	if out, err := exec.Command("go", "build", "-o", launcher, "github.com/vccl-go/vccl/cmd/vcclrun").CombinedOutput(); err != nil {
 		t.Fatalf("building vcclrun: %v\n%s", err, out)

@@ -23,9 +23,6 @@ import (
 const envStoppedDir = "VCCL_TEST_STOPPED_DIR"
 
 func TestStoppedRankFailsTheCallItMissed(t *testing.T) {
-	if testing.Short() {
-		t.Skip("multi-process job skipped in -short mode")
-	}
 	launcher := buildVcclrun(t)
 	for _, tc := range []struct {
 		transport string
