@@ -38,10 +38,7 @@ func TestFailureReachesEveryRank(t *testing.T) {
 			}
 			// Every link has carried a call, so the failure below is
 			// not a first-contact one.
-			if err := runOnAll(comms, func(c *Comm) error {
-				buf := []float32{1}
-				return AllReduce(ctx, c, buf, buf, Sum)
-			}); err != nil {
+			if err := allReduceOnAll(ctx, comms, 1); err != nil {
 				t.Fatal(err)
 			}
 
@@ -82,10 +79,7 @@ func TestFailureReachesEveryRank(t *testing.T) {
 			}
 			if strings.HasSuffix(how, "/split") {
 				// A child's failure is the child's alone.
-				if err := runOnAll(parents, func(c *Comm) error {
-					buf := []float32{1}
-					return AllReduce(ctx, c, buf, buf, Sum)
-				}); err != nil {
+				if err := allReduceOnAll(ctx, parents, 1); err != nil {
 					t.Errorf("the parent communicator after its child failed: %v", err)
 				}
 			}
@@ -102,10 +96,7 @@ func TestCallerErrorDoesNotAbort(t *testing.T) {
 	if err := Broadcast(ctx, comms[1], []float32{1}, []float32{1}, 7); err == nil {
 		t.Fatal("broadcast from rank 7 of 3 succeeded")
 	}
-	if err := runOnAll(comms, func(c *Comm) error {
-		buf := []float32{1}
-		return AllReduce(ctx, c, buf, buf, Sum)
-	}); err != nil {
+	if err := allReduceOnAll(ctx, comms, 1); err != nil {
 		t.Fatalf("all-reduce after a refused call: %v", err)
 	}
 }

@@ -88,10 +88,7 @@ func TestAttachersRunOnNewLocal(t *testing.T) {
 			t.Errorf("rank %d: the collector had drained %d records before the attacher ran", r, st.Drained)
 		}
 	}
-	if err := runOnAll(comms, func(c *Comm) error {
-		buf := make([]float32, 1024)
-		return AllReduce(ctx, c, buf, buf, Sum)
-	}); err != nil {
+	if err := allReduceOnAll(ctx, comms, 1024); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range comms {
@@ -144,10 +141,7 @@ func TestAttachersRunOnNewNotSplit(t *testing.T) {
 	if len(l.comms) != 2 {
 		t.Errorf("attacher ran %d times after Split, want 2 (none for the children)", len(l.comms))
 	}
-	if err := runOnAll(children, func(c *Comm) error {
-		buf := make([]float32, 16)
-		return AllReduce(ctx, c, buf, buf, Sum)
-	}); err != nil {
+	if err := allReduceOnAll(ctx, children, 16); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range children {

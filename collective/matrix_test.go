@@ -368,6 +368,14 @@ func onRanks(comms []*Comm, fn func(c *Comm) error) []error {
 	return errs
 }
 
+// allReduceOnAll sums n float32 in place on every communicator at once.
+func allReduceOnAll(ctx context.Context, comms []*Comm, n int) error {
+	return runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, n)
+		return AllReduce(ctx, c, buf, buf, Sum)
+	})
+}
+
 // runOnAll runs fn on every communicator at once and returns the first
 // rank's error.
 func runOnAll(comms []*Comm, fn func(c *Comm) error) error {

@@ -235,10 +235,7 @@ func TestDeadPeerNamedOnEverySurvivor(t *testing.T) {
 			ctx := testCtx(t, 20*time.Second)
 			// A warm-up proves the job works, then rank 2 dies while the
 			// others wait in an all-reduce.
-			if err := runOnAll(comms, func(c *Comm) error {
-				buf := make([]float32, 1<<16)
-				return AllReduce(ctx, c, buf, buf, Sum)
-			}); err != nil {
+			if err := allReduceOnAll(ctx, comms, 1<<16); err != nil {
 				t.Fatal(err)
 			}
 			errs := make(chan error, n-1)
