@@ -133,17 +133,24 @@ func TestBenchPeer(t *testing.T) {
 	}
 }
 
+// benchLocal makes an n-rank job of goroutines for a benchmark and closes
+// every rank at once when the benchmark ends.
+func benchLocal(b *testing.B, n int, opts ...Option) []*Comm {
+	comms, err := NewLocal(context.Background(), n, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { runOnAll(comms, func(c *Comm) error { return c.Close() }) })
+	return comms
+}
+
 // BenchmarkAllReduceLocal measures the library's own per-call cost: two ranks
 // as goroutines over the in-process transport, where no IPC hides it.
 func BenchmarkAllReduceLocal(b *testing.B) {
 	for _, check := range []bool{true, false} {
 		b.Run(fmt.Sprintf("8B/check=%v", check), func(b *testing.B) {
 			ctx := context.Background()
-			comms, err := NewLocal(ctx, 2, WithSignatureCheck(check))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer runOnAll(comms, func(c *Comm) error { return c.Close() })
+			comms := benchLocal(b, 2, WithSignatureCheck(check))
 			done := make(chan error, 1)
 			go func() {
 				buf := []float64{1}
@@ -176,11 +183,7 @@ func BenchmarkAllReduceSelf(b *testing.B) {
 	for _, tel := range []bool{false, true} {
 		b.Run(fmt.Sprintf("8B/telemetry=%v", tel), func(b *testing.B) {
 			ctx := context.Background()
-			comms, err := NewLocal(ctx, 1, WithTelemetry(tel))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer comms[0].Close()
+			comms := benchLocal(b, 1, WithTelemetry(tel))
 			send, recv := []float64{1}, []float64{0}
 			b.ReportAllocs()
 			for range b.N {
