@@ -91,14 +91,14 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 			case primSend:
 				sr.sent[cd.prim] = bytes.Clone(p.a.slice(sr.bufs, p.n))
 				if p.tee { // written by the send's completion, not before
-					poison(p.b.slice(sr.bufs, p.n))
+					scribble(p.b.slice(sr.bufs, p.n))
 				}
 				key := qkey{cd.rank, p.peer}
 				sends[key] = append(sends[key], cd.prim)
 				touched = append(touched, key)
 			case primRecv:
 				if !p.fuse { // a fused receive's dst may be its source
-					poison(p.dst.slice(sr.bufs, p.n))
+					scribble(p.dst.slice(sr.bufs, p.n))
 				}
 				key := qkey{p.peer, cd.rank}
 				recvs[key] = append(recvs[key], cd.prim)
@@ -778,9 +778,9 @@ func TestRingAllGatherOwnCopy(t *testing.T) {
 	}
 }
 
-// poison fills b with a byte no test writes, so that a read of memory the
+// scribble fills b with a byte no test writes, so that a read of memory the
 // schedule has not filled yet shows in the result.
-func poison(b []byte) {
+func scribble(b []byte) {
 	for i := range b {
 		b[i] = 0xEE
 	}
