@@ -5,7 +5,6 @@ import (
 	"errors"
 	"slices"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 )
@@ -18,8 +17,7 @@ import (
 func TestFailureReachesEveryRank(t *testing.T) {
 	for _, how := range []string{"local", "store", "local/split", "store/split"} {
 		t.Run(how, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-			defer cancel()
+			ctx := testCtx(t, 30*time.Second)
 			comms := newAbortJob(t, ctx, strings.TrimSuffix(how, "/split"))
 			parents := comms
 			if strings.HasSuffix(how, "/split") {
@@ -40,36 +38,25 @@ func TestFailureReachesEveryRank(t *testing.T) {
 			}
 			// Every link has carried a call, so the failure below is
 			// not a first-contact one.
-			if err := runOnAll(comms, func(c *Comm) error {
-				buf := []float32{1}
-				return AllReduce(ctx, c, buf, buf, Sum)
-			}); err != nil {
+			if err := allReduceOnAll(ctx, comms, 1); err != nil {
 				t.Fatal(err)
 			}
 
-			errs := make([]error, 3)
 			took := make([]time.Duration, 3)
 			start := time.Now()
-			var wg sync.WaitGroup
-			for r, c := range comms {
-				wg.Add(1)
-				go func() {
-					defer wg.Done()
-					buf := []float32{0}
-					switch r {
-					case 0:
-						errs[r] = Recv(ctx, c, buf, 2)
-					case 1:
-						errs[r] = Recv(ctx, c, buf, 0)
-					case 2:
-						short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
-						defer cancel()
-						errs[r] = Recv(short, c, buf, 1)
-					}
-					took[r] = time.Since(start)
-				}()
-			}
-			wg.Wait()
+			errs := onRanks(comms, func(c *Comm) error {
+				r, buf := c.Rank(), []float32{0}
+				defer func() { took[r] = time.Since(start) }()
+				switch r {
+				case 0:
+					return Recv(ctx, c, buf, 2)
+				case 1:
+					return Recv(ctx, c, buf, 0)
+				}
+				short, cancel := context.WithTimeout(ctx, 200*time.Millisecond)
+				defer cancel()
+				return Recv(short, c, buf, 1)
+			})
 			if !errors.Is(errs[2], context.DeadlineExceeded) {
 				t.Fatalf("rank 2: got %v, want its deadline", errs[2])
 			}
@@ -92,10 +79,7 @@ func TestFailureReachesEveryRank(t *testing.T) {
 			}
 			if strings.HasSuffix(how, "/split") {
 				// A child's failure is the child's alone.
-				if err := runOnAll(parents, func(c *Comm) error {
-					buf := []float32{1}
-					return AllReduce(ctx, c, buf, buf, Sum)
-				}); err != nil {
+				if err := allReduceOnAll(ctx, parents, 1); err != nil {
 					t.Errorf("the parent communicator after its child failed: %v", err)
 				}
 			}
@@ -107,16 +91,12 @@ func TestFailureReachesEveryRank(t *testing.T) {
 // TestCallerErrorDoesNotAbort: a call refused before any transfer (a bad
 // argument) breaks nothing, so it tells no other rank.
 func TestCallerErrorDoesNotAbort(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	comms := newAbortJob(t, ctx, "local")
 	if err := Broadcast(ctx, comms[1], []float32{1}, []float32{1}, 7); err == nil {
 		t.Fatal("broadcast from rank 7 of 3 succeeded")
 	}
-	if err := runOnAll(comms, func(c *Comm) error {
-		buf := []float32{1}
-		return AllReduce(ctx, c, buf, buf, Sum)
-	}); err != nil {
+	if err := allReduceOnAll(ctx, comms, 1); err != nil {
 		t.Fatalf("all-reduce after a refused call: %v", err)
 	}
 }
@@ -127,14 +107,10 @@ func newAbortJob(t *testing.T, ctx context.Context, how string) []*Comm {
 		return newStoreJob(t, ctx, 3, WithTransport("tcp"))
 	}
 	comms, err := NewLocal(ctx, 3)
+	closeAtEnd(t, comms)
 	if err != nil {
 		t.Fatal(err)
 	}
-	t.Cleanup(func() {
-		for _, c := range comms {
-			c.Close()
-		}
-	})
 	return comms
 }
 

@@ -665,29 +665,31 @@ func direct(c *call, s *schedule) {
 		if l := c.sendCounts[r] * e; l > 0 {
 			s.copyTo(out(c.recvDispls[r]*e), in(c.sendDispls[r]*e), l, 0)
 		}
-	case OpGather:
+	case OpGather, OpScatter:
+		// Mirror images: block p of the root's buffer comes from (gather)
+		// or goes to (scatter) rank p; the root's own block is a copy.
+		gather := c.op == OpGather
 		if r != c.root {
-			s.send(c.root, in(0), bl, 0)
+			if gather {
+				s.send(c.root, in(0), bl, 0)
+			} else {
+				s.recv(c.root, out(0), bl, 0)
+			}
 			return
 		}
 		for k := 1; k < n; k++ {
-			p := mod(r+k, n)
-			s.recv(p, out(p*bl), bl, 0)
+			if p := mod(r+k, n); gather {
+				s.recv(p, out(p*bl), bl, 0)
+			} else {
+				s.send(p, in(p*bl), bl, 0)
+			}
 		}
 		if !c.inPlace && bl > 0 {
-			s.copyTo(out(r*bl), in(0), bl, 0)
-		}
-	case OpScatter:
-		if r != c.root {
-			s.recv(c.root, out(0), bl, 0)
-			return
-		}
-		for k := 1; k < n; k++ {
-			p := mod(r+k, n)
-			s.send(p, in(p*bl), bl, 0)
-		}
-		if !c.inPlace && bl > 0 {
-			s.copyTo(out(0), in(r*bl), bl, 0)
+			if gather {
+				s.copyTo(out(r*bl), in(0), bl, 0)
+			} else {
+				s.copyTo(out(0), in(r*bl), bl, 0)
+			}
 		}
 	case OpSend, OpRecv, OpGroup:
 		for _, p := range c.p2p {

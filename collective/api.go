@@ -394,6 +394,58 @@ func sameType(a, b Buffer, op Op) error {
 	return nil
 }
 
+// lenRule says how the lengths of a call's send and receive buffers relate.
+type lenRule uint8
+
+const (
+	anyLen     lenRule = iota // the caller checks them
+	sameLen                   // equal
+	recvBlocks                // recv holds Size() blocks of len(send)
+	sendBlocks                // send holds Size() blocks of len(recv)
+)
+
+// checkBufs checks a call's buffers each on its own, their element types
+// against each other and, where sized, their lengths by rule.
+func (c *Comm) checkBufs(op Op, send, recv Buffer, rule lenRule, sized bool) error {
+	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, op)); err != nil || !sized {
+		return err
+	}
+	big, what, small := recv, "receive", send
+	switch rule {
+	case sameLen:
+		if len(send.Data) != len(recv.Data) {
+			return fmt.Errorf("collective: %s send has %d elements but receive has %d", op, send.Len(), recv.Len())
+		}
+		return nil
+	case sendBlocks:
+		big, what, small = send, "send", recv
+	case recvBlocks:
+	default:
+		return nil
+	}
+	if len(big.Data) != c.size*len(small.Data) {
+		return fmt.Errorf("collective: %s %s has %d elements, want %d ranks × %d", op, what, big.Len(), c.size, small.Len())
+	}
+	return nil
+}
+
+// startBufs checks send and recv by rule and starts cl on them, with the
+// count and the in-place test that the rule implies.
+func (c *Comm) startBufs(ctx context.Context, inline bool, cl call, send, recv Buffer, rule lenRule, sized bool) (*Handle, error) {
+	if err := c.checkBufs(cl.op, send, recv, rule, sized); err != nil {
+		return nil, err
+	}
+	switch rule {
+	case recvBlocks:
+		cl.count, cl.inPlace = send.Len(), sized && window(recv.Data, send.Data, c.rank*len(send.Data))
+	case sendBlocks:
+		cl.count, cl.inPlace = recv.Len(), sized && window(send.Data, recv.Data, c.rank*len(recv.Data))
+	default:
+		cl.count, cl.inPlace = send.Len(), sameData(send.Data, recv.Data)
+	}
+	return c.start(ctx, inline, request{call: cl, dt: send.Type, in: send.Data, out: recv.Data})
+}
+
 // AllReduceAsync starts an all-reduce of send into recv (the same buffer for
 // in place).
 func (c *Comm) AllReduceAsync(ctx context.Context, send, recv Buffer, op ReduceOp) (*Handle, error) {
@@ -404,14 +456,7 @@ func (c *Comm) allReduce(ctx context.Context, inline bool, send, recv Buffer, op
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllReduce, Send: send, Recv: recv, Reduce: op})
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllReduce)); err != nil {
-		return nil, err
-	}
-	if len(send.Data) != len(recv.Data) {
-		return nil, fmt.Errorf("collective: allreduce send has %d elements but receive has %d", send.Len(), recv.Len())
-	}
-	return c.start(ctx, inline, request{call: call{op: OpAllReduce, count: send.Len(), redop: op, inPlace: sameData(send.Data, recv.Data)},
-		dt: send.Type, in: send.Data, out: recv.Data})
+	return c.startBufs(ctx, inline, call{op: OpAllReduce, redop: op}, send, recv, sameLen, true)
 }
 
 // AllGatherAsync starts an all-gather: recv holds Size() blocks of len(send).
@@ -424,14 +469,7 @@ func (c *Comm) allGather(ctx context.Context, inline bool, send, recv Buffer) (*
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllGather, Send: send, Recv: recv})
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllGather)); err != nil {
-		return nil, err
-	}
-	if len(recv.Data) != c.size*len(send.Data) {
-		return nil, fmt.Errorf("collective: allgather receive has %d elements, want %d ranks × %d", recv.Len(), c.size, send.Len())
-	}
-	return c.start(ctx, inline, request{call: call{op: OpAllGather, count: send.Len(), inPlace: window(recv.Data, send.Data, c.rank*len(send.Data))},
-		dt: send.Type, in: send.Data, out: recv.Data})
+	return c.startBufs(ctx, inline, call{op: OpAllGather}, send, recv, recvBlocks, true)
 }
 
 // ReduceScatterAsync starts a reduce-scatter: send holds Size() blocks of
@@ -445,14 +483,7 @@ func (c *Comm) reduceScatter(ctx context.Context, inline bool, send, recv Buffer
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpReduceScatter, Send: send, Recv: recv, Reduce: op})
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpReduceScatter)); err != nil {
-		return nil, err
-	}
-	if len(send.Data) != c.size*len(recv.Data) {
-		return nil, fmt.Errorf("collective: reducescatter send has %d elements, want %d ranks × %d", send.Len(), c.size, recv.Len())
-	}
-	return c.start(ctx, inline, request{call: call{op: OpReduceScatter, count: recv.Len(), redop: op, inPlace: window(send.Data, recv.Data, c.rank*len(recv.Data))},
-		dt: send.Type, in: send.Data, out: recv.Data})
+	return c.startBufs(ctx, inline, call{op: OpReduceScatter, redop: op}, send, recv, sendBlocks, true)
 }
 
 // BroadcastAsync starts a broadcast of root's send into every rank's recv.
@@ -471,14 +502,7 @@ func (c *Comm) broadcast(ctx context.Context, inline bool, send, recv Buffer, ro
 	if c.rank != root || send.Data == nil {
 		send = Buffer{Data: recv.Data, Type: recv.Type}
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpBroadcast)); err != nil {
-		return nil, err
-	}
-	if len(send.Data) != len(recv.Data) {
-		return nil, fmt.Errorf("collective: broadcast send has %d elements but receive has %d", send.Len(), recv.Len())
-	}
-	return c.start(ctx, inline, request{call: call{op: OpBroadcast, count: recv.Len(), root: root, inPlace: sameData(send.Data, recv.Data)},
-		dt: recv.Type, in: send.Data, out: recv.Data})
+	return c.startBufs(ctx, inline, call{op: OpBroadcast, root: root}, send, recv, sameLen, true)
 }
 
 // ReduceAsync starts a reduction of every rank's send into root's recv
@@ -497,14 +521,7 @@ func (c *Comm) reduce(ctx context.Context, inline bool, send, recv Buffer, op Re
 	if c.rank != root {
 		recv = Buffer{Type: send.Type}
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpReduce)); err != nil {
-		return nil, err
-	}
-	if c.rank == root && len(send.Data) != len(recv.Data) {
-		return nil, fmt.Errorf("collective: reduce send has %d elements but receive has %d", send.Len(), recv.Len())
-	}
-	return c.start(ctx, inline, request{call: call{op: OpReduce, count: send.Len(), redop: op, root: root, inPlace: sameData(send.Data, recv.Data)},
-		dt: send.Type, in: send.Data, out: recv.Data})
+	return c.startBufs(ctx, inline, call{op: OpReduce, redop: op, root: root}, send, recv, sameLen, c.rank == root)
 }
 
 // AllToAllAsync starts an all-to-all: block p of send goes to rank p, and
@@ -517,7 +534,7 @@ func (c *Comm) allToAll(ctx context.Context, inline bool, send, recv Buffer) (*H
 	if anyDevice(send, recv) {
 		return c.startDevice(ctx, DeviceOp{Op: OpAllToAll, Send: send, Recv: recv})
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllToAll)); err != nil {
+	if err := c.checkBufs(OpAllToAll, send, recv, anyLen, true); err != nil {
 		return nil, err
 	}
 	if len(send.Data) != len(recv.Data) || send.Len()%c.size != 0 {
@@ -537,7 +554,7 @@ func (c *Comm) allToAllv(ctx context.Context, inline bool, send Buffer, sendCoun
 	if anyDevice(send, recv) {
 		return nil, fmt.Errorf("collective: alltoallv on device buffers is not supported")
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpAllToAllv)); err != nil {
+	if err := c.checkBufs(OpAllToAllv, send, recv, anyLen, true); err != nil {
 		return nil, err
 	}
 	if sameData(send.Data, recv.Data) && len(send.Data) > 0 {
@@ -567,47 +584,33 @@ func (c *Comm) allToAllv(ctx context.Context, inline bool, send Buffer, sendCoun
 // GatherAsync starts a gather of every rank's send into root's recv (Size()
 // blocks; ignored elsewhere).
 func (c *Comm) GatherAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
-	return c.gather(ctx, false, send, recv, root)
-}
-
-func (c *Comm) gather(ctx context.Context, inline bool, send, recv Buffer, root int) (*Handle, error) {
-	if anyDevice(send, recv) {
-		return c.startDevice(ctx, DeviceOp{Op: OpGather, Send: send, Recv: recv, Root: root})
-	}
-	if c.rank != root {
-		recv = Buffer{Type: send.Type}
-	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpGather)); err != nil {
-		return nil, err
-	}
-	if c.rank == root && len(recv.Data) != c.size*len(send.Data) {
-		return nil, fmt.Errorf("collective: gather receive has %d elements, want %d ranks × %d", recv.Len(), c.size, send.Len())
-	}
-	return c.start(ctx, inline, request{call: call{op: OpGather, count: send.Len(), root: root, inPlace: c.rank == root && window(recv.Data, send.Data, c.rank*len(send.Data))},
-		dt: send.Type, in: send.Data, out: recv.Data})
+	return c.gatherScatter(ctx, false, OpGather, send, recv, root)
 }
 
 // ScatterAsync starts a scatter of root's send (Size() blocks; ignored
 // elsewhere) into every rank's recv.
 func (c *Comm) ScatterAsync(ctx context.Context, send, recv Buffer, root int) (*Handle, error) {
-	return c.scatter(ctx, false, send, recv, root)
+	return c.gatherScatter(ctx, false, OpScatter, send, recv, root)
 }
 
-func (c *Comm) scatter(ctx context.Context, inline bool, send, recv Buffer, root int) (*Handle, error) {
+// gatherScatter starts a gather or a scatter, mirror images of each other:
+// the root's buffer of Size() blocks is recv for a gather and send for a
+// scatter, and other ranks' is ignored.
+func (c *Comm) gatherScatter(ctx context.Context, inline bool, op Op, send, recv Buffer, root int) (*Handle, error) {
 	if anyDevice(send, recv) {
-		return c.startDevice(ctx, DeviceOp{Op: OpScatter, Send: send, Recv: recv, Root: root})
+		return c.startDevice(ctx, DeviceOp{Op: op, Send: send, Recv: recv, Root: root})
 	}
-	if c.rank != root {
-		send = Buffer{Type: recv.Type}
+	rule := recvBlocks
+	switch {
+	case op == OpScatter:
+		rule = sendBlocks
+		if c.rank != root {
+			send = Buffer{Type: recv.Type}
+		}
+	case c.rank != root:
+		recv = Buffer{Type: send.Type}
 	}
-	if err := errors.Join(c.check(send, "send"), c.check(recv, "receive"), sameType(send, recv, OpScatter)); err != nil {
-		return nil, err
-	}
-	if c.rank == root && len(send.Data) != c.size*len(recv.Data) {
-		return nil, fmt.Errorf("collective: scatter send has %d elements, want %d ranks × %d", send.Len(), c.size, recv.Len())
-	}
-	return c.start(ctx, inline, request{call: call{op: OpScatter, count: recv.Len(), root: root, inPlace: c.rank == root && window(send.Data, recv.Data, c.rank*len(recv.Data))},
-		dt: recv.Type, in: send.Data, out: recv.Data})
+	return c.startBufs(ctx, inline, call{op: op, root: root}, send, recv, rule, c.rank == root)
 }
 
 // P2P is one send or receive of a grouped point-to-point call.

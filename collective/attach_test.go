@@ -73,8 +73,7 @@ func (l *attachLog) attacher(t *testing.T) TelemetryAttacher {
 // drained anything; the sink it adds sees the first collective's records;
 // Close detaches after the collector has shut the sink down.
 func TestAttachersRunOnNewLocal(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "test", l.attacher(t))
 	comms, err := NewLocal(ctx, 2, WithTelemetry(true))
@@ -89,10 +88,7 @@ func TestAttachersRunOnNewLocal(t *testing.T) {
 			t.Errorf("rank %d: the collector had drained %d records before the attacher ran", r, st.Drained)
 		}
 	}
-	if err := runOnAll(comms, func(c *Comm) error {
-		buf := make([]float32, 1024)
-		return AllReduce(ctx, c, buf, buf, Sum)
-	}); err != nil {
+	if err := allReduceOnAll(ctx, comms, 1024); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range comms {
@@ -128,8 +124,7 @@ func TestAttachersRunOnNewLocal(t *testing.T) {
 // Ranks that meet through the rendezvous store run it after the store is
 // up; a child of Split runs none (its records reach the parent's sinks).
 func TestAttachersRunOnNewNotSplit(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "test", l.attacher(t))
 	comms := newStoreJob(t, ctx, 2, WithTelemetry(true), WithTransport("tcp"))
@@ -146,10 +141,7 @@ func TestAttachersRunOnNewNotSplit(t *testing.T) {
 	if len(l.comms) != 2 {
 		t.Errorf("attacher ran %d times after Split, want 2 (none for the children)", len(l.comms))
 	}
-	if err := runOnAll(children, func(c *Comm) error {
-		buf := make([]float32, 16)
-		return AllReduce(ctx, c, buf, buf, Sum)
-	}); err != nil {
+	if err := allReduceOnAll(ctx, children, 16); err != nil {
 		t.Fatal(err)
 	}
 	for _, c := range children {
@@ -175,8 +167,7 @@ func TestAttachersRunOnNewNotSplit(t *testing.T) {
 
 // Telemetry off, or WithTelemetryAttachers(false): nothing runs.
 func TestAttachersSkipped(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "test", l.attacher(t))
 	for _, opts := range [][]Option{
@@ -204,8 +195,7 @@ func TestAttachersSkipped(t *testing.T) {
 // A failing attacher fails New with an error naming it; the attachers that
 // ran before it (in name order) are detached.
 func TestAttacherErrorFailsNew(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	l := newAttachLog()
 	registerForTest(t, "a-good", l.attacher(t))
 	registerForTest(t, "b-bad", func(context.Context, *Comm) (func(context.Context) error, error) {

@@ -37,11 +37,7 @@ func (b countingBackend) Listen(ctx context.Context, lc transport.ListenConfig) 
 }
 
 func (b countingBackend) Dial(ctx context.Context, addr, key string, cfg transport.Config) (transport.QP, error) {
-	qp, err := loop.Backend{}.Dial(ctx, addr, key, cfg)
-	if err != nil {
-		return nil, err
-	}
-	return postCountingQP{QP: qp, posts: b.posts}, nil
+	return countPosts(b.posts)(loop.Backend{}.Dial(ctx, addr, key, cfg))
 }
 
 type postCountingListener struct {
@@ -50,11 +46,18 @@ type postCountingListener struct {
 }
 
 func (l postCountingListener) Accept(ctx context.Context, key string, cfg transport.Config) (transport.QP, error) {
-	qp, err := l.Listener.Accept(ctx, key, cfg)
-	if err != nil {
-		return nil, err
+	return countPosts(l.posts)(l.Listener.Accept(ctx, key, cfg))
+}
+
+// countPosts wraps a queue pair just made, if it was, to count its posts
+// in posts.
+func countPosts(posts *atomic.Int64) func(transport.QP, error) (transport.QP, error) {
+	return func(qp transport.QP, err error) (transport.QP, error) {
+		if err != nil {
+			return nil, err
+		}
+		return postCountingQP{QP: qp, posts: posts}, nil
 	}
-	return postCountingQP{QP: qp, posts: l.posts}, nil
 }
 
 type postCountingQP struct {
@@ -85,8 +88,7 @@ func TestWithBackendMatrix(t *testing.T) {
 // TestWithBackendLinks checks what a communicator built on a user's
 // backend says of its links.
 func TestWithBackendLinks(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(t, time.Minute)
 	posts := new(atomic.Int64)
 	comms, err := NewLocal(ctx, 2, WithBackend(countingBackend{posts: posts}))
 	if err != nil {

@@ -47,8 +47,7 @@ func startBenchJob(b *testing.B, transport string, bytes int, telemetry bool) *b
 	if err := peer.Start(); err != nil {
 		b.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(b, time.Minute)
 	comm, err := New(ctx, WithRank(0, 2), WithMaster(addr), WithTransport(transport), WithTelemetry(telemetry))
 	if err != nil {
 		peer.Process.Kill()
@@ -58,8 +57,7 @@ func startBenchJob(b *testing.B, transport string, bytes int, telemetry bool) *b
 }
 
 func (j *benchJob) stop(b *testing.B) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(b, time.Minute)
 	Broadcast(ctx, j.comm, []int64{-1}, []int64{-1}, 0)
 	j.comm.Close()
 	if err := j.peer.Wait(); err != nil {
@@ -135,17 +133,24 @@ func TestBenchPeer(t *testing.T) {
 	}
 }
 
+// benchLocal makes an n-rank job of goroutines for a benchmark and closes
+// every rank at once when the benchmark ends.
+func benchLocal(b *testing.B, n int, opts ...Option) []*Comm {
+	comms, err := NewLocal(context.Background(), n, opts...)
+	if err != nil {
+		b.Fatal(err)
+	}
+	b.Cleanup(func() { runOnAll(comms, func(c *Comm) error { return c.Close() }) })
+	return comms
+}
+
 // BenchmarkAllReduceLocal measures the library's own per-call cost: two ranks
 // as goroutines over the in-process transport, where no IPC hides it.
 func BenchmarkAllReduceLocal(b *testing.B) {
 	for _, check := range []bool{true, false} {
 		b.Run(fmt.Sprintf("8B/check=%v", check), func(b *testing.B) {
 			ctx := context.Background()
-			comms, err := NewLocal(ctx, 2, WithSignatureCheck(check))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer runOnAll(comms, func(c *Comm) error { return c.Close() })
+			comms := benchLocal(b, 2, WithSignatureCheck(check))
 			done := make(chan error, 1)
 			go func() {
 				buf := []float64{1}
@@ -178,11 +183,7 @@ func BenchmarkAllReduceSelf(b *testing.B) {
 	for _, tel := range []bool{false, true} {
 		b.Run(fmt.Sprintf("8B/telemetry=%v", tel), func(b *testing.B) {
 			ctx := context.Background()
-			comms, err := NewLocal(ctx, 1, WithTelemetry(tel))
-			if err != nil {
-				b.Fatal(err)
-			}
-			defer comms[0].Close()
+			comms := benchLocal(b, 1, WithTelemetry(tel))
 			send, recv := []float64{1}, []float64{0}
 			b.ReportAllocs()
 			for range b.N {

@@ -73,13 +73,13 @@ func (c *Comm) AllToAllv(ctx context.Context, send Buffer, sendCounts, sendDispl
 
 // Gather collects every rank's send into root's recv.
 func (c *Comm) Gather(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.gather(ctx, true, send, recv, root)
+	h, err := c.gatherScatter(ctx, true, OpGather, send, recv, root)
 	return c.wait(ctx, h, err)
 }
 
 // Scatter hands block r of root's send to rank r.
 func (c *Comm) Scatter(ctx context.Context, send, recv Buffer, root int) error {
-	h, err := c.scatter(ctx, true, send, recv, root)
+	h, err := c.gatherScatter(ctx, true, OpScatter, send, recv, root)
 	return c.wait(ctx, h, err)
 }
 

@@ -287,42 +287,31 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 	ex := newLocalExchange(n)
 	boards := new(localBoards)
 	env := envOptions()
-	comms := make([]*Comm, n)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			o := env
-			o.transport = "loop"
-			for _, opt := range opts {
-				opt(&o)
-			}
-			o.rank, o.size, o.rankSet = r, n, true
-			if err := o.validate(); err != nil {
-				errs[r] = err
-				ex.abort(err)
-				return
-			}
-			cctx, cancel := context.WithTimeout(ctx, o.timeout)
-			defer cancel()
-			c := &Comm{rank: r, size: n, opts: o, uid: uid, clock: flowtel.NewClock(0, 0)}
-			if err := c.setup(cctx, ex.exchange); err != nil {
-				errs[r] = err
-				ex.abort(err)
-				return
-			}
-			c.watchAborts(boards.get)
-			if err := c.startTelemetry(cctx); err != nil {
-				errs[r] = err
-				ex.abort(err)
-				return
-			}
-			comms[r] = c
-		}()
-	}
-	wg.Wait()
+	comms, errs := eachRank(n, func(r int) (*Comm, error) {
+		o := env
+		o.transport = "loop"
+		for _, opt := range opts {
+			opt(&o)
+		}
+		o.rank, o.size, o.rankSet = r, n, true
+		if err := o.validate(); err != nil {
+			ex.abort(err)
+			return nil, err
+		}
+		cctx, cancel := context.WithTimeout(ctx, o.timeout)
+		defer cancel()
+		c := &Comm{rank: r, size: n, opts: o, uid: uid, clock: flowtel.NewClock(0, 0)}
+		if err := c.setup(cctx, ex.exchange); err != nil {
+			ex.abort(err)
+			return nil, err
+		}
+		c.watchAborts(boards.get)
+		if err := c.startTelemetry(cctx); err != nil {
+			ex.abort(err)
+			return nil, err
+		}
+		return c, nil
+	})
 	if err := errors.Join(errs...); err != nil {
 		for _, c := range comms {
 			if c != nil {
@@ -332,6 +321,23 @@ func NewLocal(ctx context.Context, n int, opts ...Option) ([]*Comm, error) {
 		return nil, err
 	}
 	return comms, nil
+}
+
+// eachRank runs start for ranks 0..n-1 at once, as their processes would,
+// and returns once all have returned.
+func eachRank(n int, start func(r int) (*Comm, error)) ([]*Comm, []error) {
+	comms := make([]*Comm, n)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			comms[r], errs[r] = start(r)
+		}()
+	}
+	wg.Wait()
+	return comms, errs
 }
 
 // localExchange is the rendezvous of ranks in one process.

@@ -38,8 +38,7 @@ func (f *fakeEngine) Start(ctx context.Context, op DeviceOp) (func(context.Conte
 func TestDeviceBuffersGoToTheEngine(t *testing.T) {
 	comms := newLocal(t, 2)
 	c := comms[1]
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 10*time.Second)
 	d := DeviceBuf(fakeMem(64), Float32)
 	if d.Len() != 16 || !d.IsDevice() || d.Size() != 64 {
 		t.Fatalf("device buffer: len %d size %d", d.Len(), d.Size())
@@ -91,8 +90,7 @@ func TestDeviceBufferErrors(t *testing.T) {
 	c := newLocal(t, 2)[0]
 	f := &fakeEngine{release: make(chan struct{})}
 	c.SetDeviceEngine(f)
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 10*time.Second)
 	d := DeviceBuf(fakeMem(64), Float32)
 	host := Buf(make([]float32, 16))
 	for name, tc := range map[string]struct {

@@ -4,7 +4,6 @@ import (
 	"context"
 	"errors"
 	"strings"
-	"sync"
 	"testing"
 	"time"
 
@@ -15,25 +14,16 @@ import (
 // own short deadline while rank 1 waits for rank 0, and returns rank 1's
 // error: the failure it learnt of through the job's abort board.
 func peerFailure(t *testing.T, comms []*Comm) error {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	var errs [2]error
-	var wg sync.WaitGroup
-	for r, c := range comms {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			buf := []float32{0}
-			if r == 0 {
-				short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
-				defer cancel()
-				errs[r] = Recv(short, c, buf, 1)
-				return
-			}
-			errs[r] = Recv(ctx, c, buf, 0)
-		}()
-	}
-	wg.Wait()
+	ctx := testCtx(t, 30*time.Second)
+	errs := onRanks(comms, func(c *Comm) error {
+		buf := []float32{0}
+		if c.Rank() == 0 {
+			short, cancel := context.WithTimeout(ctx, 100*time.Millisecond)
+			defer cancel()
+			return Recv(short, c, buf, 1)
+		}
+		return Recv(ctx, c, buf, 0)
+	})
 	if !errors.Is(errs[0], context.DeadlineExceeded) {
 		t.Fatalf("rank 0: %v, want its deadline", errs[0])
 	}

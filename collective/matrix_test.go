@@ -217,50 +217,38 @@ func runCase(ctx context.Context, c *Comm, mc matrixCase) error {
 	bl := mc.count * es
 	buf := func(elems int) []byte { return make([]byte, elems*es) }
 	B := func(b []byte) Buffer { return Bytes(b, mc.dt) }
+	// orOwn is the in-place case's shared buffer, else one of its own.
+	orOwn := func(shared []byte, elems int) []byte {
+		if mc.inPlace {
+			return shared
+		}
+		return buf(elems)
+	}
 	switch mc.op {
-	case OpAllReduce:
+	case OpAllReduce, OpReduce:
 		send := buf(mc.count)
 		fillCase(mc, send, r, 0)
-		recv := send
-		if !mc.inPlace {
-			recv = buf(mc.count)
-		}
-		if err := c.AllReduce(ctx, B(send), B(recv), mc.redop); err != nil {
+		recv := orOwn(send, mc.count)
+		if mc.op == OpAllReduce {
+			if err := c.AllReduce(ctx, B(send), B(recv), mc.redop); err != nil {
+				return err
+			}
+		} else if err := c.Reduce(ctx, B(send), B(recv), mc.redop, mc.root); err != nil || r != mc.root {
 			return err
-		}
-		return checkElems(mc, recv, "result", func(i int) float64 { return reference(mc, n, 0, i) })
-	case OpReduce:
-		send := buf(mc.count)
-		fillCase(mc, send, r, 0)
-		recv := send
-		if !mc.inPlace {
-			recv = buf(mc.count)
-		}
-		if err := c.Reduce(ctx, B(send), B(recv), mc.redop, mc.root); err != nil {
-			return err
-		}
-		if r != mc.root {
-			return nil
 		}
 		return checkElems(mc, recv, "result", func(i int) float64 { return reference(mc, n, 0, i) })
 	case OpReduceScatter:
 		send := buf(n * mc.count)
 		fillCase(mc, send, r, 0)
 		// Reference blocks: element i of block b is input element b*count+i.
-		recv := send[r*bl : (r+1)*bl]
-		if !mc.inPlace {
-			recv = buf(mc.count)
-		}
+		recv := orOwn(send[r*bl:(r+1)*bl], mc.count)
 		if err := c.ReduceScatter(ctx, B(send), B(recv), mc.redop); err != nil {
 			return err
 		}
 		return checkElems(mc, recv, "result", func(i int) float64 { return reference(mc, n, r, i) })
 	case OpAllGather:
 		recv := buf(n * mc.count)
-		send := recv[r*bl : (r+1)*bl]
-		if !mc.inPlace {
-			send = buf(mc.count)
-		}
+		send := orOwn(recv[r*bl:(r+1)*bl], mc.count)
 		fillCase(mc, send, r, 0)
 		if err := c.AllGather(ctx, B(send), B(recv)); err != nil {
 			return err
@@ -268,10 +256,7 @@ func runCase(ctx context.Context, c *Comm, mc matrixCase) error {
 		return checkElems(mc, recv, "result", func(i int) float64 { return value(mc, i/max(mc.count, 1), i%max(mc.count, 1)) })
 	case OpBroadcast:
 		recv := buf(mc.count)
-		send := recv
-		if !mc.inPlace {
-			send = buf(mc.count)
-		}
+		send := orOwn(recv, mc.count)
 		fillCase(mc, send, r, 0)
 		if err := c.Broadcast(ctx, B(send), B(recv), mc.root); err != nil {
 			return err
@@ -280,10 +265,7 @@ func runCase(ctx context.Context, c *Comm, mc matrixCase) error {
 	case OpAllToAll:
 		send := buf(n * mc.count)
 		fillCase(mc, send, r, 0)
-		recv := send
-		if !mc.inPlace {
-			recv = buf(n * mc.count)
-		}
+		recv := orOwn(send, n*mc.count)
 		if err := c.AllToAll(ctx, B(send), B(recv)); err != nil {
 			return err
 		}
@@ -370,8 +352,9 @@ func runCase(ctx context.Context, c *Comm, mc matrixCase) error {
 	return fmt.Errorf("no case for %v", mc.op)
 }
 
-// runOnAll runs fn on every communicator at once and joins the errors.
-func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
+// onRanks runs fn on every communicator at once, as each rank's process
+// would, and returns their errors in the order of comms.
+func onRanks(comms []*Comm, fn func(c *Comm) error) []error {
 	errs := make([]error, len(comms))
 	var wg sync.WaitGroup
 	for i, c := range comms {
@@ -382,7 +365,21 @@ func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
 		}()
 	}
 	wg.Wait()
-	for i, err := range errs {
+	return errs
+}
+
+// allReduceOnAll sums n float32 in place on every communicator at once.
+func allReduceOnAll(ctx context.Context, comms []*Comm, n int) error {
+	return runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, n)
+		return AllReduce(ctx, c, buf, buf, Sum)
+	})
+}
+
+// runOnAll runs fn on every communicator at once and returns the first
+// rank's error.
+func runOnAll(comms []*Comm, fn func(c *Comm) error) error {
+	for i, err := range onRanks(comms, fn) {
 		if err != nil {
 			return fmt.Errorf("rank %d: %w", i, err)
 		}
@@ -411,8 +408,7 @@ func runMatrix(t *testing.T, name string, opt Option) {
 	}
 	for _, n := range sizes {
 		t.Run(fmt.Sprintf("%s/n=%d", name, n), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-			defer cancel()
+			ctx := testCtx(t, 5*time.Minute)
 			comms, err := NewLocal(ctx, n, opt, WithChunkSize(8<<10))
 			if err != nil {
 				t.Fatal(err)

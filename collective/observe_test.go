@@ -15,8 +15,7 @@ type callerKey struct{}
 // and sequence number its coll_begin records carry: on the engine path, the
 // mailbox path, for point-to-point calls and in Split children.
 func TestObserveCalls(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	col, sink := memoryCollector()
 	comms := newLocal(t, 2, WithCollector(col))
 	type seen struct {

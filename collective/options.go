@@ -175,52 +175,42 @@ func defaultOptions(getenv func(string) string) options {
 	if v := getenv(EnvTransport); v != "" {
 		o.transport = strings.ToLower(strings.TrimSpace(v))
 	}
-	if v := getenv(EnvAlgo); v != "" {
-		a, err := ParseAlgorithm(strings.ToLower(strings.TrimSpace(v)))
-		o.algo = a
-		o.addErr(EnvAlgo, v, err)
-	}
-	if v := getenv(EnvChannels); v != "" {
-		n, err := strconv.Atoi(v)
-		o.channels = n
-		o.addErr(EnvChannels, v, err)
-	}
-	if v := getenv(EnvChunk); v != "" {
-		n, err := parseBytes(v)
-		o.chunk = n
-		o.addErr(EnvChunk, v, err)
-	}
-	if v := getenv(EnvCheck); v != "" {
-		b, err := strconv.ParseBool(v)
-		o.check = b
-		o.addErr(EnvCheck, v, err)
-	}
-	if v := getenv(EnvTimeout); v != "" {
-		d, err := time.ParseDuration(v)
-		if err != nil {
-			if secs, err2 := strconv.Atoi(v); err2 == nil {
-				d, err = time.Duration(secs)*time.Second, nil
-			}
-		}
-		o.timeout = d
-		o.addErr(EnvTimeout, v, err)
-	}
+	envVar(&o, getenv, EnvAlgo, &o.algo, func(v string) (Algorithm, error) {
+		return ParseAlgorithm(strings.ToLower(strings.TrimSpace(v)))
+	})
+	envVar(&o, getenv, EnvChannels, &o.channels, strconv.Atoi)
+	envVar(&o, getenv, EnvChunk, &o.chunk, parseBytes)
+	envVar(&o, getenv, EnvCheck, &o.check, strconv.ParseBool)
+	envVar(&o, getenv, EnvTimeout, &o.timeout, parseTimeout)
 	tok, err := bootstrap.TokenFromEnv(getenv)
 	o.token = tok
 	if err != nil {
 		o.errs = append(o.errs, fmt.Errorf("collective: %w", err))
 	}
-	if v := getenv(EnvInsecure); v != "" {
-		b, err := strconv.ParseBool(v)
-		o.insecure = b
-		o.addErr(EnvInsecure, v, err)
-	}
-	if v := getenv(EnvFT); v != "" {
-		b, err := strconv.ParseBool(v)
-		o.ft = b
-		o.addErr(EnvFT, v, err)
-	}
+	envVar(&o, getenv, EnvInsecure, &o.insecure, strconv.ParseBool)
+	envVar(&o, getenv, EnvFT, &o.ft, strconv.ParseBool)
 	return o
+}
+
+// envVar parses the variable name, when set, into *dst. A bad value still
+// stores what parse returned; validate reports the error before New uses it.
+func envVar[T any](o *options, getenv func(string) string, name string, dst *T, parse func(string) (T, error)) {
+	if v := getenv(name); v != "" {
+		x, err := parse(v)
+		*dst = x
+		o.addErr(name, v, err)
+	}
+}
+
+// parseTimeout accepts a Go duration or a whole number of seconds.
+func parseTimeout(v string) (time.Duration, error) {
+	d, err := time.ParseDuration(v)
+	if err != nil {
+		if secs, err2 := strconv.Atoi(v); err2 == nil {
+			return time.Duration(secs) * time.Second, nil
+		}
+	}
+	return d, err
 }
 
 func (o *options) addErr(name, value string, err error) {

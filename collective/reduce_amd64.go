@@ -22,6 +22,19 @@ type asmKernel struct {
 func cpuid(eaxArg, ecxArg uint32) (eax, ebx, ecx, edx uint32)
 func xgetbv() (eax, edx uint32)
 
+// CPUID feature bits: leaf 1 ECX, then leaf 7 EBX.
+const (
+	bitF16C    = 1 << 29
+	bitOSXSAVE = 1 << 27
+	bitAVX     = 1 << 28
+
+	bitAVX2     = 1 << 5
+	bitAVX512F  = 1 << 16
+	bitAVX512DQ = 1 << 17
+	bitAVX512BW = 1 << 30
+	bitAVX512VL = 1 << 31
+)
+
 // cpuFeatures reports which feature groups this CPU and OS support.
 func cpuFeatures() (has [3]bool) {
 	maxID, _, _, _ := cpuid(0, 0)
@@ -29,11 +42,6 @@ func cpuFeatures() (has [3]bool) {
 		return
 	}
 	_, _, ecx1, _ := cpuid(1, 0)
-	const (
-		bitF16C    = 1 << 29
-		bitOSXSAVE = 1 << 27
-		bitAVX     = 1 << 28
-	)
 	if ecx1&bitOSXSAVE == 0 || ecx1&bitAVX == 0 {
 		return
 	}
@@ -42,13 +50,6 @@ func cpuFeatures() (has [3]bool) {
 		return
 	}
 	_, ebx7, _, _ := cpuid(7, 0)
-	const (
-		bitAVX2     = 1 << 5
-		bitAVX512F  = 1 << 16
-		bitAVX512DQ = 1 << 17
-		bitAVX512BW = 1 << 30
-		bitAVX512VL = 1 << 31
-	)
 	has[featAVX2] = ebx7&bitAVX2 != 0
 	has[featAVX2F16C] = has[featAVX2] && ecx1&bitF16C != 0
 	const avx512 = bitAVX512F | bitAVX512DQ | bitAVX512BW | bitAVX512VL

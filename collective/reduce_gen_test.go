@@ -2,7 +2,6 @@ package collective
 
 import (
 	"bytes"
-	"context"
 	"os"
 	"os/exec"
 	"path/filepath"
@@ -30,8 +29,7 @@ func TestReduceKernelsGenerated(t *testing.T) {
 	if err := os.WriteFile(filepath.Join(dir, "reduce_asmgen.go"), src, 0o644); err != nil {
 		t.Fatal(err)
 	}
-	ctx, cancel := context.WithTimeout(context.Background(), 5*time.Minute)
-	defer cancel()
+	ctx := testCtx(t, 5*time.Minute)
 	// Outside the module, with none of the caller's module flags: the
 	// generator needs only the standard library.
 	cmd := exec.CommandContext(ctx, goCmd, "run", "reduce_asmgen.go")

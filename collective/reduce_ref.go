@@ -7,7 +7,7 @@ import (
 
 // reduceRef is the scalar reference for reduceInto: one element at a time,
 // decoded with encoding/binary in native byte order, with the semantics
-// spelled out in refInt, refUint and refFloat rather than left to builtins.
+// spelled out in refOp rather than left to builtins.
 // Tests compare every kernel against it, and so do the library's -c checks.
 func reduceRef(dt Datatype, op ReduceOp, dst, a, b []byte) {
 	checkReduce(dt, op, dst, a, b)
@@ -17,79 +17,39 @@ func reduceRef(dt Datatype, op ReduceOp, dst, a, b []byte) {
 		x, y, d := a[i:i+sz], b[i:i+sz], dst[i:i+sz]
 		switch dt {
 		case Int8:
-			d[0] = byte(refInt(op, int64(int8(x[0])), int64(int8(y[0]))))
+			d[0] = byte(refOp(op, int64(int8(x[0])), int64(int8(y[0]))))
 		case Uint8:
-			d[0] = byte(refUint(op, uint64(x[0]), uint64(y[0])))
+			d[0] = byte(refOp(op, uint64(x[0]), uint64(y[0])))
 		case Int32:
-			ne.PutUint32(d, uint32(refInt(op, int64(int32(ne.Uint32(x))), int64(int32(ne.Uint32(y))))))
+			ne.PutUint32(d, uint32(refOp(op, int64(int32(ne.Uint32(x))), int64(int32(ne.Uint32(y))))))
 		case Uint32:
-			ne.PutUint32(d, uint32(refUint(op, uint64(ne.Uint32(x)), uint64(ne.Uint32(y)))))
+			ne.PutUint32(d, uint32(refOp(op, uint64(ne.Uint32(x)), uint64(ne.Uint32(y)))))
 		case Int64:
-			ne.PutUint64(d, uint64(refInt(op, int64(ne.Uint64(x)), int64(ne.Uint64(y)))))
+			ne.PutUint64(d, uint64(refOp(op, int64(ne.Uint64(x)), int64(ne.Uint64(y)))))
 		case Uint64:
-			ne.PutUint64(d, refUint(op, ne.Uint64(x), ne.Uint64(y)))
+			ne.PutUint64(d, refOp(op, ne.Uint64(x), ne.Uint64(y)))
 		case Float32:
-			r := refFloat(op, math.Float32frombits(ne.Uint32(x)), math.Float32frombits(ne.Uint32(y)))
+			r := refOp(op, math.Float32frombits(ne.Uint32(x)), math.Float32frombits(ne.Uint32(y)))
 			ne.PutUint32(d, math.Float32bits(r))
 		case Float64:
-			r := refFloat(op, math.Float64frombits(ne.Uint64(x)), math.Float64frombits(ne.Uint64(y)))
+			r := refOp(op, math.Float64frombits(ne.Uint64(x)), math.Float64frombits(ne.Uint64(y)))
 			ne.PutUint64(d, math.Float64bits(r))
 		case Float16:
-			r := refFloat(op, Half(ne.Uint16(x)).Float32(), Half(ne.Uint16(y)).Float32())
+			r := refOp(op, Half(ne.Uint16(x)).Float32(), Half(ne.Uint16(y)).Float32())
 			ne.PutUint16(d, uint16(HalfFrom(r)))
 		case BFloat16:
-			r := refFloat(op, BFloat(ne.Uint16(x)).Float32(), BFloat(ne.Uint16(y)).Float32())
+			r := refOp(op, BFloat(ne.Uint16(x)).Float32(), BFloat(ne.Uint16(y)).Float32())
 			ne.PutUint16(d, uint16(BFloatFrom(r)))
 		}
 	}
 }
 
-// refInt computes x op y for signed integers sign-extended to int64; the
+// refOp computes x op y in T's own arithmetic. Integers come widened to 64
+// bits (signed ones sign-extended, unsigned ones zero-extended) and the
 // caller truncates to the element width, which wraps Sum and Prod correctly.
-func refInt(op ReduceOp, x, y int64) int64 {
-	switch op {
-	case Sum, Avg:
-		return x + y
-	case Prod:
-		return x * y
-	case Min:
-		if y < x {
-			return y
-		}
-		return x
-	case Max:
-		if y > x {
-			return y
-		}
-		return x
-	}
-	panic("unreachable")
-}
-
-// refUint is refInt for unsigned integers zero-extended to uint64.
-func refUint(op ReduceOp, x, y uint64) uint64 {
-	switch op {
-	case Sum, Avg:
-		return x + y
-	case Prod:
-		return x * y
-	case Min:
-		if y < x {
-			return y
-		}
-		return x
-	case Max:
-		if y > x {
-			return y
-		}
-		return x
-	}
-	panic("unreachable")
-}
-
-// refFloat computes x op y in F's own arithmetic. Min and Max return NaN if
-// either operand is NaN, and order -0 below +0.
-func refFloat[F float32 | float64](op ReduceOp, x, y F) F {
+// For floats, Min and Max return NaN if either operand is NaN, and order -0
+// below +0; for integers those cases cannot arise.
+func refOp[T int64 | uint64 | float32 | float64](op ReduceOp, x, y T) T {
 	switch op {
 	case Sum, Avg:
 		return x + y

@@ -581,26 +581,21 @@ func benchFloat32(n int) (dst, a, bb []byte) {
 
 // BenchmarkReduceFloat32Sum: dst = a + b, three distinct buffers; SetBytes
 // counts dst bytes, as BenchmarkCopy does.
-func BenchmarkReduceFloat32Sum(b *testing.B) {
+func BenchmarkReduceFloat32Sum(b *testing.B) { benchReduceFloat32Sum(b, false) }
+
+// BenchmarkReduceFloat32SumInPlace: a += b, the usual collective step.
+func BenchmarkReduceFloat32SumInPlace(b *testing.B) { benchReduceFloat32Sum(b, true) }
+
+func benchReduceFloat32Sum(b *testing.B, inPlace bool) {
 	for _, s := range benchSizes {
 		b.Run(s.name, func(b *testing.B) {
 			dst, x, y := benchFloat32(s.n)
+			if inPlace {
+				dst = x
+			}
 			b.SetBytes(int64(s.n))
 			for b.Loop() {
 				reduceInto(Float32, Sum, dst, x, y)
-			}
-		})
-	}
-}
-
-// BenchmarkReduceFloat32SumInPlace: a += b, the usual collective step.
-func BenchmarkReduceFloat32SumInPlace(b *testing.B) {
-	for _, s := range benchSizes {
-		b.Run(s.name, func(b *testing.B) {
-			_, x, y := benchFloat32(s.n)
-			b.SetBytes(int64(s.n))
-			for b.Loop() {
-				reduceInto(Float32, Sum, x, x, y)
 			}
 		})
 	}

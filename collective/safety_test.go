@@ -9,10 +9,17 @@ import (
 	"time"
 )
 
+// testCtx is a context that ends d from now or when the test ends, so
+// that a hang fails the test at its own deadline.
+func testCtx(t testing.TB, d time.Duration) context.Context {
+	ctx, cancel := context.WithTimeout(context.Background(), d)
+	t.Cleanup(cancel)
+	return ctx
+}
+
 func newLocal(t *testing.T, n int, opts ...Option) []*Comm {
 	t.Helper()
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(t, time.Minute)
 	comms, err := NewLocal(ctx, n, opts...)
 	if err != nil {
 		t.Fatal(err)
@@ -138,8 +145,7 @@ func testMismatches(t *testing.T, transport string, cases []struct {
 	comms := newLocal(t, 3, WithTransport(transport))
 	for _, tc := range cases {
 		t.Run(tc.name, func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+			ctx := testCtx(t, 20*time.Second)
 			errs := make([]error, len(comms))
 			runOnAll(comms, func(c *Comm) error {
 				errs[c.Rank()] = tc.call(ctx, c)
@@ -175,8 +181,7 @@ func testMismatches(t *testing.T, transport string, cases []struct {
 
 func TestMismatchWithoutCheckStillErrors(t *testing.T) {
 	comms := newLocal(t, 2, WithSignatureCheck(false))
-	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 10*time.Second)
 	start := time.Now()
 	errs := make([]error, 2)
 	runOnAll(comms, func(c *Comm) error {
@@ -195,8 +200,7 @@ func TestMismatchWithoutCheckStillErrors(t *testing.T) {
 
 func TestDeadlineNamesWhatIsMissing(t *testing.T) {
 	comms := newLocal(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
+	ctx := testCtx(t, 300*time.Millisecond)
 	start := time.Now()
 	// Ranks 0 and 1 call; rank 2 never does.
 	errs := make([]error, 2)
@@ -228,14 +232,10 @@ func TestDeadPeerNamedOnEverySurvivor(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			const n = 4
 			comms := newLocal(t, n, WithTransport(tr))
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+			ctx := testCtx(t, 20*time.Second)
 			// A warm-up proves the job works, then rank 2 dies while the
 			// others wait in an all-reduce.
-			if err := runOnAll(comms, func(c *Comm) error {
-				buf := make([]float32, 1<<16)
-				return AllReduce(ctx, c, buf, buf, Sum)
-			}); err != nil {
+			if err := allReduceOnAll(ctx, comms, 1<<16); err != nil {
 				t.Fatal(err)
 			}
 			errs := make(chan error, n-1)
@@ -266,8 +266,7 @@ func TestDeadPeerNamedOnEverySurvivor(t *testing.T) {
 
 func TestAbortFromAnotherGoroutine(t *testing.T) {
 	comms := newLocal(t, 2)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 20*time.Second)
 	done := make(chan error, 1)
 	go func() {
 		buf := make([]float32, 10)
@@ -291,8 +290,7 @@ func TestCloseWithUnwaitedHandles(t *testing.T) {
 	for _, tr := range []string{"shm", "tcp"} {
 		t.Run(tr, func(t *testing.T) {
 			comms := newLocal(t, 2, WithTransport(tr))
-			ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-			defer cancel()
+			ctx := testCtx(t, 20*time.Second)
 			big := make([]float32, smallMax) // the engine's, on either transport
 			err := runOnAll(comms, func(c *Comm) error {
 				bufs := [][]float32{make([]float32, len(big)), make([]float32, 4), make([]float32, len(big))}
@@ -331,8 +329,7 @@ func TestCloseWithUnwaitedHandles(t *testing.T) {
 
 func TestAsyncHandles(t *testing.T) {
 	comms := newLocal(t, 3)
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 20*time.Second)
 	if err := runOnAll(comms, func(c *Comm) error {
 		// Several operations in flight at once, waited in reverse.
 		var hs []*Handle
@@ -361,8 +358,7 @@ func TestAsyncHandles(t *testing.T) {
 
 func TestSplit(t *testing.T) {
 	comms := newLocal(t, 5)
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	subs := make([]*Comm, 5)
 	if err := runOnAll(comms, func(c *Comm) error {
 		color := c.Rank() % 2

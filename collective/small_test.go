@@ -22,8 +22,7 @@ func mailboxCalls(c *Comm) uint32 { return c.small.lastBox }
 func TestSmallMatrix(t *testing.T) {
 	for _, n := range []int{2, 3} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			ctx, cancel := context.WithTimeout(context.Background(), 2*time.Minute)
-			defer cancel()
+			ctx := testCtx(t, 2*time.Minute)
 			comms := newLocal(t, n, WithTransport("shm"))
 			if comms[0].small == nil {
 				t.Fatal("a communicator joined over shm has no mailbox path")
@@ -72,8 +71,7 @@ func TestSmallMatrix(t *testing.T) {
 // answer, so tickets, slot reuse and the deferred publication of engine
 // calls keep every rank in step.
 func TestSmallAllReduceInterleaved(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), time.Minute)
-	defer cancel()
+	ctx := testCtx(t, time.Minute)
 	const n = 4
 	comms := newLocal(t, n, WithTransport("shm"))
 	err := runOnAll(comms, func(c *Comm) error {
@@ -171,8 +169,7 @@ func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 // the peer, soon, not at its deadline.
 func TestSmallAllReduceDeadPeer(t *testing.T) {
 	comms := newLocal(t, 2, WithTransport("shm"))
-	ctx, cancel := context.WithTimeout(context.Background(), 20*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 20*time.Second)
 	buf := []float32{1}
 	if err := runOnAll(comms, func(c *Comm) error { return AllReduce(ctx, c, []float32{1}, make([]float32, 1), Sum) }); err != nil {
 		t.Fatal(err)
@@ -195,8 +192,7 @@ func TestSmallAllReduceDeadPeer(t *testing.T) {
 // peer that makes the call later learns why from the abort board.
 func TestSmallAllReduceDeadline(t *testing.T) {
 	comms := newLocal(t, 2, WithTransport("shm"))
-	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
-	defer cancel()
+	ctx := testCtx(t, 200*time.Millisecond)
 	buf := []float32{1}
 	start := time.Now()
 	err := AllReduce(ctx, comms[0], buf, buf, Sum)
@@ -239,8 +235,7 @@ func TestSmallAllReduceRecords(t *testing.T) {
 }
 
 func testSmallAllReduceRecords(t *testing.T, n, floats int) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	col, sink := memoryCollector()
 	comms := newLocal(t, n, WithCollector(col), WithTransport("shm"))
 	if err := runOnAll(comms, func(c *Comm) error {
@@ -365,8 +360,7 @@ func TestSmallAllReduceTimeout(t *testing.T) {
 // once doubled the latency of a 1 KiB call).
 func TestSmallAllReduceAllocatesNothing(t *testing.T) {
 	comms := newLocal(t, 2, WithTransport("shm"))
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	const runs = 100
 	peer := make(chan error, 1)
 	go func() {

@@ -1,7 +1,6 @@
 package collective
 
 import (
-	"context"
 	"testing"
 	"time"
 
@@ -12,8 +11,7 @@ import (
 // Store that every rank reads and writes; communicators without one
 // return a nil interface, not a typed nil a caller would dial through.
 func TestStore(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
+	ctx := testCtx(t, 30*time.Second)
 	if st := newLocal(t, 2)[0].Store(); st != nil {
 		t.Errorf("NewLocal's Store() = %v, want nil", st)
 	}

@@ -20,6 +20,22 @@ func memoryCollector() (*flowtel.Collector, *flowteltest.MemorySink) {
 	return col, sink
 }
 
+// recordRun runs fn on every rank of an n-rank local job whose records go
+// to memory, and returns the ranks and the sink once the records of the
+// calls are in it.
+func recordRun(t *testing.T, ctx context.Context, n int, fn func(c *Comm) error, opts ...Option) ([]*Comm, *flowteltest.MemorySink) {
+	t.Helper()
+	col, sink := memoryCollector()
+	comms := newLocal(t, n, append([]Option{WithCollector(col)}, opts...)...)
+	if err := runOnAll(comms, fn); err != nil {
+		t.Fatal(err)
+	}
+	if err := col.Flush(ctx); err != nil {
+		t.Fatal(err)
+	}
+	return comms, sink
+}
+
 func TestBusBWFactor(t *testing.T) {
 	for _, tc := range []struct {
 		op    Op
@@ -40,11 +56,8 @@ func TestBusBWFactor(t *testing.T) {
 // used, its work requests carry its sequence number and steps, and queue
 // pair ids stay unique within a rank across communicators.
 func TestCollectiveRecords(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	col, sink := memoryCollector()
-	comms := newLocal(t, 2, WithCollector(col), WithChannels(2))
-	if err := runOnAll(comms, func(c *Comm) error {
+	ctx := testCtx(t, 30*time.Second)
+	comms, sink := recordRun(t, ctx, 2, func(c *Comm) error {
 		buf := make([]float32, 1<<16)
 		if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
 			return err
@@ -55,12 +68,7 @@ func TestCollectiveRecords(t *testing.T) {
 		}
 		defer sub.Close()
 		return AllReduce(ctx, sub, buf[:8], buf[:8], Sum)
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := col.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	}, WithChannels(2))
 	type qpOwner struct {
 		rank int32
 		qp   uint32
@@ -107,11 +115,8 @@ func TestCollectiveRecords(t *testing.T) {
 // post everything in the step that admits them; the 256 KiB ring all-reduce
 // posts after completions and after local reductions of 64 KiB and more.
 func TestRecordTimesOrdered(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	col, sink := memoryCollector()
-	comms := newLocal(t, 2, WithCollector(col))
-	if err := runOnAll(comms, func(c *Comm) error {
+	ctx := testCtx(t, 30*time.Second)
+	_, sink := recordRun(t, ctx, 2, func(c *Comm) error {
 		for _, n := range []int{256, 1 << 16, 256, 1 << 16} {
 			buf := make([]float32, n)
 			if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
@@ -119,12 +124,7 @@ func TestRecordTimesOrdered(t *testing.T) {
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := col.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	})
 	type callKey struct {
 		rank    int32
 		seq     uint64
@@ -175,11 +175,8 @@ func TestRecordTimesOrdered(t *testing.T) {
 // SetTelemetry(false) stops a communicator's records between calls and
 // SetTelemetry(true) resumes them; without telemetry it is an error.
 func TestSetTelemetry(t *testing.T) {
-	ctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-	defer cancel()
-	col, sink := memoryCollector()
-	comms := newLocal(t, 2, WithCollector(col))
-	if err := runOnAll(comms, func(c *Comm) error {
+	ctx := testCtx(t, 30*time.Second)
+	comms, sink := recordRun(t, ctx, 2, func(c *Comm) error {
 		buf := make([]float32, 256)
 		for i, on := range []bool{true, false, true} {
 			if err := c.setTelemetry(on); err != nil {
@@ -190,12 +187,7 @@ func TestSetTelemetry(t *testing.T) {
 			}
 		}
 		return nil
-	}); err != nil {
-		t.Fatal(err)
-	}
-	if err := col.Flush(ctx); err != nil {
-		t.Fatal(err)
-	}
+	})
 	// Counted by kind: how many credit waits a call writes depends on
 	// which rank posts first.
 	type seqKind struct {

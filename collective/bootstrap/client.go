@@ -168,23 +168,30 @@ func clientHandshake(ctx context.Context, nc net.Conn, addr string, key []byte, 
 			return fmt.Errorf("bootstrap: the server at %s refused rank %d: %s", addr, rank, m.text)
 		}
 	}
+	// exchange sends req and reads the reply, which must be want.
+	exchange := func(req *message, want byte) (message, error) {
+		if _, err := nc.Write(appendFrame(nil, req)); err != nil {
+			return message{}, fmt.Errorf("bootstrap: hello to %s: %w", addr, err)
+		}
+		m, err := readMessageMax(nc, maxHelloFrame)
+		if err != nil {
+			return message{}, fmt.Errorf("bootstrap: hello to %s: %w", addr, err)
+		}
+		switch m.op {
+		case want:
+			return m, nil
+		case opErr:
+			return message{}, refused(&m)
+		case opBye:
+			return message{}, fmt.Errorf("bootstrap: hello to %s: %w", addr, ErrServerClosed)
+		default:
+			return message{}, fmt.Errorf("bootstrap: hello to %s: unexpected reply op %#x", addr, m.op)
+		}
+	}
 	nc1 := jobauth.Nonce()
-	hello := message{op: opHello, version: protoVersion, rank: int32(rank), value: nc1}
-	if _, err := nc.Write(appendFrame(nil, &hello)); err != nil {
-		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
-	}
-	m, err := readMessageMax(nc, maxHelloFrame)
+	m, err := exchange(&message{op: opHello, version: protoVersion, rank: int32(rank), value: nc1}, opChall)
 	if err != nil {
-		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
-	}
-	switch m.op {
-	case opChall:
-	case opErr:
-		return fail(refused(&m))
-	case opBye:
-		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, ErrServerClosed))
-	default:
-		return fail(fmt.Errorf("bootstrap: hello to %s: unexpected reply op %#x", addr, m.op))
+		return fail(err)
 	}
 	var rb [4]byte
 	binary.BigEndian.PutUint32(rb[:], uint32(rank))
@@ -200,21 +207,8 @@ func clientHandshake(ctx context.Context, nc net.Conn, addr string, key []byte, 
 		readMessageMax(nc, maxHelloFrame)
 		return fail(fmt.Errorf("bootstrap: rank %d: the server at %s does not hold this job's token: %w (check VCCL_JOB_TOKEN: is another job using this address?)", rank, addr, ErrTokenMismatch))
 	}
-	auth := message{op: opAuth, value: jobauth.Proof(key, "store-client", nc1, ns, rb[:])}
-	if _, err := nc.Write(appendFrame(nil, &auth)); err != nil {
-		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
-	}
-	if m, err = readMessageMax(nc, maxHelloFrame); err != nil {
-		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, err))
-	}
-	switch m.op {
-	case opOK:
-	case opErr:
-		return fail(refused(&m))
-	case opBye:
-		return fail(fmt.Errorf("bootstrap: hello to %s: %w", addr, ErrServerClosed))
-	default:
-		return fail(fmt.Errorf("bootstrap: hello to %s: unexpected reply op %#x", addr, m.op))
+	if _, err := exchange(&message{op: opAuth, value: jobauth.Proof(key, "store-client", nc1, ns, rb[:])}, opOK); err != nil {
+		return fail(err)
 	}
 	if !stop() {
 		nc.Close()

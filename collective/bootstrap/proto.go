@@ -130,46 +130,45 @@ type decoder struct {
 	err error
 }
 
-func (d *decoder) u8() byte {
-	if d.err != nil || len(d.b) < 1 {
-		d.fail()
-		return 0
-	}
-	v := d.b[0]
-	d.b = d.b[1:]
-	return v
-}
-
-func (d *decoder) u32() uint32 {
-	if d.err != nil || len(d.b) < 4 {
-		d.fail()
-		return 0
-	}
-	v := binary.BigEndian.Uint32(d.b)
-	d.b = d.b[4:]
-	return v
-}
-
-func (d *decoder) u64() uint64 {
-	if d.err != nil || len(d.b) < 8 {
-		d.fail()
-		return 0
-	}
-	v := binary.BigEndian.Uint64(d.b)
-	d.b = d.b[8:]
-	return v
-}
-
-// bytes returns a sub-slice of the body (not a copy).
-func (d *decoder) bytes() []byte {
-	n := d.u32()
-	if d.err != nil || uint64(n) > uint64(len(d.b)) {
+// take consumes the next n bytes of the body, or fails and returns nil.
+func (d *decoder) take(n uint64) []byte {
+	if d.err != nil || n > uint64(len(d.b)) {
 		d.fail()
 		return nil
 	}
 	v := d.b[:n:n]
 	d.b = d.b[n:]
 	return v
+}
+
+func (d *decoder) u8() byte {
+	if v := d.take(1); v != nil {
+		return v[0]
+	}
+	return 0
+}
+
+func (d *decoder) u32() uint32 {
+	if v := d.take(4); v != nil {
+		return binary.BigEndian.Uint32(v)
+	}
+	return 0
+}
+
+func (d *decoder) u64() uint64 {
+	if v := d.take(8); v != nil {
+		return binary.BigEndian.Uint64(v)
+	}
+	return 0
+}
+
+// bytes returns a sub-slice of the body (not a copy).
+func (d *decoder) bytes() []byte {
+	n := d.u32()
+	if d.err != nil {
+		return nil
+	}
+	return d.take(uint64(n))
 }
 
 func (d *decoder) fail() {

@@ -427,6 +427,26 @@ func (s *Server) parkLocked(w *waiter) {
 	w.c.pending[w.id] = w
 }
 
+// parkUnlock parks w unless its connection has MaxPending requests waiting
+// already (then it reports false), and unlocks s.mu. A repeated request id
+// leaves the first one parked.
+func (s *Server) parkUnlock(w *waiter) bool {
+	if len(w.c.pending) >= MaxPending {
+		s.mu.Unlock()
+		return false
+	}
+	if _, dup := w.c.pending[w.id]; !dup {
+		s.parkLocked(w)
+	}
+	s.mu.Unlock()
+	if s.onPark != nil {
+		for _, k := range w.keys {
+			s.onPark(k)
+		}
+	}
+	return true
+}
+
 // storeLocked sets key and wakes the requests parked on it. The replies are
 // queued on their connections' writers, so a slow or dead client cannot hold
 // up the connection that did the set.
@@ -524,17 +544,8 @@ func (s *Server) handle(c *sconn, m *message) {
 			c.send(&message{op: opOK, id: m.id, value: v})
 			return
 		}
-		if len(c.pending) >= MaxPending {
-			s.mu.Unlock()
+		if !s.parkUnlock(&waiter{c: c, id: m.id, op: opGet, keys: []string{m.key}}) {
 			errReply(codeLimit, "%d requests of this connection wait already", MaxPending)
-			return
-		}
-		if _, dup := c.pending[m.id]; !dup {
-			s.parkLocked(&waiter{c: c, id: m.id, op: opGet, keys: []string{m.key}})
-		}
-		s.mu.Unlock()
-		if s.onPark != nil {
-			s.onPark(m.key)
 		}
 	case opAdd:
 		s.mu.Lock()
@@ -571,19 +582,8 @@ func (s *Server) handle(c *sconn, m *message) {
 			c.send(&message{op: opOK, id: m.id})
 			return
 		}
-		if len(c.pending) >= MaxPending {
-			s.mu.Unlock()
+		if !s.parkUnlock(&waiter{c: c, id: m.id, op: opWait, keys: missing, missing: len(missing)}) {
 			errReply(codeLimit, "%d requests of this connection wait already", MaxPending)
-			return
-		}
-		if _, dup := c.pending[m.id]; !dup {
-			s.parkLocked(&waiter{c: c, id: m.id, op: opWait, keys: missing, missing: len(missing)})
-		}
-		s.mu.Unlock()
-		if s.onPark != nil {
-			for _, k := range missing {
-				s.onPark(k)
-			}
 		}
 	case opClock:
 		c.send(&message{op: opOK, id: m.id, num: flowtel.Monotonic()})

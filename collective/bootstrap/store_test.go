@@ -350,14 +350,22 @@ func TestDialGivesUp(t *testing.T) {
 	t.Log(err)
 }
 
-func TestServerCloseFailsPendingCalls(t *testing.T) {
-	ctx := testCtx(t)
+// pendingGet starts a server and a client of rank whose Get of a key that
+// nobody sets is parked on the server, and returns the Get's outcome.
+func pendingGet(t *testing.T, ctx context.Context, rank int) (*Server, *Client, <-chan error) {
+	t.Helper()
 	parked := make(chan string, 16)
 	s, _ := startServer(t, parkHook(parked))
-	c := dial(t, ctx, s, 1)
+	c := dial(t, ctx, s, rank)
 	done := make(chan error, 1)
 	go func() { _, err := c.Get(ctx, "never"); done <- err }()
 	waitPark(t, ctx, parked, "never")
+	return s, c, done
+}
+
+func TestServerCloseFailsPendingCalls(t *testing.T) {
+	ctx := testCtx(t)
+	s, c, done := pendingGet(t, ctx, 1)
 	if err := s.Close(); err != nil {
 		t.Fatal(err)
 	}
@@ -377,12 +385,7 @@ func TestServerCloseFailsPendingCalls(t *testing.T) {
 
 func TestClientClose(t *testing.T) {
 	ctx := testCtx(t)
-	parked := make(chan string, 16)
-	s, _ := startServer(t, parkHook(parked))
-	c := dial(t, ctx, s, 0)
-	done := make(chan error, 1)
-	go func() { _, err := c.Get(ctx, "never"); done <- err }()
-	waitPark(t, ctx, parked, "never")
+	_, c, done := pendingGet(t, ctx, 0)
 	c.Close()
 	if err := <-done; !errors.Is(err, ErrClosed) {
 		t.Fatalf("pending Get after Close: err = %v", err)
