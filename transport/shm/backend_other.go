@@ -32,3 +32,10 @@ func (Backend) Listen(context.Context, transport.ListenConfig) (transport.Listen
 func (Backend) Dial(context.Context, string, string, transport.Config) (transport.QP, error) {
 	return nil, errUnsupported
 }
+
+// Capabilities: off Linux shm reaches no other process, so "auto" passes it
+// over for ranks on one host (they take tcp) and a forced shm is refused
+// before any Dial.
+func (Backend) Capabilities() transport.Capabilities {
+	return transport.Capabilities{Reach: transport.ReachProcess, SharedMemory: true}
+}
