@@ -446,7 +446,6 @@ func TestWriteErrorIsCountedAndReturned(t *testing.T) {
 }
 
 func TestConfig(t *testing.T) {
-	t.Parallel()
 	env := map[string]string{EnvDir: t.TempDir(), EnvFormat: "stream", EnvRotate: "1M"}
 	fromEnv := func() []Option {
 		t.Helper()
