@@ -222,7 +222,14 @@ func allGather(n, me int, send, recv span) phase {
 	return ph
 }
 
-func planBroadcast(s *opShape, _ *Mem) []phase {
+func planBroadcast(s *opShape, _ *Mem) []phase { return planFromRoot(s, 0) }
+
+func planScatter(s *opShape, _ *Mem) []phase { return planFromRoot(s, s.recv.n) }
+
+// planFromRoot sends from the root to every rank the block of recv's size
+// at q*stride of send: stride 0 broadcasts one block, stride recv's size
+// scatters send's blocks.
+func planFromRoot(s *opShape, stride int) []phase {
 	b, me := s.recv.n, s.me
 	var ph phase
 	if me != s.op.Root {
@@ -231,11 +238,11 @@ func planBroadcast(s *opShape, _ *Mem) []phase {
 	}
 	for q := range s.n {
 		if q != me {
-			ph.ops = append(ph.ops, SendTo(q, s.send.ptr, b))
+			ph.ops = append(ph.ops, SendTo(q, s.send.at(q*stride), b))
 		}
 	}
-	if s.recv.ptr != s.send.ptr {
-		ph.loc = &local{dst: s.recv.ptr, src: s.send.ptr, bytes: b}
+	if own := s.send.at(me * stride); own != s.recv.ptr {
+		ph.loc = &local{dst: s.recv.ptr, src: own, bytes: b}
 	}
 	return []phase{ph}
 }
@@ -254,24 +261,6 @@ func planGather(s *opShape, _ *Mem) []phase {
 	}
 	if own := s.recv.at(me * b); own != s.send.ptr {
 		ph.loc = &local{dst: own, src: s.send.ptr, bytes: b}
-	}
-	return []phase{ph}
-}
-
-func planScatter(s *opShape, _ *Mem) []phase {
-	b, me := s.recv.n, s.me
-	var ph phase
-	if me != s.op.Root {
-		ph.ops = append(ph.ops, s.recv.into(s.op.Root, 0, b))
-		return []phase{ph}
-	}
-	for q := range s.n {
-		if q != me {
-			ph.ops = append(ph.ops, SendTo(q, s.send.at(q*b), b))
-		}
-	}
-	if own := s.send.at(me * b); own != s.recv.ptr {
-		ph.loc = &local{dst: s.recv.ptr, src: own, bytes: b}
 	}
 	return []phase{ph}
 }
