@@ -4,12 +4,14 @@
  * prints each thread's best of 10 copies, as GB/s copied and as bytes read
  * plus written.
  *
- * It bounds what any 2-rank all-reduce of 64 MiB can reach on this VM:
+ * The thread count is the first argument (default 2); with more than one,
+ * the last line sums the threads, the bound of a collective of that many
+ * ranks. It bounds what any 2-rank all-reduce of 64 MiB can reach on this VM:
  * each rank reads its 64 MiB input and writes its 64 MiB output at least
  * once, 256 MiB for the two, so the call takes at least 256 MiB over the
  * two threads' summed rate here (BENCHMARKS.md, the 11:15 reading).
  *
- *   gcc -O2 -Wall -pthread -o /tmp/membw bench/membw.c && /tmp/membw */
+ *   gcc -O2 -Wall -pthread -o /tmp/membw bench/membw.c && /tmp/membw 8 */
 #define _GNU_SOURCE
 #include <pthread.h>
 #include <sched.h>
@@ -20,9 +22,10 @@
 
 #define SIZE (64 << 20)
 #define COPIES 10
-#define THREADS 2
+#define MAXTHREADS 256
 
 static pthread_barrier_t start;
+static double rate[MAXTHREADS];
 
 static double now(void)
 {
@@ -54,6 +57,7 @@ static void *copier(void *arg)
 		if (t < best)
 			best = t;
 	}
+	rate[cpu] = 2.0 * SIZE / best / 1e9;
 	printf("CPU %d: 64 MiB in %.2f ms: %.1f GB/s copied, %.1f GB/s read + written\n",
 	       cpu, best * 1e3, SIZE / best / 1e9, 2.0 * SIZE / best / 1e9);
 	free(src);
@@ -61,13 +65,22 @@ static void *copier(void *arg)
 	return NULL;
 }
 
-int main(void)
+int main(int argc, char **argv)
 {
-	pthread_t t[THREADS];
-	pthread_barrier_init(&start, NULL, THREADS);
-	for (long i = 0; i < THREADS; i++)
+	int threads = argc > 1 ? atoi(argv[1]) : 2;
+	if (threads < 1 || threads > MAXTHREADS) {
+		fprintf(stderr, "membw: thread count %s: want 1 to %d\n", argv[1], MAXTHREADS);
+		return 2;
+	}
+	pthread_t t[MAXTHREADS];
+	pthread_barrier_init(&start, NULL, threads);
+	for (long i = 0; i < threads; i++)
 		pthread_create(&t[i], NULL, copier, (void *)i);
-	for (int i = 0; i < THREADS; i++)
+	double sum = 0;
+	for (int i = 0; i < threads; i++) {
 		pthread_join(t[i], NULL);
+		sum += rate[i];
+	}
+	printf("%d threads: %.1f GB/s read + written together\n", threads, sum);
 	return 0;
 }
