@@ -78,25 +78,41 @@ func build(c *call, a Algorithm) (*schedule, error) {
 			treeAllReduce(c, s)
 		case AlgoRecursiveDoubling:
 			rdAllReduce(c, s)
+		case AlgoDirect:
+			directAllReduce(c, s)
+			pullAll(s)
 		default:
 			return nil, unsupported(c.op, a)
 		}
 	case OpAllGather:
-		if a != AlgoRing {
+		switch a {
+		case AlgoRing:
+			ringAllGather(c, s)
+		case AlgoDirect:
+			directAllGather(c, s)
+			pullAll(s)
+		default:
 			return nil, unsupported(c.op, a)
 		}
-		ringAllGather(c, s)
 	case OpReduceScatter:
-		if a != AlgoRing {
+		switch a {
+		case AlgoRing:
+			ringReduceScatter(c, s)
+		case AlgoDirect:
+			directReduceScatter(c, s)
+			pullAll(s)
+		default:
 			return nil, unsupported(c.op, a)
 		}
-		ringReduceScatter(c, s)
 	case OpBroadcast:
 		switch a {
 		case AlgoRing:
 			chainBroadcast(c, s)
 		case AlgoTree:
 			treeBroadcast(c, s, c.root, in(0), true)
+		case AlgoDirect:
+			directBroadcast(c, s)
+			pullAll(s)
 		default:
 			return nil, unsupported(c.op, a)
 		}
@@ -106,6 +122,9 @@ func build(c *call, a Algorithm) (*schedule, error) {
 			chainReduce(c, s)
 		case AlgoTree:
 			treeReduce(c, s, c.root)
+		case AlgoDirect:
+			directReduce(c, s)
+			pullAll(s)
 		default:
 			return nil, unsupported(c.op, a)
 		}

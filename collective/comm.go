@@ -10,12 +10,14 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/internal/affinity"
 	"github.com/vccl-go/vccl/internal/benchhook"
 	"github.com/vccl-go/vccl/internal/jobauth"
 	"github.com/vccl-go/vccl/transport"
@@ -45,6 +47,7 @@ type Comm struct {
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 	fuseRecv     bool       // every QP reduces receives on arrival: schedules fuse receive and reduce
+	hostDirect   bool       // the direct algorithms may run: see pickAlgo
 	teeSend      bool       // every QP copies a send into its tee: all-gather's own block rides its sends
 	small        *smallPath // small all-reduces over shared memory (small.go); nil: none
 
@@ -81,6 +84,8 @@ type peerInfo struct {
 	ProcID string            `json:"proc_id"` // same value ⇔ same process
 	Addrs  map[string]string `json:"addrs"`   // backend name → listen address
 	FT     bool              `json:"ft"`      // fault-tolerant TCP links
+	CPUs   int               `json:"cpus"`    // CPUs the process may run on (runtime.NumCPU)
+	Bound  bool              `json:"bound"`   // a launcher bound it to CPUs of its own (affinity.LauncherBound)
 	// Secret is this rank's random part of its links' connection keys
 	// (linkKey): only the ranks of the job read it, so nobody else can
 	// present a link's key, even with the job token.
@@ -411,7 +416,8 @@ func hash32(s string) uint32 {
 // channel and starts the progress engines.
 func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInfo) ([]peerInfo, error)) error {
 	c.id = hash32(c.uid)
-	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}, FT: c.opts.ft, Secret: newUID()}
+	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}, FT: c.opts.ft, Secret: newUID(),
+		CPUs: runtime.NumCPU(), Bound: affinity.LauncherBound()}
 	me.Host, _ = os.Hostname()
 	if me.HostID == "" {
 		me.HostID = hostID()
@@ -551,6 +557,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	}
 	c.fuseRecv = everyQP(c.qps, reducesOnReceive)
 	c.teeSend = everyQP(c.qps, teesOnSend)
+	c.hostDirect = c.size >= 3 && coresOfTheirOwn(peers) && c.everyPairShares(peers)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
 		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], spin, c.overStream)

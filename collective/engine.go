@@ -771,6 +771,7 @@ func (e *engine) startPrim(t *task, i int32) {
 		} else {
 			wr.Buf = p.dst.slice(t.bufs, p.n)
 			wr.Stream = p.stream
+			wr.Pull = p.pull
 			if p.fuse {
 				wr.Reduce, wr.Src = t.reducer(), p.a.slice(t.bufs, p.n)
 			}

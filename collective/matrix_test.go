@@ -392,6 +392,13 @@ func TestMatrix(t *testing.T) {
 	for _, tr := range []string{"loop", "tcp", "shm"} {
 		runMatrix(t, tr, WithTransport(tr))
 	}
+	// The direct algorithms, which the tuner picks only for large calls
+	// on hosts with a core per rank, on every size and over the
+	// transport they are for (single copy included).
+	runMatrix(t, "shm/direct", func(o *options) {
+		WithTransport("shm")(o)
+		WithAlgorithm(AlgoDirect)(o)
+	})
 }
 
 // runMatrix runs the matrix on NewLocal communicators made with opt, in

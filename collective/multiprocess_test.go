@@ -29,12 +29,20 @@ func TestMatrixMultiProcess(t *testing.T) {
 	if fullMatrix {
 		sizes = []int{2, 3, 4, 5, 6, 7, 8}
 	}
-	for _, tr := range []string{"shm", "tcp"} {
+	// shm-direct: the direct algorithms, whose receives read the senders'
+	// memory across processes (single copy).
+	for _, tr := range []string{"shm", "tcp", "shm-direct"} {
 		for _, n := range sizes {
+			if tr == "shm-direct" && n < 3 {
+				continue
+			}
 			t.Run(fmt.Sprintf("%s/n=%d", tr, n), func(t *testing.T) {
 				ctx := testCtx(t, 5*time.Minute)
-				cmd := rankJob(ctx, launcher, []string{"-n", strconv.Itoa(n), "--"}, "TestMatrixRank",
-					append(os.Environ(), envMatrixRank+"=1", EnvTransport+"="+tr))
+				env := append(os.Environ(), envMatrixRank+"=1", EnvTransport+"="+strings.TrimSuffix(tr, "-direct"))
+				if strings.HasSuffix(tr, "-direct") {
+					env = append(env, EnvAlgo+"=direct")
+				}
+				cmd := rankJob(ctx, launcher, []string{"-n", strconv.Itoa(n), "--"}, "TestMatrixRank", env)
 				out, err := cmd.CombinedOutput()
 				if err != nil {
 					t.Fatalf("job of %d ranks over %s: %v\n%s", n, tr, err, out)

@@ -57,6 +57,7 @@ type prim struct {
 
 	fuse   bool // recv: dst = message op a, reduced on arrival (recvReduce)
 	stream bool // recv: nothing reads dst again in this call (transport.WR.Stream)
+	pull   bool // recv: read out of the sender's memory where the transport can (transport.WR.Pull)
 	tee    bool // send: the transport copies a into b too (transport.WR.Tee); only where call.tee
 	spec   bool // recv: posted ahead of the signature verify (withSignature)
 }

@@ -201,11 +201,11 @@ func simulate(ranks []*simRank, dt Datatype, op ReduceOp, rng *rand.Rand) error 
 func algosFor(op Op) []Algorithm {
 	switch op {
 	case OpAllReduce:
-		return []Algorithm{AlgoRing, AlgoTree, AlgoRecursiveDoubling}
+		return []Algorithm{AlgoRing, AlgoTree, AlgoRecursiveDoubling, AlgoDirect}
 	case OpBroadcast, OpReduce:
-		return []Algorithm{AlgoRing, AlgoTree}
+		return []Algorithm{AlgoRing, AlgoTree, AlgoDirect}
 	case OpAllGather, OpReduceScatter:
-		return []Algorithm{AlgoRing}
+		return []Algorithm{AlgoRing, AlgoDirect}
 	case OpBarrier:
 		return []Algorithm{AlgoAuto}
 	}

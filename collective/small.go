@@ -128,12 +128,8 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 	}
 	// Every pair, not only this rank's: ranks that disagreed would wait
 	// for each other on different paths.
-	for i := range c.peers {
-		for j := range i {
-			if !c.sharedMemory(c.peers[i], c.peers[j]) {
-				return nil
-			}
-		}
+	if !c.everyPairShares(c.peers) {
+		return nil
 	}
 	s := &smallPath{boxes: make([]transport.Mailbox, c.size), qpids: make([]uint32, c.size), rec: rec, comm: c.id, peer: -1}
 	if c.size == 2 {

@@ -12,11 +12,11 @@ const smallMessage = 64 << 10
 func supports(op Op, a Algorithm) bool {
 	switch op {
 	case OpAllReduce:
-		return a == AlgoRing || a == AlgoTree || a == AlgoRecursiveDoubling
+		return a == AlgoRing || a == AlgoTree || a == AlgoRecursiveDoubling || a == AlgoDirect
 	case OpBroadcast, OpReduce:
-		return a == AlgoRing || a == AlgoTree
+		return a == AlgoRing || a == AlgoTree || a == AlgoDirect
 	case OpAllGather, OpReduceScatter:
-		return a == AlgoRing
+		return a == AlgoRing || a == AlgoDirect
 	case OpBarrier:
 		return a == AlgoAuto
 	}
@@ -26,6 +26,9 @@ func supports(op Op, a Algorithm) bool {
 func (c *Comm) pickAlgo(op Op, bytes int) Algorithm {
 	if forced := c.opts.algo; forced != AlgoAuto && supports(op, forced) {
 		return forced
+	}
+	if c.hostDirect && bytes >= directFrom && supports(op, AlgoDirect) {
+		return AlgoDirect
 	}
 	switch op {
 	case OpAllReduce:

@@ -31,3 +31,47 @@ func TestChunkFor(t *testing.T) {
 		}
 	}
 }
+
+// The direct algorithms run only where every rank has a core to itself
+// (coresOfTheirOwn) and then from directFrom up, for the operations that
+// have them; a forced algorithm still wins.
+func TestPickDirect(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name   string
+		peers  []peerInfo
+		spread bool
+	}{
+		{"bound ranks, a core each", []peerInfo{{HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 1, Bound: true}}, true},
+		{"unbound, fewer ranks than cores", []peerInfo{{HostID: "a", CPUs: 16}, {HostID: "a", CPUs: 16}, {HostID: "a", CPUs: 16}}, true},
+		{"unbound, oversubscribed", []peerInfo{{HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 2}}, false},
+		{"one unbound rank among bound ones, oversubscribed", []peerInfo{{HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 1, Bound: true}}, false},
+		{"two hosts, one oversubscribed", []peerInfo{{HostID: "a", CPUs: 8}, {HostID: "b", CPUs: 1}, {HostID: "b", CPUs: 1}}, false},
+	} {
+		if got := coresOfTheirOwn(tc.peers); got != tc.spread {
+			t.Errorf("%s: coresOfTheirOwn %v, want %v", tc.name, got, tc.spread)
+		}
+	}
+	for _, tc := range []struct {
+		op     Op
+		bytes  int
+		direct bool // Comm.hostDirect
+		forced Algorithm
+		want   Algorithm
+	}{
+		{OpAllReduce, directFrom, true, AlgoAuto, AlgoDirect},
+		{OpAllReduce, directFrom - 4, true, AlgoAuto, AlgoRing},
+		{OpAllReduce, 64 << 20, false, AlgoAuto, AlgoRing},
+		{OpAllReduce, 64 << 20, true, AlgoRing, AlgoRing},
+		{OpReduceScatter, directFrom, true, AlgoAuto, AlgoDirect},
+		{OpAllGather, directFrom, true, AlgoAuto, AlgoDirect},
+		{OpBroadcast, directFrom, true, AlgoAuto, AlgoDirect},
+		{OpReduce, directFrom, true, AlgoAuto, AlgoDirect},
+		{OpBarrier, directFrom, true, AlgoAuto, AlgoAuto},
+	} {
+		c := &Comm{hostDirect: tc.direct, opts: options{algo: tc.forced}}
+		if got := c.pickAlgo(tc.op, tc.bytes); got != tc.want {
+			t.Errorf("%v of %d bytes, direct %v, forced %v: %v, want %v", tc.op, tc.bytes, tc.direct, tc.forced, got, tc.want)
+		}
+	}
+}

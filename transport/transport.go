@@ -77,6 +77,14 @@ type WR struct {
 	// system call and one pass through the stack then carry both). A
 	// hint; backends may ignore it.
 	More bool
+
+	// Pull, on a receive, asks the backend to read the message out of the
+	// sender's memory where it can (single copy), whatever it would
+	// choose by its own measurements: the caller knows that every rank is
+	// moving data at once, where a copy into a link and out again costs
+	// the memory bandwidth that all of them share. A reducing receive
+	// then reduces as it reads. A hint; backends may ignore it.
+	Pull bool
 }
 
 // ReduceFunc combines a piece of a received message with the matching

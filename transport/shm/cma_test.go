@@ -543,3 +543,65 @@ func TestHandoff(t *testing.T) {
 		t.Fatalf("%d close windows in a row: %d receives without single copy, want %d", closeWindows, q.closeRest, cmaCloseRest)
 	}
 }
+
+// TestPull: a receive that asks for single copy (transport.WR.Pull) gets it
+// from pullMin bytes whatever the sender's copy rate says, a reducing one
+// too, reduced piece by piece as it is read (over several pieces here); a
+// read that fails at its start sends the message through the ring instead.
+func TestPull(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
+	a, b := p.A.(*QP), p.B.(*QP)
+	sum := func(dst, msg, src []byte) {
+		for i := range dst {
+			dst[i] = msg[i] + src[i]
+		}
+	}
+	for _, tc := range []struct {
+		name   string
+		n      int
+		reduce bool
+		fault  bool
+		cma    uint64 // single-copy records the sender publishes
+		failed uint64 // reads the receiver acknowledges as failed
+	}{
+		{"plain", pullMin + 4096, false, false, 1, 0},
+		{"below pullMin", pullMin - 64, false, false, 0, 0},
+		{"reducing, several pieces", 3*pullPiece + 4096, true, false, 1, 0},
+		{"reducing, read refused", pullMin + 4096, true, true, 1, 1},
+	} {
+		sent0, _, fail0, _ := cmaCounts(a)
+		cmaFault.Store(tc.fault)
+		msg := patternOf(tc.n, 3)
+		dst := make([]byte, tc.n)
+		wr := transport.WR{ID: 1, Buf: dst, Pull: true}
+		want := msg
+		if tc.reduce {
+			wr.Src = bytes.Repeat([]byte{2}, tc.n)
+			wr.Reduce = sum
+			want = make([]byte, tc.n)
+			for i := range msg {
+				want[i] = msg[i] + 2
+			}
+		}
+		if err := p.B.PostRecv(wr); err != nil {
+			t.Fatal(err)
+		}
+		if err := p.A.PostSend(transport.WR{ID: 2, Buf: msg}); err != nil {
+			t.Fatal(err)
+		}
+		sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]
+		rc := transporttest.WaitN(t, p.B, p.NotB, 1)[0]
+		cmaFault.Store(false)
+		if sc.Status != flowtel.StatusOK || rc.Status != flowtel.StatusOK || rc.Bytes != tc.n || !bytes.Equal(dst, want) {
+			t.Fatalf("%s: send %v (%v), recv %v %d bytes (%v), data equal %v", tc.name, sc.Status, sc.Err, rc.Status, rc.Bytes, rc.Err, bytes.Equal(dst, want))
+		}
+		sent, _, _, _ := cmaCounts(a)
+		_, _, fail, _ := cmaCounts(b)
+		if sent-sent0 != tc.cma || fail-fail0 != tc.failed {
+			t.Fatalf("%s: %d single-copy records, %d failed reads; want %d, %d", tc.name, sent-sent0, fail-fail0, tc.cma, tc.failed)
+		}
+		if tc.fault {
+			break // the receiver reads this peer through the ring from now on
+		}
+	}
+}

@@ -67,6 +67,7 @@ type sendOp struct {
 	waited  bool   // recorded credit_wait: owes a credit_grant
 	started bool
 	cmaOK   bool // the receive takes single copy
+	pull    bool // the receive asks for it (transport.WR.Pull)
 	cma     bool // published by address: waits for the receiver's read
 }
 
@@ -508,6 +509,9 @@ func (q *QP) drainPosts() {
 		// message holds the ring behind it until it is read, and what
 		// waits there is the next chunks to reduce.
 		switch {
+		case pr[i].wr.Pull && q.probed && q.cma != nil:
+			w |= creditCMA | creditPull
+			pr[i].cma = true
 		case pr[i].wr.Reduce != nil:
 			q.quietCMA = reduceQuiet
 		case q.quietCMA > 0:
@@ -688,7 +692,16 @@ func (q *QP) noteHandoff(ns int64) {
 func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 	in := &q.seg.in
 	err := errNoCMA
-	if q.cma != nil {
+	switch {
+	case q.cma != nil && r.wr.Reduce != nil:
+		var partial bool
+		if partial, err = q.readReduce(r, msgLen, addr); err != nil && partial && err != errPeerExited {
+			// The ring's copy would be reduced again into what is
+			// reduced already.
+			q.markGone(fmt.Errorf("shm: single-copy read from pid %d failed midway through a reducing receive: %w", q.peerPid, err))
+			return false
+		}
+	case q.cma != nil:
 		t0 := flowtel.Monotonic()
 		err = q.cma.read(r.wr.Buf[:msgLen], addr)
 		if err == nil && msgLen >= rateSample {
@@ -723,6 +736,34 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 	q.notify = true
 	return true
 }
+
+// readReduce reads a reducing receive's message out of the sender's memory
+// piece by piece into a bounce buffer that stays in the core's cache, and
+// reduces each piece into the receive as it comes. partial reports that a
+// piece was reduced before an error.
+func (q *QP) readReduce(r *recvOp, msgLen int, addr uint64) (partial bool, err error) {
+	b := bounces.Get().(*[pullPiece]byte)
+	defer bounces.Put(b)
+	for off := 0; off < msgLen; {
+		n := min(pullPiece, msgLen-off)
+		if err := q.cma.read(b[:n], addr+uint64(off)); err != nil {
+			return off > 0, err
+		}
+		r.wr.Reduce(r.wr.Buf[off:off+n], b[:n], r.wr.Src[off:off+n])
+		off += n
+	}
+	return false, nil
+}
+
+// pullPiece is the piece a reducing single-copy read moves at a time: a
+// multiple of transport.ReducePiece, small enough to stay in the L2 beside
+// the partial sum it is reduced into, large enough that the system call
+// and the peer check are a small part of it.
+const pullPiece = 128 << 10
+
+// bounces holds the pieces' buffers: one per P in use, so a rank's QPs
+// share the one that is warm in its core's cache.
+var bounces = sync.Pool{New: func() any { return new([pullPiece]byte) }}
 
 // probe finds out, once the peer has published its probe word, whether this
 // side can read the peer's memory; its receives offer single copy if so.
@@ -794,12 +835,12 @@ func (q *QP) credited(idx uint64) bool {
 // takeCredit reads the size of receive idx, which the peer has announced,
 // and whether it takes single copy, and says so (the read word) so that
 // the peer may reuse its slot.
-func (q *QP) takeCredit(idx uint64) (limit int, cma bool) {
+func (q *QP) takeCredit(idx uint64) (limit int, cma, pull bool) {
 	out := &q.seg.out
 	w := out.sizes[idx&(q.slots-1)].Load()
 	out.read.Store(idx + 1)
 	q.notify = true // a peer that ran out of slots waits for this
-	return int(min(w&^creditCMA, math.MaxInt)), w&creditCMA != 0
+	return int(min(w&^creditBits, math.MaxInt)), w&creditCMA != 0, w&creditPull != 0
 }
 
 // settleEager completes the eager sends whose credits have come.
@@ -810,7 +851,7 @@ func (q *QP) settleEager() bool {
 		if !q.credited(e.idx) {
 			break
 		}
-		if limit, _ := q.takeCredit(e.idx); len(e.wr.Buf) > limit {
+		if limit, _, _ := q.takeCredit(e.idx); len(e.wr.Buf) > limit {
 			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusError, 0, transport.TooLargeError(len(e.wr.Buf), limit))
 		} else {
 			q.complete(&e.wr, e.telID, transport.OpSend, flowtel.StatusOK, len(e.wr.Buf), nil)
@@ -867,7 +908,7 @@ func (q *QP) sendPass(budget *int) bool {
 				break
 			}
 			s.started = true
-			s.limit, s.cmaOK = q.takeCredit(s.idx)
+			s.limit, s.cmaOK, s.pull = q.takeCredit(s.idx)
 			if s.waited {
 				q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
 			}
@@ -887,7 +928,7 @@ func (q *QP) sendPass(budget *int) bool {
 				q.sends.PopFront()
 				continue
 			}
-		} else if s.off == 0 && s.cmaOK && !q.cmaOff && cmaMin > 0 && len(buf) >= cmaMin && len(buf) <= s.limit && q.chooseCMA(s.idx) {
+		} else if s.off == 0 && s.cmaOK && !q.cmaOff && len(buf) <= s.limit && q.singleCopy(s, len(buf)) {
 			if !q.sendCMA(buf) {
 				return moved
 			}
@@ -984,6 +1025,21 @@ func (q *QP) sendPass(budget *int) bool {
 	}
 	return moved
 }
+
+// singleCopy decides whether a send of n bytes whose receive offered single
+// copy takes it: any of pullMin bytes or more where the receive asked for
+// it, else by chooseCMA.
+func (q *QP) singleCopy(s *sendOp, n int) bool {
+	if s.pull {
+		return n >= pullMin
+	}
+	return cmaMin > 0 && n >= cmaMin && q.chooseCMA(s.idx)
+}
+
+// pullMin is the smallest message a receive that asks for single copy
+// (transport.WR.Pull) gets by it: below it the record through the ring
+// costs less than the read's system call and its acknowledgement.
+const pullMin = 16 << 10
 
 // chooseCMA decides whether a send the receiver offered single copy for
 // takes it: only while this side's copies into the ring run slow (see

@@ -110,8 +110,14 @@ const (
 	fStream = 64 // the payload went into the ring with non-temporal stores (the receiver times its reads by mode)
 )
 
-// creditCMA, in a credit's size word, says the receive takes single copy.
-const creditCMA = 1 << 63
+// creditCMA, in a credit's size word, says the receive takes single copy;
+// creditPull says it asks for it (transport.WR.Pull): the sender takes it
+// for any message of pullMin bytes or more.
+const (
+	creditCMA  = 1 << 63
+	creditPull = 1 << 62
+	creditBits = creditCMA | creditPull
+)
 
 func recSize(n int) int { return (recHdr + n + recAlign - 1) &^ (recAlign - 1) }
 
