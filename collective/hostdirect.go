@@ -10,13 +10,12 @@ package collective
 // is what a ring costs whatever the world size, so at 8 or 16 ranks on one
 // host the ranks together saturate the memory long before they run out of
 // cores. Directly, rank r reduces block r of the result by reading block r
-// of every peer's input once, as each arrives (a reduce on receive, chunk by
-// chunk, so the partial sum stays in the cache), then gathers every other
-// block from the rank that reduced it: about 3 - 1/n bytes per payload byte
-// per rank, and every rank busy from the first chunk. Over shared memory a
-// message is read out of the sender's memory (single copy) or crosses the
-// link's ring, which fits in the cache; either way the sender's input is
-// read once.
+// of every peer's input once, chunk by chunk (so the partial sum and the
+// landed pieces stay in the cache), then gathers every other block from the
+// rank that reduced it: about 3 - 1/n bytes per payload byte per rank, and
+// every rank busy from the first chunk. The receives ask the transport to
+// read the message out of the sender's memory (transport.WR.Pull): over
+// shared memory the sender then copies nothing.
 //
 // The price is n-1 messages per chunk where the ring has one, which only
 // pays from a size where a chunk's transfer outweighs its message: the
