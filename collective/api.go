@@ -256,7 +256,7 @@ func (c *Comm) Err() error { return c.failed() }
 // reuse) when t is not nil.
 func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint64, check bool, t *task) (*task, error) {
 	cl := rq.call
-	cl.chunk = c.chunkFor(&cl)
+	cl.chunk = c.chunkFor(&cl, algo)
 	cl.fuse = c.fuseRecv
 	cl.tee = c.teeSend
 	check = check && c.opts.check && c.size > 1

@@ -557,7 +557,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	}
 	c.fuseRecv = everyQP(c.qps, reducesOnReceive)
 	c.teeSend = everyQP(c.qps, teesOnSend)
-	c.hostDirect = c.size >= 3 && coresOfTheirOwn(peers) && c.everyPairShares(peers)
+	c.hostDirect = c.size >= 3 && cpusEach(peers) >= directCPUs && c.everyPairShares(peers)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
 		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], spin, c.overStream)

@@ -268,13 +268,12 @@ func directReduce(c *call, s *schedule) {
 	}
 }
 
-// coresOfTheirOwn reports whether every rank can run at once: on each host
-// either a launcher bound every rank to CPUs of its own, or the host's
-// ranks fit in the CPUs the least of them may use. The direct algorithms
-// need every rank moving data at the same time; time-shared ranks (more
-// ranks than cores) keep to the ring, whose steps need only neighbours.
-// Every rank computes it from the same exchanged records, so all agree.
-func coresOfTheirOwn(peers []peerInfo) bool {
+// cpusEach returns the CPUs that every rank of the job surely has to
+// itself: on a host whose ranks a launcher bound to CPUs of their own, the
+// fewest any of them may use; on any other, the fewest any of them may use
+// shared among the host's ranks (0 when they outnumber them). Every rank
+// computes it from the same exchanged records, so all agree.
+func cpusEach(peers []peerInfo) int {
 	type host struct {
 		ranks, least int
 		bound        bool
@@ -290,13 +289,27 @@ func coresOfTheirOwn(peers []peerInfo) bool {
 		h.least = min(h.least, p.CPUs)
 		h.bound = h.bound && p.Bound
 	}
+	each := -1
 	for _, h := range hosts {
-		if !h.bound && h.ranks > h.least {
-			return false
+		n := h.least
+		if !h.bound {
+			n = h.least / h.ranks
+		}
+		if each < 0 || n < each {
+			each = n
 		}
 	}
-	return true
+	return max(each, 0)
 }
+
+// directCPUs is the CPUs each rank must have to itself for the tuner to run
+// the direct algorithms. They need every rank moving data at once, so
+// time-shared ranks keep to the ring, whose steps need only neighbours.
+// With one CPU a rank's engine, its single-copy reads and its answers to
+// the peers that wait on it take turns: on the 16-core host 16 ranks of one
+// CPU each ran direct no faster than the ring, while 8 ranks of two ran it
+// 1.4-2.7x faster (BENCHMARKS.md, "All the cores of a host").
+const directCPUs = 2
 
 // everyPairShares reports whether every pair of ranks shares memory
 // (transport.Capabilities.SharedMemory): every pair, not only this rank's,

@@ -68,7 +68,7 @@ func (c *call) signature(dt Datatype, algo Algorithm, seq uint64) [sigSize]byte 
 	binary.LittleEndian.PutUint32(b[4:], uint32(root))
 	binary.LittleEndian.PutUint64(b[8:], uint64(c.count))
 	binary.LittleEndian.PutUint64(b[16:], seq)
-	if algo == AlgoRing { // the only algorithm whose messages the chunk shapes
+	if algo == AlgoRing || algo == AlgoDirect && chunkedDirect(c.op) { // the algorithms whose messages the chunk shapes
 		binary.LittleEndian.PutUint64(b[24:], uint64(c.chunk))
 	}
 	return b

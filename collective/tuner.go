@@ -57,6 +57,23 @@ func (c *Comm) pickAlgo(op Op, bytes int) Algorithm {
 // everywhere), so every rank picks the same chunk.
 const streamMinChunk = 256 << 10
 
+// directChunk is the direct algorithms' chunk for blocks of twice that and
+// more: each of a chunk's n-1 pieces lands in a scratch slot of its own,
+// and two sets of slots must stay in the L2 beside the partial sum. On the
+// 16-core host 8 ranks ran 1.0-1.3x faster with it than with the rings'
+// 512 KiB at 4 and 64 MiB (BENCHMARKS.md, "All the cores of a host").
+const directChunk = 256 << 10
+
+// chunkedDirect reports whether op's direct schedule is cut into chunks
+// (the others move every block whole).
+func chunkedDirect(op Op) bool {
+	switch op {
+	case OpAllReduce, OpReduceScatter, OpAllGather, OpBroadcast, OpReduce:
+		return true
+	}
+	return false
+}
+
 // wholeBlockMax is the largest block a 2-rank all-gather over shared
 // memory sends as one message (chunkFor).
 const wholeBlockMax = 8 << 20
@@ -64,11 +81,14 @@ const wholeBlockMax = 8 << 20
 // chunkFor picks the pipeline chunk: small enough that a block crosses the
 // ring in several chunks (so steps overlap), large enough that per-chunk
 // costs stay small, and never above the configured chunk size.
-func (c *Comm) chunkFor(cl *call) int {
+func (c *Comm) chunkFor(cl *call, algo Algorithm) int {
 	if c.opts.chunk != DefaultChunk {
 		return c.opts.chunk
 	}
 	block := cl.count * cl.esize / max(cl.n, 1)
+	if algo == AlgoDirect && chunkedDirect(cl.op) && block >= 2*directChunk {
+		return directChunk
+	}
 	if !c.overStream && (cl.op == OpAllGather || cl.op == OpBroadcast) {
 		// What one step moves is the whole of count (a rank's block of
 		// an all-gather, a broadcast's buffer), not count/n. Over shared

@@ -26,30 +26,31 @@ func TestChunkFor(t *testing.T) {
 	} {
 		c := &Comm{overStream: tc.tcp, opts: options{chunk: tc.chunk}}
 		cl := &call{op: tc.op, n: tc.n, count: tc.block / 4, esize: 4}
-		if got := c.chunkFor(cl); got != tc.want {
+		if got := c.chunkFor(cl, AlgoRing); got != tc.want {
 			t.Errorf("%s: chunk %d, want %d", tc.name, got, tc.want)
 		}
 	}
 }
 
-// The direct algorithms run only where every rank has a core to itself
-// (coresOfTheirOwn) and then from directFrom up, for the operations that
-// have them; a forced algorithm still wins.
+// The direct algorithms run only where every rank has directCPUs to itself
+// (cpusEach) and then from directFrom up, for the operations that have
+// them; a forced algorithm still wins.
 func TestPickDirect(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
-		name   string
-		peers  []peerInfo
-		spread bool
+		name  string
+		peers []peerInfo
+		each  int
 	}{
-		{"bound ranks, a core each", []peerInfo{{HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 1, Bound: true}}, true},
-		{"unbound, fewer ranks than cores", []peerInfo{{HostID: "a", CPUs: 16}, {HostID: "a", CPUs: 16}, {HostID: "a", CPUs: 16}}, true},
-		{"unbound, oversubscribed", []peerInfo{{HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 2}}, false},
-		{"one unbound rank among bound ones, oversubscribed", []peerInfo{{HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 1, Bound: true}}, false},
-		{"two hosts, one oversubscribed", []peerInfo{{HostID: "a", CPUs: 8}, {HostID: "b", CPUs: 1}, {HostID: "b", CPUs: 1}}, false},
+		{"bound ranks, one CPU each", []peerInfo{{HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 1, Bound: true}, {HostID: "a", CPUs: 1, Bound: true}}, 1},
+		{"bound ranks, two CPUs each", []peerInfo{{HostID: "a", CPUs: 2, Bound: true}, {HostID: "a", CPUs: 3, Bound: true}, {HostID: "a", CPUs: 2, Bound: true}}, 2},
+		{"unbound, 3 ranks on 16 CPUs", []peerInfo{{HostID: "a", CPUs: 16}, {HostID: "a", CPUs: 16}, {HostID: "a", CPUs: 16}}, 5},
+		{"unbound, oversubscribed", []peerInfo{{HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 2}, {HostID: "a", CPUs: 2}}, 0},
+		{"one unbound rank among bound ones", []peerInfo{{HostID: "a", CPUs: 4, Bound: true}, {HostID: "a", CPUs: 6}, {HostID: "a", CPUs: 4, Bound: true}}, 1},
+		{"two hosts, the least decides", []peerInfo{{HostID: "a", CPUs: 8}, {HostID: "b", CPUs: 4}, {HostID: "b", CPUs: 4}}, 2},
 	} {
-		if got := coresOfTheirOwn(tc.peers); got != tc.spread {
-			t.Errorf("%s: coresOfTheirOwn %v, want %v", tc.name, got, tc.spread)
+		if got := cpusEach(tc.peers); got != tc.each {
+			t.Errorf("%s: cpusEach %d, want %d", tc.name, got, tc.each)
 		}
 	}
 	for _, tc := range []struct {
