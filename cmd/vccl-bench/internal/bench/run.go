@@ -58,27 +58,30 @@ type RankInfo struct {
 
 // Report is the whole run: what the JSON output holds.
 type Report struct {
-	Collective string     `json:"collective"`
-	Ranks      int        `json:"ranks"`
-	Type       string     `json:"type"` // as nccl-tests names it
-	RedOp      string     `json:"redop"`
-	Root       int        `json:"root"`
-	MinBytes   int64      `json:"min_bytes"`
-	MaxBytes   int64      `json:"max_bytes"`
-	Factor     float64    `json:"factor"`
-	Iters      int        `json:"iters"`
-	Warmup     int        `json:"warmup"`
-	Check      bool       `json:"check"`
-	Telemetry  bool       `json:"telemetry"`
-	Alternate  bool       `json:"telemetry_alternate,omitempty"` // off and on alternately: see Measure.TelemetryOn
-	Date       string     `json:"date"`
-	Host       string     `json:"host"`
-	CPUs       int        `json:"cpus"` // rank 0's host's online CPUs; each rank's own in RankInfo
-	GoVersion  string     `json:"go_version"`
-	RankInfo   []RankInfo `json:"rank_info"`
-	Results    []Result   `json:"results"`
-	AvgBusBW   float64    `json:"avg_busbw_gbps"`
-	Wrong      int64      `json:"wrong"` // over every checked result; -1 without -c 1
+	Collective string  `json:"collective"`
+	Ranks      int     `json:"ranks"`
+	Type       string  `json:"type"` // as nccl-tests names it
+	RedOp      string  `json:"redop"`
+	Root       int     `json:"root"`
+	MinBytes   int64   `json:"min_bytes"`
+	MaxBytes   int64   `json:"max_bytes"`
+	Factor     float64 `json:"factor"`
+	Iters      int     `json:"iters"`
+	Warmup     int     `json:"warmup"`
+	Check      bool    `json:"check"`
+	Telemetry  bool    `json:"telemetry"`
+	Alternate  bool    `json:"telemetry_alternate,omitempty"` // off and on alternately: see Measure.TelemetryOn
+	// Exporters names the exporters writing while telemetry was on
+	// (--exporters), "" for the records alone.
+	Exporters string     `json:"telemetry_exporters,omitempty"`
+	Date      string     `json:"date"`
+	Host      string     `json:"host"`
+	CPUs      int        `json:"cpus"` // rank 0's host's online CPUs; each rank's own in RankInfo
+	GoVersion string     `json:"go_version"`
+	RankInfo  []RankInfo `json:"rank_info"`
+	Results   []Result   `json:"results"`
+	AvgBusBW  float64    `json:"avg_busbw_gbps"`
+	Wrong     int64      `json:"wrong"` // over every checked result; -1 without -c 1
 	// Records kept (drained by the collectors) and dropped (a ring was
 	// full) over all ranks, with telemetry on; a telemetry cost measured
 	// while records are dropped is not the cost of keeping them.
@@ -121,6 +124,8 @@ type Options struct {
 	// Alternate times every variant with telemetry off and on in
 	// alternating blocks (comm made with telemetry on; host buffers).
 	Alternate bool
+	// Exporters names the exporters attached (--exporters), for the report.
+	Exporters string
 	// device runs the sweep on device buffers (--device gpu).
 	device *deviceRun
 }
@@ -139,7 +144,7 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 	host, _ := os.Hostname()
 	rep := &Report{Collective: cfg.Coll.String(), Ranks: n, Type: NCCLTypeName(cfg.Type), RedOp: redopName(cfg), Root: rootOf(cfg),
 		MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, Factor: cfg.Factor, Iters: cfg.Iters, Warmup: cfg.Warmup,
-		Check: cfg.Check, Telemetry: opts.Telemetry, Alternate: opts.Alternate, Date: time.Now().Format(time.RFC3339), Host: host,
+		Check: cfg.Check, Telemetry: opts.Telemetry, Alternate: opts.Alternate, Exporters: opts.Exporters, Date: time.Now().Format(time.RFC3339), Host: host,
 		CPUs: hostCPUs(), GoVersion: runtime.Version(), Wrong: -1, Results: []Result{}}
 	if cfg.Check {
 		rep.Wrong = 0
