@@ -25,12 +25,14 @@ const scrapeEvery = time.Second
 // costs with them attached. With spans, OpenTelemetry spans are built from
 // the records, encoded and thrown away. The communicator must be made with
 // collective.WithTelemetryAttachers(false) and col, which startExporters
-// starts; the returned func shuts everything down, and the string names
-// the exporters for the report.
-func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Collector, dir string, spans bool) (func() error, string, error) {
+// starts. It returns what shuts everything down, what settles the
+// pipeline (every record so far delivered to every exporter and the trace
+// handed to the OS: Options.Settle), and the exporters' names for the
+// report.
+func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Collector, dir string, spans bool) (stop, settle func(context.Context) error, names string, err error) {
 	cfg, err := telemetry.ConfigFromEnv()
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	cfg.Dir = dir
 	if spans {
@@ -38,10 +40,11 @@ func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Col
 	}
 	ex, err := telemetry.Attach(ctx, comm, cfg)
 	if err != nil {
-		return nil, "", err
+		return nil, nil, "", err
 	}
 	col.Start()
-	stopScrape, names := func() {}, "trace ("+ex.Arrow.Format().String()+" format)"
+	stopScrape := func() {}
+	names = "trace (" + ex.Arrow.Format().String() + " format)"
 	if ex.Live != nil {
 		stopScrape = scrape(ex.Live.URL() + "/metrics")
 		names += ", /metrics scraped every " + scrapeEvery.String()
@@ -49,13 +52,18 @@ func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Col
 	if ex.Spans != nil {
 		names += ", OpenTelemetry spans"
 	}
-	return func() error {
+	stop = func(ctx context.Context) error {
 		stopScrape()
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
 		// The collector first: its Shutdown finishes the trace.
-		return errors.Join(col.Shutdown(sctx), ex.Close(sctx))
-	}, names, nil
+		return errors.Join(col.Shutdown(ctx), ex.Close(ctx))
+	}
+	settle = func(ctx context.Context) error {
+		if err := col.Flush(ctx); err != nil {
+			return err
+		}
+		return ex.Arrow.Flush(ctx)
+	}
+	return stop, settle, names, nil
 }
 
 // scrape fetches url every scrapeEvery until the returned func is called

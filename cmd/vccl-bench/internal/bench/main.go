@@ -54,6 +54,7 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 	}
 	var col *flowtel.Collector
 	var exporters string // the ones attached, for the report
+	var settle func(context.Context) error
 	if cfg.Exporters != "" {
 		col = flowtel.NewCollector()
 		copts = append(copts, collective.WithCollector(col))
@@ -65,15 +66,24 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 	}
 	defer comm.Close()
 	if col != nil {
-		var stop func() error
-		stop, exporters, err = startExporters(ctx, comm, col, cfg.Exporters, cfg.Spans)
+		var stop func(context.Context) error
+		stop, settle, exporters, err = startExporters(ctx, comm, col, cfg.Exporters, cfg.Spans)
 		if err != nil {
 			fmt.Fprintf(stderr, "vccl-bench: --exporters: %v\n", err)
 			return 1
 		}
-		defer stop()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := stop(sctx); err != nil {
+				fmt.Fprintf(stderr, "vccl-bench: rank %d: stopping the exporters: %v\n", comm.Rank(), err)
+			}
+		}()
 	}
 	opts := Options{Telemetry: telemetry, Alternate: cfg.Telemetry == "alternate", Exporters: exporters}
+	if opts.Alternate {
+		opts.Settle = settle
+	}
 	if cfg.Device == "gpu" {
 		d, err := openDevice(ctx, comm, cfg, telemetry)
 		if err != nil {

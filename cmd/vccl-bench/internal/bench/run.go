@@ -126,6 +126,12 @@ type Options struct {
 	Alternate bool
 	// Exporters names the exporters attached (--exporters), for the report.
 	Exporters string
+	// Settle, when not nil, ends every block of Alternate inside the
+	// block's timing: it delivers what telemetry the block's calls made
+	// (drained, consumed by every sink, the trace handed to the OS), so
+	// that each block pays for its own records and not the next block,
+	// which may be an "off" one.
+	Settle func(context.Context) error
 	// device runs the sweep on device buffers (--device gpu).
 	device *deviceRun
 }
@@ -309,7 +315,7 @@ func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, in
 		return m, err
 	}
 	if opts.Alternate {
-		off, on, err := alternate(comm, s.cfg.Iters, run)
+		off, on, err := alternate(ctx, comm, s.cfg.Iters, run, opts.Settle)
 		if err != nil {
 			return m, err
 		}
@@ -379,8 +385,8 @@ const altBlocks = 10
 // the block's mean call time: a slow spell that takes a block or two
 // moves neither median, where it would move a total. It leaves telemetry
 // on. Every rank switches at the same call, between calls, so no call
-// loses records.
-func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on time.Duration, err error) {
+// loses records. settle, if not nil, ends every block, timed with it.
+func alternate(ctx context.Context, comm *collective.Comm, iters int, run func(int) error, settle func(context.Context) error) (off, on time.Duration, err error) {
 	blocks := min(altBlocks, iters)
 	var perCall [2][]float64 // ns per call of each block, [off, on]
 	for b := range blocks {
@@ -392,6 +398,11 @@ func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on t
 			t0 := time.Now()
 			if err := run(k); err != nil {
 				return 0, 0, fmt.Errorf("telemetry %s, block %d.%d: %w", onOff(tel), b, j, err)
+			}
+			if settle != nil {
+				if err := settle(ctx); err != nil {
+					return 0, 0, fmt.Errorf("telemetry %s, block %d.%d: delivering its records: %w", onOff(tel), b, j, err)
+				}
 			}
 			perCall[btoi(tel)] = append(perCall[btoi(tel)], float64(time.Since(t0).Nanoseconds())/float64(k))
 		}
