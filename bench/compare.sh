@@ -10,7 +10,9 @@
 #   QUICK=1 OUT=/tmp/b.md bench/compare.sh   # a smoke run of the script itself
 #
 # Peers: Open MPI (Debian openmpi-bin, libopenmpi-dev; shared memory through
-# the vader BTL, TCP over loopback through the tcp BTL, pml ob1 both) and
+# the vader BTL, TCP over loopback through the tcp BTL, pml ob1 both; run
+# plainly and with glibc keeping freed memory, MPI_KEEP below, VCCL's ratios
+# against the better of the two at each size) and
 # Gloo (Debian python3-torch, run with /usr/bin/python3; TCP over loopback).
 # Both are installed with apt-get when missing.
 #
@@ -24,6 +26,11 @@
 #   BIND=core      core: both launchers bind ranks to cores when they fit
 #                  (their defaults); none: neither does (--bind-to none)
 #   MPI_EXTRA=""   more mpirun arguments
+#   MPI_KEEP="-x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=17179869184"
+#                  mpirun arguments of Open MPI's second run (glibc keeps
+#                  freed memory: on a VM where a fresh page costs 12-16 us,
+#                  Open MPI's per-call temporary makes the plain run
+#                  fault-bound at >=16 MiB)
 #   BUILD_REF=HEAD build VCCL from this commit (git archive) instead of the working tree
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -56,6 +63,7 @@ none) MPI_BIND="--bind-to none" ;;
 *) echo "BIND=$BIND: want core or none" >&2; exit 2 ;;
 esac
 MPI_EXTRA="$MPI_BIND ${MPI_EXTRA:-}"
+MPI_KEEP=${MPI_KEEP:-"-x MALLOC_MMAP_MAX_=0 -x MALLOC_TRIM_THRESHOLD_=17179869184"}
 RUN_TIMEOUT=${RUN_TIMEOUT:-900}
 BUILD_REF=${BUILD_REF:-}
 
@@ -157,6 +165,10 @@ mpi() { # mpi N TRANSPORT PROG ARGS...
 	mpirun --allow-run-as-root --oversubscribe -np "$n" --mca pml ob1 "${btl[@]}" $MPI_EXTRA "$BIN/mpi-$prog" "$@"
 }
 
+mpikeep() { # mpikeep N TRANSPORT PROG ARGS...: mpi with glibc keeping freed memory
+	MPI_EXTRA="$MPI_EXTRA $MPI_KEEP" mpi "$@"
+}
+
 vccl() { # vccl N TRANSPORT TELEMETRY COLLECTIVE ARGS...
 	local n=$1 tr=$2 tel=$3
 	shift 3
@@ -169,8 +181,8 @@ gloo() { # gloo N ARGS...
 	GLOO_SOCKET_IFNAME=lo "$BIN/vcclrun" -n "$n" --bind-to "$BIND" --tag-output=false -- /usr/bin/python3 bench/gloo/bench.py "$@" -c 1
 }
 
-export -f mpi vccl gloo
-export BIN MPI_EXTRA BIND
+export -f mpi mpikeep vccl gloo
+export BIN MPI_EXTRA MPI_KEEP BIND
 
 # cacheline: the CPU-to-CPU hand-off in ns (bench/cacheline.c says why),
 # at real-time priority where allowed so that other work does not stretch it.
@@ -188,6 +200,7 @@ for rep in $(seq 1 "$REPEAT"); do
 			run "allreduce.n$n.gloo.s$i" gloo "$n" allreduce "$@"
 			for tr in shm tcp; do
 				run "allreduce.n$n.mpi-$tr.s$i" mpi "$n" "$tr" allreduce "$@"
+				run "allreduce.n$n.mpi-$tr-keep.s$i" mpikeep "$n" "$tr" allreduce "$@"
 				run "allreduce.n$n.vccl-$tr-off.s$i" vccl "$n" "$tr" off allreduce "$@"
 				# Telemetry off and on alternately within one launch: separate
 				# launches each drew their own slow spells.
@@ -197,6 +210,14 @@ for rep in $(seq 1 "$REPEAT"); do
 				((n > $(nproc))) && alt=${AR_SWEEPS[$i]}
 				# shellcheck disable=SC2086
 				run "allreduce.n$n.vccl-$tr-alt.s$i" vccl "$n" "$tr" alternate allreduce $alt
+				# The same with the exporters writing in the "on" blocks (an
+				# Arrow trace, /metrics scraped): over shared memory, where
+				# ranks fit (the target's setting). The trace is not kept.
+				if [ "$tr" = shm ] && ((n <= $(nproc))); then
+					# shellcheck disable=SC2086
+					run "allreduce.n$n.vccl-$tr-altx.s$i" vccl "$n" "$tr" alternate allreduce $alt --exporters "$RAW/trace"
+					rm -rf "$RAW/trace"
+				fi
 			done
 		done
 		for c in allgather reducescatter broadcast; do
@@ -207,6 +228,7 @@ for rep in $(seq 1 "$REPEAT"); do
 				set -- ${BIG_SWEEPS[$i]}
 				for tr in shm tcp; do
 					run "$c.n$n.mpi-$tr.s$i" mpi "$n" "$tr" "$prog" "$@"
+					run "$c.n$n.mpi-$tr-keep.s$i" mpikeep "$n" "$tr" "$prog" "$@"
 					run "$c.n$n.vccl-$tr-off.s$i" vccl "$n" "$tr" off "$c" "$@"
 				done
 			done
@@ -228,7 +250,7 @@ cmdline="bench/compare.sh"
 	--command "$cmdline" --start-load "$START_LOAD" --end-load "$END_LOAD" --elapsed "$ELAPSED" \
 	--mpi-version "$(mpirun --version 2>/dev/null | head -1)" \
 	--torch-version "$(/usr/bin/python3 -c 'import torch; print(torch.__version__)' 2>/dev/null)" \
-	--go-version "$(go version)" --repeat "$REPEAT" --mpi-args "--mca pml ob1 $MPI_EXTRA" \
+	--go-version "$(go version)" --repeat "$REPEAT" --mpi-args "--mca pml ob1 $MPI_EXTRA" --mpi-keep "$MPI_KEEP" \
 	--commit "$VERSION" --handoff "${HANDOFF[*]}" --bind "$BIND"
 if ((MARKDOWN)); then
 	log "printed the comparison (raw outputs in $RAW; bench/compare.sh --from $RAW prints it again)"

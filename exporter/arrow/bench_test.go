@@ -22,6 +22,7 @@ func BenchmarkSink(b *testing.B) {
 		{"parquet-zstd", []Option{WithFormat(FormatParquet), WithCompression(CompressionZstd)}},
 		{"file-lz4", []Option{WithFormat(FormatFile), WithCompression(CompressionLZ4)}},
 		{"file-zstd", []Option{WithFormat(FormatFile), WithCompression(CompressionZstd)}},
+		{"stream-lz4", []Option{WithFormat(FormatStream), WithCompression(CompressionLZ4)}},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
 			recs := genRecords(1, flowtel.DefaultBatchSize)

@@ -597,6 +597,7 @@ type segment struct {
 		Close() error
 	}
 	commit func() error
+	drop   dropBehind
 }
 
 type countingWriter struct {
@@ -718,7 +719,13 @@ func (seg *segment) write(b *colBatch) error {
 	if err := seg.w.Write(rec); err != nil {
 		return err
 	}
-	return seg.commit()
+	if err := seg.commit(); err != nil {
+		return err
+	}
+	// The file format's buffer may hold up to 1 MiB of cw.n: a chunk
+	// behind, that makes no difference.
+	seg.drop.wrote(seg.f, seg.cw.n)
+	return nil
 }
 
 // closeSegment finishes the current file, if any.

@@ -431,7 +431,11 @@ func TestWriteErrorIsCountedAndReturned(t *testing.T) {
 	s := newTestSink(t, WithBatchRows(10))
 	// Break the file under the writer.
 	s.seg.f.Close()
-	consumeAll(t, s, genRecords(1, 10), 10)
+	// The batch fills and the write fails on the writer goroutine, which
+	// may be done before this Consume returns: then it returns the error.
+	if err := s.Consume(testCtx(t), genRecords(1, 10)); err != nil && !strings.Contains(err.Error(), s.Files()[0]) {
+		t.Fatalf("Consume of the batch that fails: %v, want nil or an error naming the file", err)
+	}
 	err := s.Flush(testCtx(t))
 	if err == nil || !strings.Contains(err.Error(), s.Files()[0]) {
 		t.Fatalf("Flush after a failed write: %v, want an error naming the file", err)

@@ -3,6 +3,7 @@ package prom
 import (
 	"context"
 	"net/http"
+	"sort"
 	"strconv"
 	"sync"
 	"sync/atomic"
@@ -60,7 +61,7 @@ type Collector struct {
 	collBytes, collCount   *prometheus.CounterVec
 
 	linkBytes, linkWRs   *prometheus.CounterVec
-	linkLatency          *prometheus.HistogramVec
+	linkLatency          *latVec
 	linkBacklog          *prometheus.GaugeVec
 	linkCreditWait       *prometheus.CounterVec
 	failovers, failbacks *prometheus.CounterVec
@@ -72,6 +73,7 @@ type Collector struct {
 	mu                   sync.Mutex // the fold and the state below
 	fold                 *flowtel.Fold
 	st                   state
+	dirty                []*link // links with updates pending publication (under mu)
 	collsObserved        atomic.Uint64
 }
 
@@ -80,10 +82,13 @@ var (
 	_ prometheus.Collector = (*Collector)(nil)
 )
 
+// nTimeBuckets is the number of bounds of the time histograms.
+const nTimeBuckets = 13
+
 // Histogram buckets.
 var (
-	bwBuckets     = prometheus.ExponentialBuckets(1e9/64, 2, 17) // 1/64 .. 1024 GB/s, in bytes/s
-	timeBuckets   = prometheus.ExponentialBuckets(1e-6, 4, 13)   // 1µs .. 16.8s, in s
+	bwBuckets     = prometheus.ExponentialBuckets(1e9/64, 2, 17)         // 1/64 .. 1024 GB/s, in bytes/s
+	timeBuckets   = prometheus.ExponentialBuckets(1e-6, 4, nTimeBuckets) // 1µs .. 16.8s, in s
 	collLabels    = []string{"comm", "rank", "collective", "algorithm", "message_size"}
 	linkLabels    = []string{"comm", "rank", "peer", "channel", "path"}
 	linkDirLabels = append(append([]string(nil), linkLabels...), "direction")
@@ -114,7 +119,7 @@ func New(opts ...Option) *Collector {
 
 		linkBytes:      counter("vccl_link_bytes_total", "Bytes of work requests completed ok on a link.", linkDirLabels),
 		linkWRs:        counter("vccl_link_wrs_total", "Work requests completed on a link, by status.", append(append([]string(nil), linkDirLabels...), "status")),
-		linkLatency:    hist("vccl_link_wr_latency_seconds", "Work request latency on a link, wr_post to wc, in seconds.", timeBuckets, linkDirLabels),
+		linkLatency:    &latVec{desc: prometheus.NewDesc("vccl_link_wr_latency_seconds", "Work request latency on a link, wr_post to wc, in seconds.", linkDirLabels, nil)},
 		linkBacklog:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vccl_link_backlog_wrs", Help: "Work requests outstanding on a link's queue pair after its latest record."}, linkLabels),
 		linkCreditWait: counter("vccl_link_credit_wait_seconds_total", "Time during which a send on the link waited for credit (backpressure).", linkLabels),
 		failovers:      counter("vccl_link_failovers_total", "Failovers of a link from its primary path to its backup (path: the path moved to).", linkLabels),
@@ -166,13 +171,59 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 	}
 }
 
-// Consume updates the metrics from recs. A scrape does not wait for it: the
-// metrics themselves are safe for concurrent use.
+// Consume updates the metrics from recs. A scrape does not wait for the
+// fold: the per-transfer link series are summed over the batch and
+// published once at its end (a scrape sees whole batches), the others are
+// safe for concurrent use.
 func (c *Collector) Consume(_ context.Context, recs []flowtel.Record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
 	c.fold.Add(recs)
+	c.publish()
 	return nil
+}
+
+// publish hands the link updates summed over a batch to their series: an
+// atomic update a series per batch, where one a transfer cost as much as
+// the fold itself (the 2-core VM's exporter profile, issue 34).
+func (c *Collector) publish() {
+	if len(c.dirty) == 0 {
+		return
+	}
+	c.linkLatency.mu.Lock()
+	for _, l := range c.dirty {
+		p := &l.pend
+		for d := range p.bytes {
+			if l.bytes[d] == nil {
+				continue
+			}
+			if p.bytes[d] > 0 {
+				l.bytes[d].Add(float64(p.bytes[d]))
+			}
+			for i, n := range p.wrs[d] {
+				if n > 0 {
+					l.wrs[d][i].Add(float64(n))
+				}
+			}
+			l.latency[d].add(&p.lat[d])
+		}
+		if p.hasBacklog {
+			l.backlog.Set(float64(p.backlog))
+		}
+		*p = pending{}
+	}
+	c.linkLatency.mu.Unlock()
+	clear(c.dirty)
+	c.dirty = c.dirty[:0]
+}
+
+// touch marks l as having updates to publish and returns them.
+func (c *Collector) touch(l *link) *pending {
+	if !l.pend.dirty {
+		l.pend.dirty = true
+		c.dirty = append(c.dirty, l)
+	}
+	return &l.pend
 }
 
 // Shutdown implements flowtel.Sink; the metrics stay readable. Calls whose
@@ -224,11 +275,84 @@ type link struct {
 	key     linkKey
 	bytes   [2]prometheus.Counter
 	wrs     [2][4]prometheus.Counter // by direction and status; resolved lazily
-	latency [2]prometheus.Observer
+	latency [2]*latSeries
 	backlog prometheus.Gauge
 	credit  prometheus.Counter
 	labels  []string // comm, rank, peer, channel, path
 	waits   flowtel.WaitSpans
+	pend    pending // this batch's updates, published at its end
+}
+
+// pending are a link's updates of one batch, not yet published.
+type pending struct {
+	dirty      bool
+	hasBacklog bool
+	backlog    uint32
+	bytes      [2]uint64
+	wrs        [2][4]uint64
+	lat        [2]latCounts
+}
+
+// latCounts are a latency histogram's counts: per bucket of timeBuckets
+// (not cumulative; above the last only in count), their number and sum.
+type latCounts struct {
+	buckets [nTimeBuckets]uint64
+	count   uint64
+	sum     float64
+}
+
+func (h *latCounts) observe(v float64) {
+	if i := sort.SearchFloat64s(timeBuckets, v); i < len(h.buckets) {
+		h.buckets[i]++
+	}
+	h.count++
+	h.sum += v
+}
+
+func (h *latCounts) add(o *latCounts) {
+	for i, n := range o.buckets {
+		h.buckets[i] += n
+	}
+	h.count += o.count
+	h.sum += o.sum
+}
+
+// latSeries is one link direction's published latency histogram.
+type latSeries struct {
+	labels []string
+	latCounts
+}
+
+// latVec is vccl_link_wr_latency_seconds: histograms the collector sums
+// per batch (a prometheus.Histogram takes atomic updates per observation)
+// and a scrape reads under mu, which a batch holds only to publish.
+type latVec struct {
+	desc   *prometheus.Desc
+	mu     sync.Mutex
+	series []*latSeries
+}
+
+func (v *latVec) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
+
+func (v *latVec) Collect(ch chan<- prometheus.Metric) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, s := range v.series {
+		cum, n := make(map[float64]uint64, len(timeBuckets)), uint64(0)
+		for i, le := range timeBuckets {
+			n += s.buckets[i]
+			cum[le] = n
+		}
+		ch <- prometheus.MustNewConstHistogram(v.desc, s.count, s.sum, cum, s.labels...)
+	}
+}
+
+func (v *latVec) newSeries(labels []string) *latSeries {
+	s := &latSeries{labels: labels}
+	v.mu.Lock()
+	v.series = append(v.series, s)
+	v.mu.Unlock()
+	return s
 }
 
 type collSeries struct {
@@ -333,45 +457,49 @@ func (c *Collector) dir(l *link, d flowtel.Dir) {
 	if l.bytes[d] == nil {
 		dl := append(append([]string(nil), l.labels...), dirNames[d])
 		l.bytes[d] = c.linkBytes.WithLabelValues(dl...)
-		l.latency[d] = c.linkLatency.WithLabelValues(dl...)
+		l.latency[d] = c.linkLatency.newSeries(dl)
 		for i := range l.wrs[d] {
 			l.wrs[d][i] = c.linkWRs.WithLabelValues(append(append([]string(nil), dl...), flowtel.Status(i).String())...)
 		}
 	}
 }
 
-func (c *Collector) wrCounter(l *link, d flowtel.Dir, st flowtel.Status) prometheus.Counter {
-	i := int(st)
-	if i >= len(l.wrs[d]) {
-		i = int(flowtel.StatusError)
+// statusIndex is st's index in link.wrs: a status beyond them counts as an
+// error.
+func statusIndex(st flowtel.Status) int {
+	if i := int(st); i < 4 {
+		return i
 	}
-	return l.wrs[d][i]
+	return int(flowtel.StatusError)
 }
 
 func (v *view) Posted(t *flowtel.Transfer) {
 	c := (*Collector)(v)
-	c.qpLink(t.QPIndex, t.Comm, t.Link).backlog.Set(float64(t.Depth))
+	p := c.touch(c.qpLink(t.QPIndex, t.Comm, t.Link))
+	p.backlog, p.hasBacklog = t.Depth, true
 }
 
 func (v *view) Completed(t *flowtel.Transfer) {
 	c := (*Collector)(v)
 	l := c.qpLink(t.QPIndex, t.Comm, t.Link)
-	l.backlog.Set(float64(t.Depth))
 	d := t.Link.Dir
 	c.dir(l, d)
-	c.wrCounter(l, d, t.Status).Inc()
+	p := c.touch(l)
+	p.backlog, p.hasBacklog = t.Depth, true
+	p.wrs[d][statusIndex(t.Status)]++
 	if t.Status == flowtel.StatusOK {
-		l.bytes[d].Add(float64(t.Bytes))
+		p.bytes[d] += t.Bytes
 	}
 	if lat, ok := t.LatencyNs(); ok {
-		l.latency[d].Observe(float64(lat) / 1e9)
+		p.lat[d].observe(float64(lat) / 1e9)
 	}
 }
 
 func (v *view) WaitBegan(w *flowtel.CreditWait) {
 	c := (*Collector)(v)
 	l := c.qpLink(w.QPIndex, w.Comm, w.Link)
-	l.backlog.Set(float64(w.Depth))
+	p := c.touch(l)
+	p.backlog, p.hasBacklog = w.Depth, true
 	l.waits.Began(w)
 }
 

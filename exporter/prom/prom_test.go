@@ -511,3 +511,31 @@ func TestDashboardMetricNames(t *testing.T) {
 		}
 	}
 }
+
+// The link latency histogram is summed per batch: its buckets follow
+// Prometheus's (an observation equal to a bound counts in that bound's
+// bucket; one above the last only in the count).
+func TestLatCountsBuckets(t *testing.T) {
+	for _, tc := range []struct {
+		v      float64
+		bucket int // -1: above every bound
+	}{{0, 0}, {1e-6, 0}, {1.5e-6, 1}, {4e-6, 1}, {4.1e-6, 2}, {timeBuckets[nTimeBuckets-1], nTimeBuckets - 1}, {100, -1}} {
+		var h latCounts
+		h.observe(tc.v)
+		for i, n := range h.buckets {
+			if want := uint64(btoi(i == tc.bucket)); n != want {
+				t.Errorf("observe(%g): bucket %d (le %g) holds %d, want %d", tc.v, i, timeBuckets[i], n, want)
+			}
+		}
+		if h.count != 1 || h.sum != tc.v {
+			t.Errorf("observe(%g): count %d sum %g", tc.v, h.count, h.sum)
+		}
+	}
+}
+
+func btoi(b bool) int {
+	if b {
+		return 1
+	}
+	return 0
+}

@@ -95,6 +95,7 @@ func TestParseArgs(t *testing.T) {
 		"allreduce -r -2":             "-r -2: must not be negative",
 		"allreduce --telemetry maybe": `--telemetry "maybe": want on, off or alternate`,
 		"allreduce --telemetry alternate --device gpu": "--telemetry alternate times host buffers only",
+		"allreduce --spans":                            "--spans needs --exporters",
 		"allreduce --progress sometimes":               `--progress "sometimes"`,
 		"allreduce -x 3":                               "flag provided but not defined: -x",
 		"allreduce -n":                                 "flag needs an argument: -n",
@@ -601,6 +602,20 @@ func TestMainExporters(t *testing.T) {
 	}
 	if len(recs) == 0 {
 		t.Fatal("--exporters left an empty trace")
+	}
+	// Alternate with exporters: the "on" blocks have them writing, and
+	// the table says so.
+	dir = t.TempDir()
+	out.Reset()
+	if code := Main(context.Background(), strings.Fields("allreduce -b 1K -e 1K -n 4 -w 1 --telemetry alternate --exporters "+dir), &out, stderr); code != 0 {
+		msg, _ := os.ReadFile(stderr.Name())
+		t.Fatalf("alternate: exit %d: %s", code, msg)
+	}
+	if !strings.Contains(out.String(), "with exporters writing: trace (stream format)") || !strings.Contains(out.String(), "#  telem. on") {
+		t.Errorf("alternate with exporters: the table does not say so:\n%s", out.String())
+	}
+	if recs, err := arrow.ReadAll(dir); err != nil || len(recs) == 0 {
+		t.Errorf("alternate with exporters: %d records in the trace, %v", len(recs), err)
 	}
 	code := Main(context.Background(), strings.Fields("allreduce -b 1K -e 1K --telemetry off --exporters "+dir), &out, stderr)
 	msg, _ := os.ReadFile(stderr.Name())

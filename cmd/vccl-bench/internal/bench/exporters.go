@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"io"
+	"net/http"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -12,30 +13,83 @@ import (
 	"github.com/vccl-go/vccl/telemetry"
 )
 
-// startExporters turns on every exporter a job can have, through the
-// telemetry package as any program gets them: Arrow traces in dir, the live
-// endpoint with Prometheus metrics (as VCCL_TELEMETRY_ADDR says) and
-// OpenTelemetry spans built from the records and thrown away, so that the
-// sweep measures what telemetry costs with all of them attached. The
-// communicator must be made with collective.WithTelemetryAttachers(false)
-// and col, which startExporters starts; the returned func shuts everything
-// down.
-func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Collector, dir string) (func() error, error) {
+// scrapeEvery is how often the bench fetches its rank's /metrics: a
+// Prometheus server scrapes every 15 to 60 s; once a second makes serving
+// the metrics count without making it the cost measured.
+const scrapeEvery = time.Second
+
+// startExporters turns on the exporters a job has in production, through
+// the telemetry package as any program gets them: Arrow traces in dir and
+// the live endpoint with Prometheus metrics (as VCCL_TELEMETRY_ADDR says),
+// which the bench scrapes itself, so that the sweep measures what telemetry
+// costs with them attached. With spans, OpenTelemetry spans are built from
+// the records, encoded and thrown away. The communicator must be made with
+// collective.WithTelemetryAttachers(false) and col, which startExporters
+// starts. It returns what shuts everything down, what settles the
+// pipeline (every record so far delivered to every exporter and the trace
+// handed to the OS: Options.Settle), and the exporters' names for the
+// report.
+func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Collector, dir string, spans bool) (stop, settle func(context.Context) error, names string, err error) {
 	cfg, err := telemetry.ConfigFromEnv()
 	if err != nil {
-		return nil, err
+		return nil, nil, "", err
 	}
 	cfg.Dir = dir
-	cfg.Spans, cfg.SpanOptions = true, append(cfg.SpanOptions, otel.WithProtocol("stdout"), otel.WithStdout(io.Discard))
+	if spans {
+		cfg.Spans, cfg.SpanOptions = true, append(cfg.SpanOptions, otel.WithProtocol("stdout"), otel.WithStdout(io.Discard))
+	}
 	ex, err := telemetry.Attach(ctx, comm, cfg)
 	if err != nil {
-		return nil, err
+		return nil, nil, "", err
 	}
 	col.Start()
-	return func() error {
-		sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
-		defer cancel()
+	stopScrape := func() {}
+	names = "trace (" + ex.Arrow.Format().String() + " format)"
+	if ex.Live != nil {
+		stopScrape = scrape(ex.Live.URL() + "/metrics")
+		names += ", /metrics scraped every " + scrapeEvery.String()
+	}
+	if ex.Spans != nil {
+		names += ", OpenTelemetry spans"
+	}
+	stop = func(ctx context.Context) error {
+		stopScrape()
 		// The collector first: its Shutdown finishes the trace.
-		return errors.Join(col.Shutdown(sctx), ex.Close(sctx))
-	}, nil
+		return errors.Join(col.Shutdown(ctx), ex.Close(ctx))
+	}
+	settle = func(ctx context.Context) error {
+		if err := col.Flush(ctx); err != nil {
+			return err
+		}
+		return ex.Arrow.Flush(ctx)
+	}
+	return stop, settle, names, nil
+}
+
+// scrape fetches url every scrapeEvery until the returned func is called
+// (which waits for the last fetch). A failed fetch is not the benchmark's
+// concern: the live endpoint's own tests cover it.
+func scrape(url string) func() {
+	stop, done := make(chan struct{}), make(chan struct{})
+	client := &http.Client{Timeout: scrapeEvery}
+	go func() {
+		defer close(done)
+		t := time.NewTicker(scrapeEvery)
+		defer t.Stop()
+		for {
+			select {
+			case <-stop:
+				return
+			case <-t.C:
+			}
+			if resp, err := client.Get(url); err == nil {
+				_, _ = io.Copy(io.Discard, resp.Body)
+				resp.Body.Close()
+			}
+		}
+	}()
+	return func() {
+		close(stop)
+		<-done
+	}
 }

@@ -47,11 +47,14 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 	// The exporters the environment asks for (the telemetry package's
 	// attacher) come with telemetry on, but for the measuring modes:
 	// --telemetry alternate times the records alone, and --exporters
-	// attaches every exporter itself.
+	// attaches the exporters itself (with alternate, they write in the
+	// "on" blocks and sit idle in the "off" ones).
 	if cfg.Telemetry == "alternate" || cfg.Exporters != "" {
 		copts = append(copts, collective.WithTelemetryAttachers(false))
 	}
 	var col *flowtel.Collector
+	var exporters string // the ones attached, for the report
+	var settle func(context.Context) error
 	if cfg.Exporters != "" {
 		col = flowtel.NewCollector()
 		copts = append(copts, collective.WithCollector(col))
@@ -63,14 +66,24 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 	}
 	defer comm.Close()
 	if col != nil {
-		stop, err := startExporters(ctx, comm, col, cfg.Exporters)
+		var stop func(context.Context) error
+		stop, settle, exporters, err = startExporters(ctx, comm, col, cfg.Exporters, cfg.Spans)
 		if err != nil {
 			fmt.Fprintf(stderr, "vccl-bench: --exporters: %v\n", err)
 			return 1
 		}
-		defer stop()
+		defer func() {
+			sctx, cancel := context.WithTimeout(context.Background(), 30*time.Second)
+			defer cancel()
+			if err := stop(sctx); err != nil {
+				fmt.Fprintf(stderr, "vccl-bench: rank %d: stopping the exporters: %v\n", comm.Rank(), err)
+			}
+		}()
 	}
-	opts := Options{Telemetry: telemetry, Alternate: cfg.Telemetry == "alternate"}
+	opts := Options{Telemetry: telemetry, Alternate: cfg.Telemetry == "alternate", Exporters: exporters}
+	if opts.Alternate {
+		opts.Settle = settle
+	}
 	if cfg.Device == "gpu" {
 		d, err := openDevice(ctx, comm, cfg, telemetry)
 		if err != nil {

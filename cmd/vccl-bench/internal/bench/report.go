@@ -115,8 +115,15 @@ func writeTelemetryRow(w io.Writer, r Result) {
 }
 
 func telemetryMode(r *Report) string {
+	with := "records alone"
+	if r.Exporters != "" {
+		with = "with exporters writing: " + r.Exporters
+	}
 	if r.Alternate {
-		return "alternate (rows: off; '# telem. on' rows: on, busbw on/off)"
+		return "alternate (rows: off; '# telem. on' rows: on, " + with + ", busbw on/off)"
+	}
+	if r.Telemetry && r.Exporters != "" {
+		return "on, " + with
 	}
 	return onOff(r.Telemetry)
 }

@@ -58,27 +58,30 @@ type RankInfo struct {
 
 // Report is the whole run: what the JSON output holds.
 type Report struct {
-	Collective string     `json:"collective"`
-	Ranks      int        `json:"ranks"`
-	Type       string     `json:"type"` // as nccl-tests names it
-	RedOp      string     `json:"redop"`
-	Root       int        `json:"root"`
-	MinBytes   int64      `json:"min_bytes"`
-	MaxBytes   int64      `json:"max_bytes"`
-	Factor     float64    `json:"factor"`
-	Iters      int        `json:"iters"`
-	Warmup     int        `json:"warmup"`
-	Check      bool       `json:"check"`
-	Telemetry  bool       `json:"telemetry"`
-	Alternate  bool       `json:"telemetry_alternate,omitempty"` // off and on alternately: see Measure.TelemetryOn
-	Date       string     `json:"date"`
-	Host       string     `json:"host"`
-	CPUs       int        `json:"cpus"` // rank 0's host's online CPUs; each rank's own in RankInfo
-	GoVersion  string     `json:"go_version"`
-	RankInfo   []RankInfo `json:"rank_info"`
-	Results    []Result   `json:"results"`
-	AvgBusBW   float64    `json:"avg_busbw_gbps"`
-	Wrong      int64      `json:"wrong"` // over every checked result; -1 without -c 1
+	Collective string  `json:"collective"`
+	Ranks      int     `json:"ranks"`
+	Type       string  `json:"type"` // as nccl-tests names it
+	RedOp      string  `json:"redop"`
+	Root       int     `json:"root"`
+	MinBytes   int64   `json:"min_bytes"`
+	MaxBytes   int64   `json:"max_bytes"`
+	Factor     float64 `json:"factor"`
+	Iters      int     `json:"iters"`
+	Warmup     int     `json:"warmup"`
+	Check      bool    `json:"check"`
+	Telemetry  bool    `json:"telemetry"`
+	Alternate  bool    `json:"telemetry_alternate,omitempty"` // off and on alternately: see Measure.TelemetryOn
+	// Exporters names the exporters writing while telemetry was on
+	// (--exporters), "" for the records alone.
+	Exporters string     `json:"telemetry_exporters,omitempty"`
+	Date      string     `json:"date"`
+	Host      string     `json:"host"`
+	CPUs      int        `json:"cpus"` // rank 0's host's online CPUs; each rank's own in RankInfo
+	GoVersion string     `json:"go_version"`
+	RankInfo  []RankInfo `json:"rank_info"`
+	Results   []Result   `json:"results"`
+	AvgBusBW  float64    `json:"avg_busbw_gbps"`
+	Wrong     int64      `json:"wrong"` // over every checked result; -1 without -c 1
 	// Records kept (drained by the collectors) and dropped (a ring was
 	// full) over all ranks, with telemetry on; a telemetry cost measured
 	// while records are dropped is not the cost of keeping them.
@@ -121,6 +124,14 @@ type Options struct {
 	// Alternate times every variant with telemetry off and on in
 	// alternating blocks (comm made with telemetry on; host buffers).
 	Alternate bool
+	// Exporters names the exporters attached (--exporters), for the report.
+	Exporters string
+	// Settle, when not nil, ends every block of Alternate inside the
+	// block's timing: it delivers what telemetry the block's calls made
+	// (drained, consumed by every sink, the trace handed to the OS), so
+	// that each block pays for its own records and not the next block,
+	// which may be an "off" one.
+	Settle func(context.Context) error
 	// device runs the sweep on device buffers (--device gpu).
 	device *deviceRun
 }
@@ -139,7 +150,7 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 	host, _ := os.Hostname()
 	rep := &Report{Collective: cfg.Coll.String(), Ranks: n, Type: NCCLTypeName(cfg.Type), RedOp: redopName(cfg), Root: rootOf(cfg),
 		MinBytes: cfg.MinBytes, MaxBytes: cfg.MaxBytes, Factor: cfg.Factor, Iters: cfg.Iters, Warmup: cfg.Warmup,
-		Check: cfg.Check, Telemetry: opts.Telemetry, Alternate: opts.Alternate, Date: time.Now().Format(time.RFC3339), Host: host,
+		Check: cfg.Check, Telemetry: opts.Telemetry, Alternate: opts.Alternate, Exporters: opts.Exporters, Date: time.Now().Format(time.RFC3339), Host: host,
 		CPUs: hostCPUs(), GoVersion: runtime.Version(), Wrong: -1, Results: []Result{}}
 	if cfg.Check {
 		rep.Wrong = 0
@@ -304,7 +315,7 @@ func (s *setup) measure(ctx context.Context, comm *collective.Comm, l Layout, in
 		return m, err
 	}
 	if opts.Alternate {
-		off, on, err := alternate(comm, s.cfg.Iters, run)
+		off, on, err := alternate(ctx, comm, s.cfg.Iters, run, opts.Settle)
 		if err != nil {
 			return m, err
 		}
@@ -374,8 +385,8 @@ const altBlocks = 10
 // the block's mean call time: a slow spell that takes a block or two
 // moves neither median, where it would move a total. It leaves telemetry
 // on. Every rank switches at the same call, between calls, so no call
-// loses records.
-func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on time.Duration, err error) {
+// loses records. settle, if not nil, ends every block, timed with it.
+func alternate(ctx context.Context, comm *collective.Comm, iters int, run func(int) error, settle func(context.Context) error) (off, on time.Duration, err error) {
 	blocks := min(altBlocks, iters)
 	var perCall [2][]float64 // ns per call of each block, [off, on]
 	for b := range blocks {
@@ -387,6 +398,11 @@ func alternate(comm *collective.Comm, iters int, run func(int) error) (off, on t
 			t0 := time.Now()
 			if err := run(k); err != nil {
 				return 0, 0, fmt.Errorf("telemetry %s, block %d.%d: %w", onOff(tel), b, j, err)
+			}
+			if settle != nil {
+				if err := settle(ctx); err != nil {
+					return 0, 0, fmt.Errorf("telemetry %s, block %d.%d: delivering its records: %w", onOff(tel), b, j, err)
+				}
 			}
 			perCall[btoi(tel)] = append(perCall[btoi(tel)], float64(time.Since(t0).Nanoseconds())/float64(k))
 		}
