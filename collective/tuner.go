@@ -58,6 +58,10 @@ const streamMinChunk = 256 << 10
 // memory sends as one message (chunkFor).
 const wholeBlockMax = 8 << 20
 
+// wholeBcastMax is the largest 2-rank broadcast over shared memory that
+// goes as one message (chunkFor).
+const wholeBcastMax = 512 << 10
+
 // chunkFor picks the pipeline chunk: small enough that a block crosses the
 // ring in several chunks (so steps overlap), large enough that per-chunk
 // costs stay small, and never above the configured chunk size.
@@ -81,6 +85,14 @@ func (c *Comm) chunkFor(cl *call) int {
 		// shm's exchangeCMA) a read behind the last one's
 		// acknowledgement. Up to wholeBlockMax only: beyond it, out of
 		// place, chunks win again.
+		return max(block, 1)
+	}
+	if cl.op == OpBroadcast && cl.n == 2 && !c.overStream && block <= wholeBcastMax {
+		// Nor a 2-rank broadcast's: the transport's records overlap its
+		// two copies as chunks would, and each chunk costs a message
+		// and, by single copy, a read behind the last one's
+		// acknowledgement. Up to wholeBcastMax only: beyond it chunks
+		// were no better (and 4-8 MiB whole were slower).
 		return max(block, 1)
 	}
 	least := 32 << 10
