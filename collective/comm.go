@@ -10,6 +10,7 @@ import (
 	"fmt"
 	"hash/fnv"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"sync/atomic"
@@ -42,6 +43,7 @@ type Comm struct {
 	peers        []peerInfo
 	backends     []string         // backend per peer ("self" for this rank)
 	overStream   bool             // some link is a stream socket, so on every rank (chunkFor)
+	crowded      bool             // some host has more ranks than CPUs, so on every rank (chunkFor)
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 	fuseRecv     bool       // every QP reduces receives on arrival: schedules fuse receive and reduce
@@ -81,10 +83,39 @@ type peerInfo struct {
 	ProcID string            `json:"proc_id"` // same value ⇔ same process
 	Addrs  map[string]string `json:"addrs"`   // backend name → listen address
 	FT     bool              `json:"ft"`      // fault-tolerant TCP links
+	CPUs   int               `json:"cpus"`    // CPUs the process may run on (runtime.NumCPU); 0: not said
 	// Secret is this rank's random part of its links' connection keys
 	// (linkKey): only the ranks of the job read it, so nobody else can
 	// present a link's key, even with the job token.
 	Secret string `json:"secret"`
+}
+
+// crowded reports whether some host runs more ranks than its processes
+// may use CPUs (the fewest any of them said it may): their engines then
+// take turns on the cores, not spin. It reads only what every rank was
+// given alike, so every rank decides the same, as choices that shape the
+// messages must (chunkFor); the engine's own spinning (engine.spins)
+// reads this process's state.
+func crowded(peers []peerInfo) bool {
+	type host struct{ ranks, cpus int }
+	hosts := map[string]*host{}
+	for _, p := range peers {
+		h := hosts[p.HostID]
+		if h == nil {
+			h = &host{}
+			hosts[p.HostID] = h
+		}
+		h.ranks++
+		if p.CPUs > 0 && (h.cpus == 0 || p.CPUs < h.cpus) {
+			h.cpus = p.CPUs
+		}
+	}
+	for _, h := range hosts {
+		if h.cpus > 0 && h.ranks > h.cpus {
+			return true
+		}
+	}
+	return false
 }
 
 // linkKey is the connection key of the link between ranks lo < hi on
@@ -411,7 +442,7 @@ func hash32(s string) uint32 {
 // channel and starts the progress engines.
 func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInfo) ([]peerInfo, error)) error {
 	c.id = hash32(c.uid)
-	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}, FT: c.opts.ft, Secret: newUID()}
+	me := peerInfo{Rank: c.rank, HostID: c.opts.hostID, ProcID: procID, Addrs: map[string]string{}, FT: c.opts.ft, Secret: newUID(), CPUs: runtime.NumCPU()}
 	me.Host, _ = os.Hostname()
 	if me.HostID == "" {
 		me.HostID = hostID()
@@ -447,6 +478,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		return fmt.Errorf("collective: rank %d bootstrap: %w", c.rank, err)
 	}
 	c.peers = peers
+	c.crowded = crowded(peers)
 	for p := range peers {
 		if peers[p].FT != me.FT && p != c.rank {
 			return fmt.Errorf("collective: rank %d has fault tolerance %s but rank %d has it %s (set VCCL_FAULT_TOLERANCE the same on every rank)",

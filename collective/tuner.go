@@ -95,6 +95,13 @@ func (c *Comm) chunkFor(cl *call) int {
 		// were no better (and 4-8 MiB whole were slower).
 		return max(block, 1)
 	}
+	if c.crowded && !c.overStream {
+		// More ranks than cores: a rank runs only while another waits,
+		// so chunks overlap nothing, and each costs a hand-off between
+		// ranks that take turns on a core (a sleep and a wake-up, or a
+		// yield), which is what such a call's time is made of.
+		return min(max(block, 1), c.opts.chunk)
+	}
 	least := 32 << 10
 	if c.overStream {
 		least = streamMinChunk
