@@ -44,6 +44,7 @@ type Comm struct {
 	peers        []peerInfo
 	backends     []string         // backend per peer ("self" for this rank)
 	overStream   bool             // some link is a stream socket, so on every rank (chunkFor)
+	crowded      bool             // some host has more ranks than CPUs, so on every rank (chunkFor)
 	qps          [][]transport.QP // [channel][peer]
 	engines      []*engine
 	fuseRecv     bool       // every QP reduces receives on arrival: schedules fuse receive and reduce
@@ -453,6 +454,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		return fmt.Errorf("collective: rank %d bootstrap: %w", c.rank, err)
 	}
 	c.peers = peers
+	c.crowded = cpusEach(peers) == 0
 	for p := range peers {
 		if peers[p].FT != me.FT && p != c.rank {
 			return fmt.Errorf("collective: rank %d has fault tolerance %s but rank %d has it %s (set VCCL_FAULT_TOLERANCE the same on every rank)",

@@ -78,6 +78,10 @@ func chunkedDirect(op Op) bool {
 // memory sends as one message (chunkFor).
 const wholeBlockMax = 8 << 20
 
+// wholeBcastMax is the largest 2-rank broadcast over shared memory that
+// goes as one message (chunkFor).
+const wholeBcastMax = 512 << 10
+
 // chunkFor picks the pipeline chunk: small enough that a block crosses the
 // ring in several chunks (so steps overlap), large enough that per-chunk
 // costs stay small, and never above the configured chunk size.
@@ -105,6 +109,21 @@ func (c *Comm) chunkFor(cl *call, algo Algorithm) int {
 		// acknowledgement. Up to wholeBlockMax only: beyond it, out of
 		// place, chunks win again.
 		return max(block, 1)
+	}
+	if cl.op == OpBroadcast && cl.n == 2 && !c.overStream && block <= wholeBcastMax {
+		// Nor a 2-rank broadcast's: the transport's records overlap its
+		// two copies as chunks would, and each chunk costs a message
+		// and, by single copy, a read behind the last one's
+		// acknowledgement. Up to wholeBcastMax only: beyond it chunks
+		// were no better (and 4-8 MiB whole were slower).
+		return max(block, 1)
+	}
+	if c.crowded && !c.overStream {
+		// More ranks than cores: a rank runs only while another waits,
+		// so chunks overlap nothing, and each costs a hand-off between
+		// ranks that take turns on a core (a sleep and a wake-up, or a
+		// yield), which is what such a call's time is made of.
+		return min(max(block, 1), c.opts.chunk)
 	}
 	least := 32 << 10
 	if c.overStream {
