@@ -69,7 +69,7 @@ func median(v []float64) float64 {
 }
 
 // BenchmarkTelemetryCost is what telemetry adds to a call on the rank's
-// own path (the budget of docs/design.md, "Telemetry's cost": at most 40
+// own path (the budget of decision 0012 and ARCHITECTURE.md: at most 40
 // ns below 64 KiB), measured with a Collector draining the rank's ring
 // concurrently, as in production, and the calls interleaved in blocks
 // with telemetry off and on (blockCost).
