@@ -16,6 +16,7 @@ type call struct {
 	chunk   int  // bytes per pipeline chunk
 	fuse    bool // every peer's transport reduces receives on arrival (transport.Reducer)
 	tee     bool // every peer's transport copies a send into its tee too (transport.Teer)
+	prefix  bool // the signature header carries the first bytes of a first send too large to fold (withSignature)
 
 	// alltoallv, in elements
 	sendCounts, sendDispls, recvCounts, recvDispls []int

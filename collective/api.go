@@ -259,6 +259,7 @@ func (c *Comm) newTask(ctx context.Context, rq request, algo Algorithm, seq uint
 	cl.chunk = c.chunkFor(&cl, algo)
 	cl.fuse = c.fuseRecv
 	cl.tee = c.teeSend
+	cl.prefix = c.overStream
 	check = check && c.opts.check && c.size > 1
 	s, fresh, err := c.schedule(&cl, algo, check)
 	if err != nil {

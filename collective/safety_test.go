@@ -485,3 +485,71 @@ func TestCommunicatorTimeoutBoundsCallsWithoutDeadline(t *testing.T) {
 		t.Fatalf("a 300ms communicator timeout fired after %v", d)
 	}
 }
+
+// Over TCP (stream sockets) a call whose first send is too large to fold
+// sends its first bytes with the signature and the rest after the verify
+// (withSignature, call.prefix): the check costs no round trip. A mismatch
+// there still fails the call on every rank with the mismatch error, and
+// no rank reports success, whichever rank's first data carried it: a
+// broadcast's root, every rank of a ring all-reduce.
+func TestMismatchWithFirstData(t *testing.T) {
+	const n = 1 << 18 // 1 MiB of float32: past the eager limit
+	for _, tc := range []struct {
+		name string
+		op   Op
+		call func(ctx context.Context, c *Comm, buf []float32) error
+	}{
+		{"broadcast count", OpBroadcast, func(ctx context.Context, c *Comm, buf []float32) error {
+			return Broadcast(ctx, c, buf[:n-c.Rank()], buf[:n-c.Rank()], 0)
+		}},
+		{"broadcast root", OpBroadcast, func(ctx context.Context, c *Comm, buf []float32) error {
+			return Broadcast(ctx, c, buf, buf, c.Rank())
+		}},
+		{"all-reduce reduction", OpAllReduce, func(ctx context.Context, c *Comm, buf []float32) error {
+			return AllReduce(ctx, c, buf, buf, []ReduceOp{Sum, Max}[c.Rank()])
+		}},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := newLocal(t, 2, WithTransport("tcp"), WithAlgorithm(AlgoRing))
+			// The header does carry the first data: this is the path under test.
+			cl := call{op: tc.op, n: 2, count: n, esize: 4, redop: Sum, chunk: comms[0].chunkFor(&call{op: tc.op, n: 2, count: n, esize: 4}), prefix: comms[0].overStream}
+			body, err := build(&cl, AlgoRing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			s, err := withSignature(body, &cl, AlgoRing)
+			if err != nil {
+				t.Fatal(err)
+			}
+			if s.hdr.sendLen[1] <= 0 {
+				t.Fatalf("rank 0's header to rank 1 carries %d bytes of data, want its first send's first bytes", s.hdr.sendLen[1])
+			}
+			ctx := testCtx(t, 20*time.Second)
+			errs := make([]error, len(comms))
+			runOnAll(comms, func(c *Comm) error {
+				errs[c.Rank()] = tc.call(ctx, c, make([]float32, n))
+				return nil
+			})
+			for r, err := range errs {
+				var mm *MismatchError
+				if !errors.As(err, &mm) {
+					t.Errorf("rank %d: %v, want a *MismatchError", r, err)
+				}
+			}
+			// Nothing is left in flight: the next call is right.
+			if err := runOnAll(comms, func(c *Comm) error {
+				buf := make([]float32, n)
+				buf[n-1] = float32(c.Rank() + 1)
+				if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+					return err
+				}
+				if buf[n-1] != 3 {
+					return fmt.Errorf("sum after the mismatch = %v, want 3", buf[n-1])
+				}
+				return nil
+			}); err != nil {
+				t.Fatalf("communicator unusable after a mismatch: %v", err)
+			}
+		})
+	}
+}

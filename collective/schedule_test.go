@@ -276,7 +276,7 @@ func simulateCells(t *testing.T, op Op, algo Algorithm, n int, rng *rand.Rand) {
 							continue // thousands of chunks: the unchecked run covers them
 						}
 						for _, fuse := range fuses {
-							if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, check, fuse, rng); err != nil {
+							if err := checkSimulated(op, algo, n, count, inPlace, redop, chunk, check, fuse, false, rng); err != nil {
 								t.Fatalf("count=%d/inplace=%v/%v/chunk=%d/check=%v/fuse=%v: %v", count, inPlace, redop, chunk, check, fuse, err)
 							}
 						}
@@ -289,14 +289,14 @@ func simulateCells(t *testing.T, op Op, algo Algorithm, n int, rng *rand.Rand) {
 
 // checkSimulated runs one simulated collective with int64 data and checks it
 // against a reference computed directly.
-func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop ReduceOp, chunk int, check, fuse bool, rng *rand.Rand) error {
+func checkSimulated(op Op, algo Algorithm, n, count int, inPlace bool, redop ReduceOp, chunk int, check, fuse, prefix bool, rng *rand.Rand) error {
 	const es = 8
 	root := n / 2
 	ranks := make([]*simRank, n)
 	inputs := make([][]int64, n)
 	for r := range n {
 		// fuse stands for shared memory, which tees sends too.
-		c := &call{op: op, rank: r, n: n, root: root, count: count, esize: es, redop: redop, inPlace: inPlace, chunk: chunk, fuse: fuse, tee: fuse}
+		c := &call{op: op, rank: r, n: n, root: root, count: count, esize: es, redop: redop, inPlace: inPlace, chunk: chunk, fuse: fuse, tee: fuse, prefix: prefix}
 		inLen, outLen := bufferLens(op, n, count)
 		in := make([]int64, inLen)
 		for i := range in {
@@ -531,6 +531,45 @@ func TestSignatureFoldsFirstExchange(t *testing.T) {
 	}
 }
 
+// Where links are stream sockets (call.prefix) a first send too large to
+// fold has its first eager bytes ride in the header, and the receive it
+// lands in is split alike: every operation and algorithm still computes
+// its result, whatever the chunk, placement or world size; and the
+// header carries data from every rank whose first send is an input's.
+func TestSignaturePrefixSimulated(t *testing.T) {
+	t.Parallel()
+	rng := rand.New(rand.NewPCG(5, 6))
+	ops := []Op{OpAllReduce, OpAllGather, OpReduceScatter, OpBroadcast, OpReduce, OpAllToAll, OpGather, OpScatter}
+	for _, op := range ops {
+		for _, algo := range algosFor(op) {
+			for _, n := range []int{2, 3, 5} {
+				// Past the eager limit (64 KiB at 2 ranks) whole, per
+				// block, and per chunk of 96 KiB.
+				count := (3 * eagerLimit(n) / 8) * n
+				for _, chunk := range []int{96 << 10, 1 << 20} {
+					for _, inPlace := range []bool{false, true} {
+						if err := checkSimulated(op, algo, n, count, inPlace, Sum, chunk, true, false, true, rng); err != nil {
+							t.Fatalf("%v/%v/n=%d/chunk=%d/inplace=%v: %v", op, algo, n, chunk, inPlace, err)
+						}
+					}
+				}
+			}
+		}
+	}
+	c := &call{op: OpBroadcast, rank: 0, n: 2, root: 0, count: 1 << 18, esize: 4, chunk: 256 << 10, prefix: true}
+	body, err := build(c, AlgoRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	s, err := withSignature(body, c, AlgoRing)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if got := s.hdr.sendLen[1]; got != eagerLimit(2) {
+		t.Errorf("a 1 MiB broadcast's root puts %d bytes in its header, want the eager limit %d", got, eagerLimit(2))
+	}
+}
+
 // Ranks that make different calls all fail the verify, and every message
 // any of them sent was received: nothing is left in flight to be matched
 // with the next call's.
@@ -574,7 +613,9 @@ func TestMismatchSimulated(t *testing.T) {
 		}
 		ranks := make([]*simRank, n)
 		for r, v := range vs {
-			c := &call{op: v.op, rank: r, n: n, root: v.root, count: v.count, esize: 8, redop: v.redop, chunk: 1 << 20}
+			// Stream sockets' first sends split (call.prefix) on odd
+			// iterations: their empty messages after a mismatch too.
+			c := &call{op: v.op, rank: r, n: n, root: v.root, count: v.count, esize: 8, redop: v.redop, chunk: 1 << 20, prefix: iter%2 == 1}
 			s, err := build(c, v.algo)
 			if err != nil {
 				t.Fatal(err)

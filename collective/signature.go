@@ -28,6 +28,12 @@ import (
 // header replaced becomes a no-op whose readers read the payload where the
 // header landed when it would have landed in scratch, or a copy into the
 // caller's buffer behind the verify when it would have landed there.
+// Where links are stream sockets (call.prefix), a first send of the input
+// too large to ride whole is split (prefixSplit): its first eager bytes
+// ride in the header and the rest waits for the verify, so a broadcast's
+// root has data in the socket while the peers' headers come to it, and the
+// receive it lands in is split alike. Over shared memory the wait is a few
+// microseconds and the split's copies would cost more than they hide.
 //
 // The receives that wait on nothing but the verify (a broadcast's chunks
 // from the root, a ring's first block) are posted before it, behind the
@@ -173,6 +179,59 @@ func foldable(p *prim, eager int) bool {
 	return p.kind == primSend && len(p.deps) == 0 && p.a.buf == bufIn && p.n <= eager
 }
 
+// splittable reports whether send p is one whose first eager bytes can
+// ride in the header and the rest follow the verify (call.prefix): what
+// foldable takes but for its size, and not teed (the transport's copy into
+// the tee would be split with it).
+func splittable(p *prim, eager int) bool {
+	return p.kind == primSend && len(p.deps) == 0 && p.a.buf == bufIn && !p.tee && p.n > eager
+}
+
+// prefixSplit returns s with each first send to a peer that is splittable
+// made two, its first eager bytes and the rest, and each first receive
+// from a peer p where from[p] made two alike (from may be nil: no
+// receive), so that the header carries the first part as it carries a
+// foldable send whole. What waited for the one waits for both, through a
+// no-op joining them. s's dependencies point backwards, as add makes them.
+func prefixSplit(s *schedule, eager int, from []bool) *schedule {
+	out := &schedule{algo: s.algo, scratch: s.scratch}
+	idx := make([]int32, len(s.prims)) // s's primitive -> its (join's) index in out
+	sent, got := map[int]bool{}, map[int]bool{}
+	for i, p := range s.prims {
+		d := make([]int32, len(p.deps))
+		for k, x := range p.deps {
+			d[k] = idx[x]
+		}
+		p.deps = d
+		two := false
+		switch p.kind {
+		case primSend:
+			two = !sent[p.peer] && splittable(&p, eager)
+			sent[p.peer] = true
+		case primRecv:
+			two = !got[p.peer] && from != nil && from[p.peer]
+			got[p.peer] = true
+		}
+		if !two {
+			idx[i] = out.add(p)
+			continue
+		}
+		first, rest := p, p
+		first.n, first.stream = eager, false
+		rest.n -= eager
+		rest.deps = append([]int32(nil), d...)
+		if p.kind == primSend || p.fuse {
+			rest.a.off += eager
+		}
+		if p.kind == primRecv {
+			rest.dst.off += eager
+		}
+		a, b := out.add(first), out.add(rest)
+		idx[i] = out.add(prim{kind: primNop, step: p.step, deps: []int32{a, b}})
+	}
+	return out
+}
+
 // withSignature returns body behind the header exchange and the verify:
 // body's primitives that have no dependency wait for the verify, except the
 // sends the headers carry.
@@ -185,6 +244,52 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 	// All-to-all-v's counts differ by rank, so a rank cannot rebuild its
 	// peers' schedules: nothing folds there.
 	fold := cl.op != OpAllToAllv && cl.p2p == nil
+	// The peers' schedules as built (raw) and as they send (their first
+	// sends split where the call splits them), each rebuilt once.
+	raw, split := make([]*schedule, n), make([]*schedule, n)
+	rawPeer := func(p int) (*schedule, error) {
+		if raw[p] == nil {
+			peer := *cl
+			peer.rank = p
+			pb, err := build(&peer, algo)
+			if err != nil {
+				return nil, err
+			}
+			raw[p] = pb
+		}
+		return raw[p], nil
+	}
+	peerBody := func(p int) (*schedule, error) {
+		if split[p] == nil {
+			pb, err := rawPeer(p)
+			if err != nil {
+				return nil, err
+			}
+			if fold && cl.prefix {
+				pb = prefixSplit(pb, eager, nil)
+			}
+			split[p] = pb
+		}
+		return split[p], nil
+	}
+	if fold && cl.prefix {
+		// Each peer splits its first send to this rank when it is
+		// splittable: split the receive it lands in alike.
+		from := make([]bool, n)
+		for p := range n {
+			i := firstXfer(body, primRecv, p)
+			if p == r || i < 0 || body.prims[i].n <= eager {
+				continue
+			}
+			pb, err := rawPeer(p)
+			if err != nil {
+				return nil, err
+			}
+			j := firstXfer(pb, primSend, r)
+			from[p] = j >= 0 && splittable(&pb.prims[j], eager) && pb.prims[j].n == body.prims[i].n
+		}
+		body = prefixSplit(body, eager, from)
+	}
 	for p := range n {
 		h.sendLen[p], h.recvLen[p] = -1, -1
 		fs[p], fr[p] = -1, -1
@@ -195,9 +300,7 @@ func withSignature(body *schedule, cl *call, algo Algorithm) (*schedule, error) 
 			h.sendLen[p] = body.prims[fs[p]].n
 		}
 		if fr[p] = firstXfer(body, primRecv, p); fr[p] >= 0 && body.prims[fr[p]].n <= eager {
-			peer := *cl
-			peer.rank = p
-			pb, err := build(&peer, algo)
+			pb, err := peerBody(p)
 			if err != nil {
 				return nil, err
 			}

@@ -23,9 +23,10 @@ import (
 // hand-off each way carries the call, where the engine's path adds its
 // per-call bookkeeping to the transport's exchange, which at these sizes
 // is most of the call's time (docs/design.md, "Small all-reduce over shared
-// memory"; BENCHMARKS.md has the figures). Its records are written through
-// the same primitives as the engine's (flowtel.CallFields, WRFields), in
-// the same shape (TestPathsRecordOneShape).
+// memory"; BENCHMARKS.md has the figures). Its records are written as
+// Exchange entries, one per peer, that the ring's drain expands into the
+// records the engine's path writes, in the same shape
+// (TestPathsRecordOneShape).
 //
 // Every rank takes this path for the same calls: the choice depends only on
 // what every rank knows alike (the ranks' hosts and processes, the forced
@@ -90,9 +91,8 @@ type smallPath struct {
 	boxes []transport.Mailbox // by peer rank; nil for this rank
 	own   transport.Mailbox   // the first peer's: its slot holds this rank's input
 	qpids []uint32            // telemetry QP id of each peer's mailbox
-	callf flowtel.CallFields  // the records' fields, kept here (flowtel/put.go says why)
-	wrf   []flowtel.WRFields  // by peer; their constant fields set by initRecords
-	peer  int                 // the only peer of a 2-rank path, whose records go in Exchange entries; -1: more
+	peer  int                 // the only peer of a 2-rank path; -1: more
+	last  int                 // the last peer, whose end entry carries coll_end
 	rec   *flowtel.Recorder   // the path's own: its calls run one at a time
 	beat  flowtel.Heartbeat   // its waits', on rec
 	comm  uint32
@@ -157,15 +157,13 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 	return s
 }
 
-// initRecords sets the fields of the records that stay the same from
-// call to call: rank's, the peers' and their mailboxes'.
+// initRecords notes which peer's entries close a call's records.
 func (s *smallPath) initRecords(rank int) {
-	f := &s.callf
-	f.Rank, f.Comm, f.Parts, f.Algo = int32(rank), s.comm, 1, AlgoDirect
-	s.wrf = make([]flowtel.WRFields, len(s.boxes))
-	for p := range s.wrf {
-		w := &s.wrf[p]
-		w.Rank, w.Peer, w.QP, w.Comm, w.Algo = int32(rank), int32(p), s.qpids[p], s.comm, AlgoDirect
+	s.last = -1
+	for p, b := range s.boxes {
+		if b != nil && p != rank {
+			s.last = p
+		}
 	}
 }
 
@@ -659,8 +657,9 @@ func (s *smallPath) stop() {
 // slots are published (the moment the sends are posted, to the peers), in
 // place in the ring and published together.
 //
-// With one peer they are one Exchange entry that the collector expands
-// into those records, written now only if the peer has not published call
+// They are Exchange entries that the collector expands into those records,
+// one per peer (decision 0035): the first peer's carries coll_begin. With
+// one peer the entry is written now only if the peer has not published call
 // k yet, so that the wait for it hides the entry's stores. A call that
 // does not wait holds them for end, which writes the call's begin and end
 // as one whole entry: one entry's stores and ring publication fewer on
@@ -700,25 +699,20 @@ func (s *smallPath) writeHeld(c *Comm, rq *request) {
 	h.on = false
 	if s.peer >= 0 {
 		if x := s.rec.ReserveExchange(flowtel.ExchangeBegin); x != nil {
-			s.exchange(x, c, h.seq, rq, h.ts, flowtel.StatusOK, h.sent, 0)
+			s.exchange(x, c, s.peer, h.seq, rq, h.ts, flowtel.StatusOK, h.sent, 0)
 		}
 		s.rec.Commit()
 		return
 	}
-	if r := s.rec.Reserve(); r != nil {
-		s.callFields(h.seq, rq).Put(r, h.ts, flowtel.KindCollBegin, flowtel.StatusOK)
-	}
+	part := flowtel.ExchangeBegin // the first peer's carries coll_begin
 	for p, b := range s.boxes {
 		if b == nil {
 			continue
 		}
-		w := s.wrFields(p, h.seq, rq)
-		if r := s.rec.Reserve(); r != nil {
-			w.Put(r, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, false), h.sent, 1)
+		if x := s.rec.ReserveExchange(part); x != nil {
+			s.exchange(x, c, p, h.seq, rq, h.ts, flowtel.StatusOK, h.sent, 0)
 		}
-		if r := s.rec.Reserve(); r != nil {
-			w.Put(r, h.ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(s.wrs, true), recvBytes(rq, p), 2)
-		}
+		part = flowtel.ExchangePosts
 	}
 	s.rec.Commit()
 }
@@ -726,8 +720,9 @@ func (s *smallPath) writeHeld(c *Comm, rq *request) {
 // end writes the completions of the sends and receives and coll_end, at
 // one clock reading taken after the output was made (the receives complete
 // reduced or copied, as a fused receive does on the engine's path), after
-// the held begin's records if any: with one peer as one Exchange entry, or
-// with a held begin as one whole entry.
+// the held begin's records if any: an Exchange entry per peer, the last
+// peer's carrying coll_end; with one peer and a held begin, one whole
+// entry for both.
 func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.Status) {
 	ts := s.rec.Now()
 	if s.peer >= 0 {
@@ -741,7 +736,7 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 			}
 		}
 		if x := s.rec.ReserveExchange(part); x != nil {
-			s.exchange(x, c, seq, rq, at, st, sent, after)
+			s.exchange(x, c, s.peer, seq, rq, at, st, sent, after)
 		}
 		s.wrs++
 		s.rec.Commit()
@@ -754,27 +749,23 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 		if b == nil {
 			continue
 		}
-		w := s.wrFields(p, seq, rq)
-		if r := s.rec.Reserve(); r != nil {
-			w.Put(r, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, false), sent, 1)
+		part := flowtel.ExchangeWCs
+		if p == s.last {
+			part = flowtel.ExchangeEnd // the last peer's carries coll_end
 		}
-		if r := s.rec.Reserve(); r != nil {
-			w.Put(r, ts, flowtel.KindWC, st, flowtel.WRID(s.wrs, true), recvBytes(rq, p), 0)
+		if x := s.rec.ReserveExchange(part); x != nil {
+			s.exchange(x, c, p, seq, rq, ts, st, sent, 0)
 		}
 	}
 	s.wrs++
-	if r := s.rec.Reserve(); r != nil {
-		s.callFields(seq, rq).Put(r, ts, flowtel.KindCollEnd, st)
-	}
 	s.rec.Commit()
 }
 
-// exchange writes every field of an Exchange entry of a 2-rank call (its
-// part is the reservation's): about fifteen stores, where the records
-// took three times seventeen (BenchmarkSmallRecords). Its sizes fit: a
-// call moves at most smallMax bytes a rank.
-func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, seq uint64, rq *request, ts int64, st flowtel.Status, sent int, endAfter uint32) {
-	p := s.peer
+// exchange writes every field of an Exchange entry of a call's exchange
+// with peer p (its part is the reservation's): about fifteen stores, where
+// the records took two or three times seventeen (BenchmarkSmallRecords).
+// Its sizes fit: a call moves at most smallMax bytes a rank.
+func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq *request, ts int64, st flowtel.Status, sent int, endAfter uint32) {
 	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes, x.EndAfter = ts, seq, s.wrs, uint32(len(rq.out)), endAfter
 	x.Rank, x.Peer, x.QP, x.Comm, x.SendBytes, x.RecvBytes = int32(c.rank), int32(p), s.qpids[p], s.comm, uint32(sent), uint32(recvBytes(rq, p))
 	x.Channel, x.Status, x.Op, x.Algo, x.Dtype = 0, st, uint8(rq.call.op), uint8(AlgoDirect), uint8(rq.dt)
@@ -792,20 +783,4 @@ func recvBytes(rq *request, p int) int {
 		return 0
 	}
 	return len(rq.in)
-}
-
-// callFields and wrFields return the fields of call seq's records (rq),
-// its own and those of its transfers with peer p, as the primitives the
-// engine's records go through take them: one channel, the direct
-// algorithm, step 0, the mailbox's own queue pair id for peer p.
-func (s *smallPath) callFields(seq uint64, rq *request) *flowtel.CallFields {
-	f := &s.callf
-	f.Seq, f.Bytes, f.Op, f.Dtype = seq, uint64(len(rq.out)), rq.call.op, rq.dt
-	return f
-}
-
-func (s *smallPath) wrFields(p int, seq uint64, rq *request) *flowtel.WRFields {
-	w := &s.wrf[p]
-	w.Seq, w.Op, w.Dtype = seq, rq.call.op, rq.dt
-	return w
 }

@@ -101,9 +101,12 @@ func testSmallRecordsOverwriteSlots(t *testing.T, arrived bool) {
 	}
 }
 
-// A 2-rank call's Exchange entries expand into exactly the records the
-// per-peer writer (a path with more peers) writes for the same call, field
-// for field, timestamps included, whatever room each Drain has.
+// A call's Exchange entries expand into exactly the records a writer of
+// v1 records writes for the same call through the primitives the engine's
+// records go through (flowtel.CallFields, WRFields), field for field,
+// timestamps included, whatever room each Drain has: with one peer (one
+// whole entry where the peer published first) and with two (an entry per
+// peer, the first carrying coll_begin and the last coll_end).
 func TestSmallExchangeRecords(t *testing.T) {
 	calls := []struct {
 		op        Op
@@ -125,16 +128,25 @@ func TestSmallExchangeRecords(t *testing.T) {
 		// Longer than a whole entry's uint32 of ns: two entries.
 		{OpAllReduce, 0, 1024, 1024, flowtel.StatusOK, true, 5 * time.Second},
 	}
-	write := func(peer int) []flowtel.Record {
+	peerSets := [][]int{{0}, {0, 2}}
+	// write runs the calls on rank 1's path to peers, the 2-rank path
+	// when single.
+	write := func(peers []int, single bool) []flowtel.Record {
 		clk := flowteltest.NewFakeClock(1000)
 		ring, err := flowtel.NewRing(64)
 		if err != nil {
 			t.Fatal(err)
 		}
 		c, s, _ := recordsPath(ring)
-		c.rank = 1
-		s.boxes, s.qpids = []transport.Mailbox{&recordsOnlyBox{}, nil}, []uint32{7, 0}
-		s.peer = peer
+		c.rank, c.size = 1, 1+len(peers)
+		s.boxes, s.qpids = make([]transport.Mailbox, c.size), make([]uint32, c.size)
+		for _, p := range peers {
+			s.boxes[p], s.qpids[p] = &recordsOnlyBox{}, uint32(7+p)
+		}
+		s.peer = -1
+		if single {
+			s.peer = peers[0]
+		}
 		s.initRecords(c.rank)
 		s.rec = flowtel.NewRecorder(ring, clk.Clock())
 		var got []flowtel.Record
@@ -142,7 +154,7 @@ func TestSmallExchangeRecords(t *testing.T) {
 		for i, tc := range calls {
 			rq := &request{call: call{op: tc.op, root: tc.root, redop: Max}, dt: Int64, in: make([]byte, tc.in), out: make([]byte, tc.out)}
 			if s.peer >= 0 {
-				s.boxes[0].(*recordsOnlyBox).arrived = tc.peerFirst
+				s.boxes[s.peer].(*recordsOnlyBox).arrived = tc.peerFirst
 			}
 			s.begin(c, uint32(i), uint64(10+i), rq, tc.in)
 			clk.Advance(tc.took)
@@ -154,16 +166,59 @@ func TestSmallExchangeRecords(t *testing.T) {
 		}
 		return got
 	}
-	want, got := write(-1), write(0)
-	if len(want) != 6*len(calls) {
-		t.Fatalf("the per-peer writer wrote %d records, want %d", len(want), 6*len(calls))
+	// reference writes the same calls' records one by one.
+	reference := func(peers []int) []flowtel.Record {
+		var want []flowtel.Record
+		put := func(f func(r *flowtel.Record)) {
+			var r flowtel.Record
+			f(&r)
+			want = append(want, r)
+		}
+		ts := int64(1000)
+		for i, tc := range calls {
+			rq := &request{call: call{op: tc.op, root: tc.root, redop: Max}, dt: Int64, in: make([]byte, tc.in), out: make([]byte, tc.out)}
+			cf := flowtel.CallFields{Seq: uint64(10 + i), Bytes: uint64(tc.out), Rank: 1, Comm: 9, Parts: 1, Op: tc.op, Algo: AlgoDirect, Dtype: Int64}
+			wf := func(p int) *flowtel.WRFields {
+				return &flowtel.WRFields{Seq: uint64(10 + i), Rank: 1, Peer: int32(p), QP: uint32(7 + p), Comm: 9, Op: tc.op, Algo: AlgoDirect, Dtype: Int64}
+			}
+			id := uint64(i)
+			te := ts + int64(tc.took)
+			put(func(r *flowtel.Record) { cf.Put(r, ts, flowtel.KindCollBegin, flowtel.StatusOK) })
+			for _, p := range peers {
+				put(func(r *flowtel.Record) {
+					wf(p).Put(r, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(id, false), tc.in, 1)
+				})
+				put(func(r *flowtel.Record) {
+					wf(p).Put(r, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(id, true), recvBytes(rq, p), 2)
+				})
+			}
+			for _, p := range peers {
+				put(func(r *flowtel.Record) {
+					wf(p).Put(r, te, flowtel.KindWC, tc.status, flowtel.WRID(id, false), tc.in, 1)
+				})
+				put(func(r *flowtel.Record) {
+					wf(p).Put(r, te, flowtel.KindWC, tc.status, flowtel.WRID(id, true), recvBytes(rq, p), 0)
+				})
+			}
+			put(func(r *flowtel.Record) { cf.Put(r, te, flowtel.KindCollEnd, tc.status) })
+			ts = te + int64(time.Microsecond)
+		}
+		return want
 	}
-	if len(got) != len(want) {
-		t.Fatalf("the exchange writer's entries expanded into %d records, want %d", len(got), len(want))
-	}
-	for i := range want {
-		if got[i] != want[i] {
-			t.Errorf("record %d\n got %v\nwant %v", i, got[i], want[i])
+	for _, peers := range peerSets {
+		for _, single := range []bool{false, true} {
+			if single && len(peers) > 1 {
+				continue
+			}
+			want, got := reference(peers), write(peers, single)
+			if len(got) != len(want) {
+				t.Fatalf("peers %v (2-rank path: %v): the entries expanded into %d records, want %d", peers, single, len(got), len(want))
+			}
+			for i := range want {
+				if got[i] != want[i] {
+					t.Errorf("peers %v (2-rank path: %v): record %d\n got %v\nwant %v", peers, single, i, got[i], want[i])
+				}
+			}
 		}
 	}
 }
@@ -202,8 +257,8 @@ func TestSmallExchangeDropped(t *testing.T) {
 // the caller: begin's and end's records written into a ring ("exchange":
 // as the two Exchange entries a 2-rank path writes when the peer has not
 // published at begin; "whole": as the one entry it writes when the peer
-// had; "records": as the six records a path with more peers writes a
-// peer), drained outside the timer; "+drain" times the drain too (the
+// had; "records": as the begin and end entries a path with more peers
+// writes a peer, of the first and the last), drained outside the timer; "+drain" times the drain too (the
 // collector's share, on the same CPU when a rank is bound to one).
 func BenchmarkSmallRecords(b *testing.B) {
 	for _, name := range []string{"exchange", "whole", "records"} {

@@ -7,7 +7,9 @@ import "unsafe"
 // QP, and the whole collective they carry. A begin entry stands for
 // coll_begin and the two wr_posts, an end entry for the two wcs and
 // coll_end, all at the entry's time; a whole entry for all six, the
-// begin's at TsNs and the end's EndAfter ns later. The ring holds the
+// begin's at TsNs and the end's EndAfter ns later. A call with more peers
+// writes its further exchanges as posts and wcs entries, the two wr_posts
+// or the two wcs alone, between its begin and end entries. The ring holds the
 // entry; Ring.Drain (so the Collector, before any sink) expands it into
 // those records, so that nothing downstream ever sees an Exchange. A
 // 2-rank mailbox call writes one or two entries where it wrote six
@@ -52,12 +54,17 @@ const (
 	ExchangeBegin ExchangePart = iota // coll_begin and the two wr_posts
 	ExchangeEnd                       // the two wcs and coll_end
 	ExchangeWhole                     // all six: a call whose begin was not written before its end
+	ExchangePosts                     // the two wr_posts alone: a call's exchange with a further peer
+	ExchangeWCs                       // the two wcs alone
 )
 
 // records returns how many records an entry of this part stands for.
 func (p ExchangePart) records() int {
-	if p == ExchangeWhole {
+	switch p {
+	case ExchangeWhole:
 		return 2 * exchangeRecords
+	case ExchangePosts, ExchangeWCs:
+		return exchangeRecords - 1
 	}
 	return exchangeRecords
 }
@@ -106,6 +113,16 @@ func (x *Exchange) expand(dst []Record) {
 	dst = dst[:x.part.records()]
 	ts, st := x.TsNs, x.Status
 	send, recv := WRID(x.WRSeq, false), WRID(x.WRSeq, true)
+	switch x.part {
+	case ExchangePosts:
+		x.wr(&dst[0], ts, KindWRPost, st, send, 1, x.SendBytes)
+		x.wr(&dst[1], ts, KindWRPost, st, recv, 2, x.RecvBytes)
+		return
+	case ExchangeWCs:
+		x.wr(&dst[0], ts, KindWC, st, send, 1, x.SendBytes)
+		x.wr(&dst[1], ts, KindWC, st, recv, 0, x.RecvBytes)
+		return
+	}
 	if x.part != ExchangeEnd {
 		if x.part == ExchangeWhole {
 			st = StatusOK

@@ -54,6 +54,48 @@ func TestRecorderPass(t *testing.T) {
 	}
 }
 
+// Inside a pass, records written in place and committed are published at
+// EndPass, all at once and in the order reserved; a record pushed inside
+// the pass publishes those before it and lands after them, never over a
+// reserved slot.
+func TestRecorderPassPublishesAtEnd(t *testing.T) {
+	ring, _ := flowtel.NewRing(16)
+	r := flowtel.NewRecorder(ring, nil)
+	put := func(id uint64) {
+		x := r.Reserve()
+		*x = flowtel.Record{TsNs: 1, Kind: flowtel.KindWRPost, WrID: id}
+		r.Commit()
+	}
+	r.BeginPass(1)
+	put(1)
+	put(2)
+	if n := ring.Len(); n != 0 {
+		t.Fatalf("%d records published inside the pass, want none before EndPass", n)
+	}
+	r.Record(&flowtel.Record{TsNs: 1, Kind: flowtel.KindWC, WrID: 3})
+	if n := ring.Len(); n != 3 {
+		t.Fatalf("after a push inside the pass %d records published, want 3", n)
+	}
+	put(4)
+	if n := ring.Len(); n != 3 {
+		t.Fatalf("%d records published, want 3 until EndPass", n)
+	}
+	r.EndPass()
+	got := drainAll(ring)
+	if len(got) != 4 {
+		t.Fatalf("drained %d records, want 4", len(got))
+	}
+	for i, x := range got {
+		if x.WrID != uint64(i+1) {
+			t.Fatalf("record %d is WR %d, want %d: %v", i, x.WrID, i+1, got)
+		}
+	}
+	put(5) // outside a pass: at once
+	if n := ring.Len(); n != 1 {
+		t.Fatalf("outside a pass %d records published, want 1", n)
+	}
+}
+
 // A nil recorder is the disabled one: passes are no-ops and At passes the
 // reading through.
 func TestRecorderNilPass(t *testing.T) {

@@ -67,21 +67,16 @@ func (r *Ring) Len() int { return int(r.tail.Load() - r.head.Load()) }
 func (r *Ring) Dropped() uint64 { return r.dropped.Load() }
 
 // Push appends rec; it reports false, and counts the record as dropped, when
-// the ring is full. Only the producer goroutine may call Push.
+// the ring is full. It publishes the slots reserved before it too (a
+// recorder may hold their Commit for the end of a pass). Only the
+// producer goroutine may call Push.
 func (r *Ring) Push(rec *Record) bool {
-	t := r.tail.Load()
-	t0 := t
-	if !r.room(t, 1) {
+	slot := r.reserve(1)
+	if slot == nil {
 		return false
 	}
-	if r.pendingLost != 0 {
-		r.buf[t&r.mask] = Record{TsNs: rec.TsNs, Kind: KindLost, Rank: rec.Rank, Peer: -1, Comm: rec.Comm, Bytes: r.pendingLost}
-		r.pendingLost = 0
-		t++
-	}
-	r.buf[t&r.mask] = *rec
-	r.next = t + 1
-	r.publish(t0, t+1)
+	*slot = *rec
+	r.Commit()
 	return true
 }
 
@@ -141,7 +136,7 @@ func (r *Ring) publish(t0, t uint64) {
 // previous lap); reserved slots reach the consumer at Commit. A producer
 // writing several records at once (a small collective's begin and posts)
 // saves building each on its stack, copying it, and publishing it alone.
-// Producer only, with no Push between Reserve and Commit.
+// Producer only; a Push publishes what was reserved before it.
 func (r *Ring) Reserve() *Record { return r.reserve(1) }
 
 // ReserveExchange is Reserve for an Exchange entry standing for part's
