@@ -512,7 +512,7 @@ func TestMismatchWithFirstData(t *testing.T) {
 		t.Run(tc.name, func(t *testing.T) {
 			comms := newLocal(t, 2, WithTransport("tcp"), WithAlgorithm(AlgoRing))
 			// The header does carry the first data: this is the path under test.
-			cl := call{op: tc.op, n: 2, count: n, esize: 4, redop: Sum, chunk: comms[0].chunkFor(&call{op: tc.op, n: 2, count: n, esize: 4}), prefix: comms[0].overStream}
+			cl := call{op: tc.op, n: 2, count: n, esize: 4, redop: Sum, chunk: comms[0].chunkFor(&call{op: tc.op, n: 2, count: n, esize: 4}, AlgoRing), prefix: comms[0].overStream}
 			body, err := build(&cl, AlgoRing)
 			if err != nil {
 				t.Fatal(err)
