@@ -40,9 +40,15 @@ func cmaPair(t *testing.T) (*transporttest.Pair, *QP, *QP) {
 // (reducing with sum when given) and checks both completions and the data.
 func exchangeOne(t *testing.T, p *transporttest.Pair, msg []byte, reduce transport.ReduceFunc, what string) {
 	t.Helper()
+	exchange(t, p, msg, reduce, false, what)
+}
+
+// exchange is exchangeOne with the receive's transport.WR.Pull set to pull.
+func exchange(t *testing.T, p *transporttest.Pair, msg []byte, reduce transport.ReduceFunc, pull bool, what string) {
+	t.Helper()
 	dst := make([]byte, len(msg)+100)
 	want := msg
-	wr := transport.WR{ID: 1, Buf: dst}
+	wr := transport.WR{ID: 1, Buf: dst, Pull: pull}
 	if reduce != nil {
 		wr.Buf = dst[:len(msg)]
 		wr.Src = bytes.Repeat([]byte{1}, len(msg))
@@ -551,11 +557,7 @@ func TestHandoff(t *testing.T) {
 func TestPull(t *testing.T) {
 	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}, Kill: crash})
 	a, b := p.A.(*QP), p.B.(*QP)
-	sum := func(dst, msg, src []byte) {
-		for i := range dst {
-			dst[i] = msg[i] + src[i]
-		}
-	}
+	t.Cleanup(func() { cmaFault.Store(false) })
 	for _, tc := range []struct {
 		name   string
 		n      int
@@ -571,30 +573,12 @@ func TestPull(t *testing.T) {
 	} {
 		sent0, _, fail0, _ := cmaCounts(a)
 		cmaFault.Store(tc.fault)
-		msg := patternOf(tc.n, 3)
-		dst := make([]byte, tc.n)
-		wr := transport.WR{ID: 1, Buf: dst, Pull: true}
-		want := msg
+		var reduce transport.ReduceFunc
 		if tc.reduce {
-			wr.Src = bytes.Repeat([]byte{2}, tc.n)
-			wr.Reduce = sum
-			want = make([]byte, tc.n)
-			for i := range msg {
-				want[i] = msg[i] + 2
-			}
+			reduce = addBytes
 		}
-		if err := p.B.PostRecv(wr); err != nil {
-			t.Fatal(err)
-		}
-		if err := p.A.PostSend(transport.WR{ID: 2, Buf: msg}); err != nil {
-			t.Fatal(err)
-		}
-		sc := transporttest.WaitN(t, p.A, p.NotA, 1)[0]
-		rc := transporttest.WaitN(t, p.B, p.NotB, 1)[0]
+		exchange(t, p, patternOf(tc.n, 3), reduce, true, tc.name)
 		cmaFault.Store(false)
-		if sc.Status != flowtel.StatusOK || rc.Status != flowtel.StatusOK || rc.Bytes != tc.n || !bytes.Equal(dst, want) {
-			t.Fatalf("%s: send %v (%v), recv %v %d bytes (%v), data equal %v", tc.name, sc.Status, sc.Err, rc.Status, rc.Bytes, rc.Err, bytes.Equal(dst, want))
-		}
 		sent, _, _, _ := cmaCounts(a)
 		_, _, fail, _ := cmaCounts(b)
 		if sent-sent0 != tc.cma || fail-fail0 != tc.failed {
