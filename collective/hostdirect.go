@@ -32,11 +32,6 @@ func pullAll(s *schedule) {
 	}
 }
 
-// direct sources and destinations are visited in a staggered order, peer
-// r+k (receives) and r-k (sends) at step k, so that at each step every rank
-// reads from a different peer instead of all reading rank 0 first.
-func directPeer(r, k, n int) int { return mod(r+k, n) }
-
 // reduceBlock builds the reduce-scatter half for one block: rank r's block
 // of bl bytes at dst(off) becomes src(off) reduced with every peer's copy
 // of it, chunk by chunk. It returns, per chunk, the primitive after which
@@ -48,7 +43,9 @@ func directPeer(r, k, n int) int { return mod(r+k, n) }
 // partial sum, and each would wait on its sender noticing it was posted,
 // a chain of n-1 hand-offs per chunk. The slots come in two sets, so the
 // next chunk's receives are out while this one's are reduced; a chunk of
-// slots is small enough to stay in the cache.
+// slots is small enough to stay in the cache. Peers are visited in a
+// staggered order (r+k here, r-k for the sends), so that at each step every
+// rank reads a different peer instead of all reading rank 0 first.
 func reduceBlock(c *call, s *schedule, dst, src func(off int) ref, bl int, step uint32) []int32 {
 	r, n := c.rank, c.n
 	chunks := c.chunks(bl)
@@ -66,7 +63,7 @@ func reduceBlock(c *call, s *schedule, dst, src func(off int) ref, bl int, step 
 		set := i % 2
 		last := int32(-1)
 		for k := 1; k < n; k++ {
-			p := directPeer(r, k, n)
+			p := mod(r+k, n)
 			a := src(ch[0])
 			if k > 1 {
 				a = dst(ch[0])
