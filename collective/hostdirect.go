@@ -301,12 +301,11 @@ func cpusEach(peers []peerInfo) int {
 
 // directCPUs is the CPUs each rank must have to itself for the tuner to run
 // the direct algorithms. They need every rank moving data at once, so
-// time-shared ranks keep to the ring, whose steps need only neighbours.
-// With one CPU a rank's engine, its single-copy reads and its answers to
-// the peers that wait on it take turns: on the 16-core host 16 ranks of one
-// CPU each ran direct no faster than the ring, while 8 ranks of two ran it
-// 1.4-2.7x faster (BENCHMARKS.md, "All the cores of a host").
-const directCPUs = 2
+// time-shared ranks keep to the ring, whose steps need only neighbours. One
+// is enough: on the 16-core host 16 ranks of one CPU each ran direct with
+// directChunkWide chunks 1.6-2.1x faster than the ring at 16 and 64 MiB
+// (decision 0037).
+const directCPUs = 1
 
 // everyPairShares reports whether every pair of ranks shares memory
 // (transport.Capabilities.SharedMemory): every pair, not only this rank's,

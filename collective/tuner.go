@@ -61,8 +61,27 @@ const streamMinChunk = 256 << 10
 // more: each of a chunk's n-1 pieces lands in a scratch slot of its own,
 // and two sets of slots must stay in the L2 beside the partial sum. On the
 // 16-core host 8 ranks ran 1.0-1.3x faster with it than with the rings'
-// 512 KiB at 4 and 64 MiB (BENCHMARKS.md, "All the cores of a host").
+// 512 KiB at 4 and 64 MiB, and 1.1-1.6x faster than with 64 KiB
+// (BENCHMARKS.md, "All the cores of a host").
 const directChunk = 256 << 10
+
+// directChunkWide is directChunk beyond directWide ranks, where 256 KiB
+// slots no longer fit the L2 (15 of them at 16 ranks, two sets: 7.5 MiB
+// against the 16-core host's 2 MiB a core): 16 ranks ran 1.3-1.6x faster
+// with it than with 256 KiB at 16 and 64 MiB, and 32 KiB was no faster
+// (decision 0037).
+const (
+	directChunkWide = 64 << 10
+	directWide      = 8
+)
+
+// directChunkFor is the direct algorithms' chunk on n ranks.
+func directChunkFor(n int) int {
+	if n > directWide {
+		return directChunkWide
+	}
+	return directChunk
+}
 
 // chunkedDirect reports whether op's direct schedule is cut into chunks
 // (the others move every block whole).
@@ -90,8 +109,8 @@ func (c *Comm) chunkFor(cl *call, algo Algorithm) int {
 		return c.opts.chunk
 	}
 	block := cl.count * cl.esize / max(cl.n, 1)
-	if algo == AlgoDirect && chunkedDirect(cl.op) && block >= 2*directChunk {
-		return directChunk
+	if dc := directChunkFor(cl.n); algo == AlgoDirect && chunkedDirect(cl.op) && block >= 2*dc {
+		return dc
 	}
 	if !c.overStream && (cl.op == OpAllGather || cl.op == OpBroadcast) {
 		// What one step moves is the whole of count (a rank's block of

@@ -88,3 +88,31 @@ func TestPickDirect(t *testing.T) {
 		}
 	}
 }
+
+// Direct schedules are cut into directChunk pieces up to directWide ranks
+// and directChunkWide beyond, once a block holds two of them; smaller
+// blocks keep the ring's rule, and a configured chunk size wins.
+func TestDirectChunk(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		name  string
+		n     int
+		total int // bytes of the all-reduce
+		chunk int // configured
+		want  int
+	}{
+		{"8 ranks 64 MiB", 8, 64 << 20, DefaultChunk, directChunk},
+		{"8 ranks 4 MiB", 8, 4 << 20, DefaultChunk, directChunk},
+		{"8 ranks 2 MiB: block below two chunks", 8, 2 << 20, DefaultChunk, 64 << 10},
+		{"9 ranks 64 MiB", 9, 64 << 20, DefaultChunk, directChunkWide},
+		{"16 ranks 64 MiB", 16, 64 << 20, DefaultChunk, directChunkWide},
+		{"16 ranks 2 MiB", 16, 2 << 20, DefaultChunk, directChunkWide},
+		{"16 ranks 64 MiB, chunk set", 16, 64 << 20, 1 << 20, 1 << 20},
+	} {
+		c := &Comm{opts: options{chunk: tc.chunk}}
+		cl := &call{op: OpAllReduce, n: tc.n, count: tc.total / 4, esize: 4}
+		if got := c.chunkFor(cl, AlgoDirect); got != tc.want {
+			t.Errorf("%s: chunk %d, want %d", tc.name, got, tc.want)
+		}
+	}
+}
