@@ -151,7 +151,9 @@ func (c *Core) GrantedAt(telID uint64, tag Tag, bytes int, ts int64) {
 // completion and a receive's in one read. The caller resets *ts to 0 when
 // the moment has passed (its next read or write); the reading is taken at
 // the first event handled, so a later one is stamped early by the
-// handling of those before it. Any goroutine that owns *ts.
+// handling of those before it. Only for events of WRs posted before the
+// reading, or a completion could precede its post. Any goroutine that
+// owns *ts.
 func (c *Core) Stamp(ts *int64) int64 {
 	if *ts == 0 && c.cfg.Recorder.Enabled() {
 		*ts = c.Now()

@@ -163,10 +163,12 @@ type readerState struct {
 	done      bool   // the read side failed: nothing more is read
 	err       error  // pollFn's result
 	pumpDue   bool   // credits came that let sends go: pump before reading on
-	// The stamp of what the last read brought (Core.Stamp: read at the
-	// first completion or credit it carries, shared by the rest); 0 after
-	// each read.
-	ts int64
+	// owner: the QP's owner reads (a Poll), so posts wait for it to end.
+	// ts: then, the stamp of what the last read brought (Core.Stamp: read
+	// at the first completion or credit it carries, shared by the rest);
+	// 0 after each read. fresh: the stamp of one frame's events otherwise.
+	owner     bool
+	ts, fresh int64
 }
 
 // newQP makes the QP of conn, which it takes over (and closes: see sockFD).
@@ -191,7 +193,9 @@ func newQP(conn *net.TCPConn, cfg transport.Config) (*QP, error) {
 	q.writeFn = func(fd int) { q.w.n, q.w.err = writevNB(fd, q.w.iov, q.w.vec) }
 	q.pollFn = func(fd int) {
 		if readable(fd) {
+			q.r.owner = true
 			q.r.err = q.readAvail(fd, pollBudget)
+			q.r.owner = false
 		}
 	}
 	q.wg.Add(2)
@@ -878,6 +882,22 @@ func (q *QP) readAvail(fd int, budget int) error {
 	}
 }
 
+// readStamp is where the events of the frame being handled keep their
+// clock reading (Core.Stamp). In the owner's Poll, the reading of the last
+// read, which every WR it completes was posted before: the owner posts
+// only after its Poll. On the reader goroutine the owner may post between
+// two frames of one read, and a WR posted after the reading would be
+// stamped complete before its post: there each frame reads anew. q.rmu
+// held.
+func (q *QP) readStamp() *int64 {
+	r := &q.r
+	if r.owner {
+		return &r.ts
+	}
+	r.fresh = 0
+	return &r.fresh
+}
+
 // frame handles a decoded header. q.rmu held.
 func (q *QP) frame(h Header) error {
 	r := &q.r
@@ -888,7 +908,7 @@ func (q *QP) frame(h Header) error {
 		}
 		r.creditSeq++
 		q.mu.Lock()
-		if q.credit(h.Len, &r.ts) {
+		if q.credit(h.Len, q.readStamp()) {
 			// Written once the frames already read are handled, so
 			// that the sends these credits free go in one writev.
 			r.pumpDue = true
@@ -950,13 +970,13 @@ func (q *QP) endPayload() {
 	case toEarly:
 		q.mu.Lock()
 		if q.recvs.Len() > 0 {
-			q.deliverEarly(q.recvs.PopFront(), r.dst, q.core.Stamp(&r.ts)) // its receive came meanwhile
+			q.deliverEarly(q.recvs.PopFront(), r.dst, q.core.Stamp(q.readStamp())) // its receive came meanwhile
 		} else {
 			q.early.Push(r.dst)
 		}
 		q.mu.Unlock()
 	default:
-		wc := transport.WC{ID: r.cur.wr.ID, Op: transport.OpRecv, Bytes: r.off, TsNs: q.core.Stamp(&r.ts)}
+		wc := transport.WC{ID: r.cur.wr.ID, Op: transport.OpRecv, Bytes: r.off, TsNs: q.core.Stamp(q.readStamp())}
 		if r.curErr != nil {
 			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, r.curErr, 0
 		}
