@@ -128,11 +128,37 @@ func (c *Core) CreditWait(telID uint64, wr *WR) {
 }
 
 // Granted notes that the waiting send telID got its credit. Any goroutine.
-func (c *Core) Granted(telID uint64, tag Tag, bytes int) {
+func (c *Core) Granted(telID uint64, tag Tag, bytes int) { c.GrantedAt(telID, tag, bytes, 0) }
+
+// GrantedAt is Granted for a credit seen at ts (0: now), a reading from
+// Stamp that other events seen at the same moment share. Any goroutine.
+func (c *Core) GrantedAt(telID uint64, tag Tag, bytes int, ts int64) {
 	if !c.cfg.Recorder.Enabled() {
 		return
 	}
-	c.push(event{telID: telID, tag: tag, grant: true, bytes: bytes, path: c.Path(), wc: WC{TsNs: c.Now()}})
+	if ts == 0 {
+		ts = c.Now()
+	}
+	c.push(event{telID: telID, tag: tag, grant: true, bytes: bytes, path: c.Path(), wc: WC{TsNs: ts}})
+}
+
+// Stamp returns *ts, after setting it to the time now if it is 0 and
+// records are kept; with telemetry off it stays 0 and no clock is read.
+// A backend that sees several events at one moment (the frames of one
+// socket read, the sends of one write) stamps them all with one reading:
+// a clock read costs several times a record (24-40 ns through a VM's
+// kvm-clock), and a small exchange over TCP sees a credit, an eager send's
+// completion and a receive's in one read. The caller resets *ts to 0 when
+// the moment has passed (its next read or write); the reading is taken at
+// the first event handled, so a later one is stamped early by the
+// handling of those before it. Only for events of WRs posted before the
+// reading, or a completion could precede its post. Any goroutine that
+// owns *ts.
+func (c *Core) Stamp(ts *int64) int64 {
+	if *ts == 0 && c.cfg.Recorder.Enabled() {
+		*ts = c.Now()
+	}
+	return *ts
 }
 
 // Complete queues a completion for the owner to poll. Any goroutine.
@@ -172,7 +198,8 @@ func (c *Core) push(e event) {
 	c.mu.Unlock()
 }
 
-// Poll moves completions into dst, writing their records. Owner only.
+// Poll moves completions into dst, writing their records, which it
+// publishes together at its end. Owner only.
 func (c *Core) Poll(dst []WC) int {
 	if c.readyAt == len(c.ready) {
 		if c.npend.Load() == 0 {
@@ -185,23 +212,27 @@ func (c *Core) Poll(dst []WC) int {
 		c.readyAt = 0
 	}
 	n := 0
+	wrote := false
 	for n < len(dst) && c.readyAt < len(c.ready) {
 		e := &c.ready[c.readyAt]
 		c.readyAt++
 		if e.grant {
-			c.stamp(flowtel.KindCreditGrant, flowtel.StatusOK, e.wc.TsNs, e.path, e.telID, &e.tag, e.bytes)
+			wrote = c.write(flowtel.KindCreditGrant, flowtel.StatusOK, e.wc.TsNs, e.path, e.telID, &e.tag, e.bytes) || wrote
 			continue
 		}
 		if e.link != 0 {
-			c.stamp(e.link, flowtel.StatusOK, e.wc.TsNs, e.path, 0, &e.tag, e.bytes)
+			wrote = c.write(e.link, flowtel.StatusOK, e.wc.TsNs, e.path, 0, &e.tag, e.bytes) || wrote
 			continue
 		}
 		c.depth--
 		if c.cfg.Recorder.Enabled() {
-			c.stamp(flowtel.KindWC, e.recSt, e.wc.TsNs, e.path, e.telID, &e.tag, e.wc.Bytes)
+			wrote = c.write(flowtel.KindWC, e.recSt, e.wc.TsNs, e.path, e.telID, &e.tag, e.wc.Bytes) || wrote
 		}
 		dst[n] = e.wc
 		n++
+	}
+	if wrote {
+		c.cfg.Recorder.Commit()
 	}
 	if c.readyAt == len(c.ready) {
 		// Hand the drained slice back for the next swap.
@@ -233,13 +264,22 @@ func (c *Core) Err() error {
 // Outstanding returns the WRs posted and not yet polled. Owner only.
 func (c *Core) Outstanding() int { return c.depth }
 
-// stamp writes a record in place in the ring, through the primitive
-// every execution path's records go through (flowtel.WRFields).
+// stamp writes a record in place in the ring and publishes it.
 func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path flowtel.Path, id uint64, tag *Tag, bytes int) {
+	if c.write(kind, st, ts, path, id, tag, bytes) {
+		c.cfg.Recorder.Commit()
+	}
+}
+
+// write writes a record in place in the ring, through the primitive every
+// execution path's records go through (flowtel.WRFields), for the caller
+// to publish (Recorder.Commit); it reports whether it did (not when the
+// recorder is off or its ring full).
+func (c *Core) write(kind flowtel.Kind, st flowtel.Status, ts int64, path flowtel.Path, id uint64, tag *Tag, bytes int) bool {
 	rec := c.cfg.Recorder
 	r := rec.Reserve()
 	if r == nil {
-		return
+		return false
 	}
 	if ts == 0 {
 		ts = rec.Stamp()
@@ -247,5 +287,5 @@ func (c *Core) stamp(kind flowtel.Kind, st flowtel.Status, ts int64, path flowte
 	w := &c.wrf
 	w.Seq, w.Step, w.Op, w.Algo, w.Dtype, w.Path = tag.CollSeq, tag.Step, tag.Op, tag.Algo, tag.Dtype, path
 	w.Put(r, ts, kind, st, id, bytes, c.depth)
-	rec.Commit()
+	return true
 }

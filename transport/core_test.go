@@ -3,6 +3,7 @@ package transport
 import (
 	"errors"
 	"strings"
+	"sync/atomic"
 	"testing"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -150,5 +151,46 @@ func TestFailCompletes(t *testing.T) {
 	}
 	if wc := wcs[0]; wc.ID != 42 || wc.Op != OpRecv || wc.Status != flowtel.StatusFlushed || !errors.Is(wc.Err, ErrClosed) || wc.Bytes != 0 {
 		t.Fatalf("completion %+v, want WR 42, a receive, flushed with ErrClosed", wc)
+	}
+}
+
+// tickSource is a clock that moves on by a microsecond at every reading,
+// so that a test can count readings from the stamps.
+type tickSource struct{ ns atomic.Int64 }
+
+func (s *tickSource) Nanotime() int64 { return s.ns.Add(1000) }
+
+// Core.Stamp reads the clock once for the events that share it, and not
+// at all with telemetry paused; GrantedAt stamps the grant with it.
+func TestCoreStampSharesOneReading(t *testing.T) {
+	ring, err := flowtel.NewRing(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	src := &tickSource{}
+	rec := flowtel.NewRecorder(ring, flowtel.NewClockFrom(src, 0, 0))
+	c := NewCore("test", Config{Recorder: rec})
+	wr := WR{Buf: make([]byte, 10)}
+	id := c.Posted(OpSend, &wr) // reads the clock: 1000
+	var ts int64
+	if a, b := c.Stamp(&ts), c.Stamp(&ts); a != 2000 || b != a || ts != a {
+		t.Fatalf("stamps %d, %d (kept %d), want one reading, 2000", a, b, ts)
+	}
+	c.GrantedAt(id, wr.Tag, len(wr.Buf), ts)
+	c.Complete(WC{Bytes: 10, TsNs: ts}, id, wr.Tag)
+	if n := c.Poll(make([]WC, 1)); n != 1 {
+		t.Fatalf("polled %d completions, want 1", n)
+	}
+	got := make([]flowtel.Record, 8)
+	if n := ring.Drain(got); n != 3 || got[1].Kind != flowtel.KindCreditGrant || got[1].TsNs != 2000 || got[2].Kind != flowtel.KindWC || got[2].TsNs != 2000 {
+		t.Fatalf("drained %d records %+v, want a post, then a grant and a completion stamped 2000", n, got[:n])
+	}
+	if now := src.ns.Load(); now != 2000 {
+		t.Errorf("the clock was read %d times, want 2", now/1000)
+	}
+	rec.SetPaused(true)
+	ts = 0
+	if c.Stamp(&ts) != 0 || src.ns.Load() != 2000 {
+		t.Errorf("paused: stamp %d, clock at %d; want 0 and no reading", ts, src.ns.Load())
 	}
 }

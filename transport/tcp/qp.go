@@ -163,6 +163,12 @@ type readerState struct {
 	done      bool   // the read side failed: nothing more is read
 	err       error  // pollFn's result
 	pumpDue   bool   // credits came that let sends go: pump before reading on
+	// owner: the QP's owner reads (a Poll), so posts wait for it to end.
+	// ts: then, the stamp of what the last read brought (Core.Stamp: read
+	// at the first completion or credit it carries, shared by the rest);
+	// 0 after each read. fresh: the stamp of one frame's events otherwise.
+	owner     bool
+	ts, fresh int64
 }
 
 // newQP makes the QP of conn, which it takes over (and closes: see sockFD).
@@ -187,7 +193,9 @@ func newQP(conn *net.TCPConn, cfg transport.Config) (*QP, error) {
 	q.writeFn = func(fd int) { q.w.n, q.w.err = writevNB(fd, q.w.iov, q.w.vec) }
 	q.pollFn = func(fd int) {
 		if readable(fd) {
+			q.r.owner = true
 			q.r.err = q.readAvail(fd, pollBudget)
+			q.r.owner = false
 		}
 	}
 	q.wg.Add(2)
@@ -275,7 +283,7 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	q.mu.Lock()
 	switch {
 	case q.early.Len() > 0:
-		q.deliverEarly(recvWR{wr: wr, telID: id}, q.early.PopFront())
+		q.deliverEarly(recvWR{wr: wr, telID: id}, q.early.PopFront(), 0)
 	case q.readerDone:
 		q.core.Fail(transport.OpRecv, &wr, id, q.errSt, q.err)
 		q.mu.Unlock()
@@ -298,9 +306,10 @@ func (q *QP) PostRecv(wr transport.WR) error {
 	return nil
 }
 
-// deliverEarly completes receive v with an early message. q.mu held.
-func (q *QP) deliverEarly(v recvWR, data []byte) {
-	wc := transport.WC{ID: v.wr.ID, Op: transport.OpRecv}
+// deliverEarly completes receive v with an early message, stamped at ts
+// (0: now). q.mu held.
+func (q *QP) deliverEarly(v recvWR, data []byte, ts int64) {
+	wc := transport.WC{ID: v.wr.ID, Op: transport.OpRecv, TsNs: ts}
 	if len(data) > len(v.wr.Buf) {
 		wc.Status, wc.Err = flowtel.StatusError, transport.TooLargeError(len(data), len(v.wr.Buf))
 	} else {
@@ -444,12 +453,14 @@ func (q *QP) takeBatch() bool {
 	return nhdr > 0
 }
 
-// finishBatch completes the sends of a batch just written.
+// finishBatch completes the sends of a batch just written, at one clock
+// reading (Core.Stamp).
 func (q *QP) finishBatch() {
 	w := &q.w
+	var ts int64
 	for i := range w.jobs {
 		j := &w.jobs[i]
-		wc := transport.WC{ID: j.s.wr.ID, Op: transport.OpSend, Bytes: len(j.s.wr.Buf)}
+		wc := transport.WC{ID: j.s.wr.ID, Op: transport.OpSend, Bytes: len(j.s.wr.Buf), TsNs: q.core.Stamp(&ts)}
 		if j.err != nil {
 			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, j.err, 0
 		}
@@ -461,20 +472,20 @@ func (q *QP) finishBatch() {
 		q.mu.Lock()
 		q.nwritten += w.neager
 		w.neager = 0
-		q.completeEager()
+		q.completeEager(&ts)
 		q.mu.Unlock()
 	}
 }
 
 // completeEager completes the eager sends, oldest first, that are both
-// written and credited. q.mu held.
-func (q *QP) completeEager() {
+// written and credited, stamped with Core.Stamp(ts). q.mu held.
+func (q *QP) completeEager(ts *int64) {
 	for q.nwritten > 0 && q.ncredited > 0 {
 		e := q.eager.PopFront()
 		q.nwritten--
 		q.ncredited--
 		n := len(e.s.wr.Buf)
-		wc := transport.WC{ID: e.s.wr.ID, Op: transport.OpSend, Bytes: n}
+		wc := transport.WC{ID: e.s.wr.ID, Op: transport.OpSend, Bytes: n, TsNs: q.core.Stamp(ts)}
 		if uint64(n) > e.credit {
 			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, transport.TooLargeError(n, int(e.credit)), 0
 		}
@@ -484,14 +495,14 @@ func (q *QP) completeEager() {
 
 // credit takes the peer's next credit: it goes to the oldest eager send
 // still without one, else waits for a send. It reports whether a send may
-// now be written. q.mu held.
-func (q *QP) credit(size uint64) bool {
+// now be written. Its records are stamped with Core.Stamp(ts). q.mu held.
+func (q *QP) credit(size uint64, ts *int64) bool {
 	if q.ncredited < q.eager.Len() {
 		e := q.eager.At(q.ncredited)
 		e.credit = size
 		q.ncredited++
-		q.core.Granted(e.s.telID, e.s.wr.Tag, len(e.s.wr.Buf))
-		q.completeEager()
+		q.core.GrantedAt(e.s.telID, e.s.wr.Tag, len(e.s.wr.Buf), q.core.Stamp(ts))
+		q.completeEager(ts)
 		return q.sends.Len() > 0
 	}
 	q.credits.Push(size)
@@ -499,7 +510,7 @@ func (q *QP) credit(size uint64) bool {
 	if i < q.sends.Len() {
 		// The i-th send was posted before its credit: it waited.
 		s := q.sends.At(i)
-		q.core.Granted(s.telID, s.wr.Tag, len(s.wr.Buf))
+		q.core.GrantedAt(s.telID, s.wr.Tag, len(s.wr.Buf), q.core.Stamp(ts))
 		return true
 	}
 	return false
@@ -857,6 +868,9 @@ func (q *QP) readAvail(fd int, budget int) error {
 		}
 		got += n
 		short = n < want
+		if n > 0 {
+			r.ts = 0
+		}
 		switch {
 		case err == syscall.EAGAIN:
 			return nil
@@ -866,6 +880,22 @@ func (q *QP) readAvail(fd int, budget int) error {
 			return q.peerDead(io.EOF)
 		}
 	}
+}
+
+// readStamp is where the events of the frame being handled keep their
+// clock reading (Core.Stamp). In the owner's Poll, the reading of the last
+// read, which every WR it completes was posted before: the owner posts
+// only after its Poll. On the reader goroutine the owner may post between
+// two frames of one read, and a WR posted after the reading would be
+// stamped complete before its post: there each frame reads anew. q.rmu
+// held.
+func (q *QP) readStamp() *int64 {
+	r := &q.r
+	if r.owner {
+		return &r.ts
+	}
+	r.fresh = 0
+	return &r.fresh
 }
 
 // frame handles a decoded header. q.rmu held.
@@ -878,7 +908,7 @@ func (q *QP) frame(h Header) error {
 		}
 		r.creditSeq++
 		q.mu.Lock()
-		if q.credit(h.Len) {
+		if q.credit(h.Len, q.readStamp()) {
 			// Written once the frames already read are handled, so
 			// that the sends these credits free go in one writev.
 			r.pumpDue = true
@@ -940,13 +970,13 @@ func (q *QP) endPayload() {
 	case toEarly:
 		q.mu.Lock()
 		if q.recvs.Len() > 0 {
-			q.deliverEarly(q.recvs.PopFront(), r.dst) // its receive came meanwhile
+			q.deliverEarly(q.recvs.PopFront(), r.dst, q.core.Stamp(q.readStamp())) // its receive came meanwhile
 		} else {
 			q.early.Push(r.dst)
 		}
 		q.mu.Unlock()
 	default:
-		wc := transport.WC{ID: r.cur.wr.ID, Op: transport.OpRecv, Bytes: r.off}
+		wc := transport.WC{ID: r.cur.wr.ID, Op: transport.OpRecv, Bytes: r.off, TsNs: q.core.Stamp(q.readStamp())}
 		if r.curErr != nil {
 			wc.Status, wc.Err, wc.Bytes = flowtel.StatusError, r.curErr, 0
 		}
