@@ -19,7 +19,6 @@ import (
 // is the records alone (a collector without sinks); the difference is the
 // exporters' ns/record.
 func BenchmarkExporters(b *testing.B) {
-	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	for _, tc := range []struct {
 		name string
 		cfg  func(dir string) Config
@@ -30,6 +29,9 @@ func BenchmarkExporters(b *testing.B) {
 		{"all", func(dir string) Config { return Config{Dir: dir, Live: true} }},
 	} {
 		b.Run(tc.name, func(b *testing.B) {
+			// Here: the testing package sets GOMAXPROCS (-cpu) before
+			// every run of a benchmark function.
+			defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 			ctx := context.Background()
 			col := flowtel.NewCollector()
 			comms, err := collective.NewLocal(ctx, 1, collective.WithTelemetry(true), collective.WithTelemetryAttachers(false), collective.WithCollector(col))
