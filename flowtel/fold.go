@@ -302,10 +302,12 @@ type Fold struct {
 	spill   foldRank
 
 	// calls holds the open calls that are not their rank's latest
-	// (foldRank.open); recent the recently ended ones (recentQ), so that
-	// a late part is counted instead of opening its call again. Neither
-	// is looked up for a call above every one its rank opened: a rank's
-	// calls one at a time, the common case, cost no map operation.
+	// (foldRank.open). The calls ended lately are remembered, so that a
+	// late part is counted instead of opening its call again: a rank's
+	// run of consecutive ended seqs (foldRank.ended), and the others in
+	// recent (recentQ). Neither is looked up for a call above every one
+	// its rank opened: a rank's calls one at a time, the common case,
+	// cost no map or set operation.
 	calls    map[foldCallKey]*foldCall
 	open     int             // calls begun and not ended
 	order    FIFO[*foldCall] // open calls by creation, ended ones left in place
@@ -336,8 +338,9 @@ type foldRankKey struct {
 
 const foldCacheSize = 256
 
-// recentCalls is how many ended calls are remembered, so that a late part
-// is counted instead of opening a call again.
+// recentCalls is how many ended calls are remembered apart (out of their
+// rank's order), and how many seqs back a rank's run of ended calls
+// reaches, so that a late part is counted instead of opening a call again.
 const recentCalls = 4096
 
 type foldQP struct {
@@ -372,6 +375,7 @@ type foldRank struct {
 	key     foldRankKey
 	open    *foldCall // the latest call begun, while open (not in Fold.calls)
 	maxSeq  [2]uint64 // the highest CollSeq of a call opened, collectives and point-to-point
+	ended   [2]seqRun // the latest run of consecutive seqs ended, the same two
 	beats   bool      // it writes heartbeats
 	lastTs  int64
 	pending int // posts awaiting completion, over its QPs
@@ -670,7 +674,7 @@ func (f *Fold) call(rk *foldRank, r *Record) {
 		// Not above every call the rank opened: it may be open, or
 		// ended lately. (A spill rank's maxSeq is over several ranks:
 		// a lookup more, never one less.)
-		if c = f.calls[k]; c == nil && f.recent.has(k) {
+		if c = f.calls[k]; c == nil && f.ended(rk, k) {
 			f.stats.LateCalls++
 			return
 		}
@@ -715,12 +719,61 @@ func (f *Fold) call(rk *foldRank, r *Record) {
 	}
 }
 
+// seqRun is the seqs from..to (when ok), every one an ended call.
+type seqRun struct {
+	from, to uint64
+	ok       bool
+}
+
+// ended reports whether call k of rk ended lately.
+func (f *Fold) ended(rk *foldRank, k foldCallKey) bool {
+	if run := &rk.ended[k.seq>>63]; rk != &f.spill && run.ok && run.from <= k.seq && k.seq <= run.to {
+		return true
+	}
+	return f.recent.has(k)
+}
+
+// remember notes that c ended: in its rank's run when it extends it (a
+// spill rank, shared by several, has none), else in recent. A run that
+// grows takes in the calls recent holds right after it, so that one call
+// ended out of order does not send every later one to recent.
+func (f *Fold) remember(c *foldCall) {
+	if rk := c.rk; rk != &f.spill {
+		run := &rk.ended[c.key.seq>>63]
+		if !run.ok || c.key.seq == run.to+1 && run.to != math.MaxUint64 {
+			if !run.ok {
+				*run = seqRun{from: c.key.seq, to: c.key.seq, ok: true}
+			} else {
+				run.to++
+			}
+			for f.recent.n > 0 && run.to != math.MaxUint64 {
+				next := foldCallKey{c.key.comm, c.key.rank, run.to + 1}
+				if !f.recent.has(next) {
+					break
+				}
+				f.recent.remove(next) // its recentQ entry stays: removing it again does nothing
+				run.to++
+			}
+			if run.to-run.from >= recentCalls {
+				run.from = run.to - recentCalls + 1
+			}
+			return
+		}
+	}
+	if f.recentQ.Len() >= recentCalls {
+		f.recent.remove(f.recentQ.PopFront())
+	}
+	f.recent.add(c.key)
+	f.recentQ.Push(c.key)
+}
+
 // callSet is a set of at most recentCalls call keys: open addressing with
 // linear probing, at most half full, deletion by shifting back. A Go map
 // churned by an insert and a delete a call cost more than the rest of the
 // call's fold.
 type callSet struct {
 	slots []callSlot // len a power of two; nil until the first add
+	n     int        // keys held
 }
 
 type callSlot struct {
@@ -754,7 +807,11 @@ func (s *callSet) add(k foldCallKey) {
 	if s.slots == nil {
 		s.slots = make([]callSlot, callSetSlots)
 	}
-	s.slots[s.find(k)] = callSlot{key: k, used: true}
+	i := s.find(k)
+	if !s.slots[i].used {
+		s.n++
+	}
+	s.slots[i] = callSlot{key: k, used: true}
 }
 
 func (s *callSet) remove(k foldCallKey) {
@@ -766,6 +823,7 @@ func (s *callSet) remove(k foldCallKey) {
 	if !s.slots[i].used {
 		return
 	}
+	s.n--
 	// Shift back the keys after i that probed past it, so that every
 	// key stays reachable from its home slot without tombstones.
 	for j := i; ; {
@@ -813,13 +871,9 @@ func (f *Fold) endCall(c *foldCall) {
 	f.open--
 	c.ended = true
 	c.rk.calls--
-	if f.recentQ.Len() >= recentCalls {
-		f.recent.remove(f.recentQ.PopFront())
-	}
-	f.recent.add(c.key)
-	f.recentQ.Push(c.key)
 	c.Bytes = max(c.Bytes, c.endBytes)
 	c.Complete = c.Begun >= c.Parts && c.Ended >= c.Parts
+	f.remember(c)
 	f.h.CallEnded(&c.Call)
 	f.dropEnded()
 }
