@@ -38,6 +38,7 @@ type config struct {
 	worldSize int
 	maxLinks  int
 	maxComms  int
+	window    *flowtel.Window
 }
 
 // WithWorldSize sets the world size of communicators not registered with
@@ -47,6 +48,12 @@ func WithWorldSize(n int) Option { return func(c *config) { c.worldSize = n } }
 // WithMaxLinks bounds the links kept apart (default DefaultMaxLinks); the
 // traffic of further links is reported with peer="other".
 func WithMaxLinks(n int) Option { return func(c *config) { c.maxLinks = n } }
+
+// WithWindow folds the records with w's fold (flowtel.Window.FoldInto):
+// the collector updates w as it consumes, and w must not be given records
+// otherwise (not be a sink of its own). One fold then serves both, where
+// each costs a rank bound to one core as much as its view.
+func WithWindow(w *flowtel.Window) Option { return func(c *config) { c.window = w } }
 
 // WithMaxComms bounds the communicators kept apart (default
 // DefaultMaxComms); further ones are reported as comm="other".
@@ -70,8 +77,9 @@ type Collector struct {
 	all                  []prometheus.Collector
 	sizes                atomic.Pointer[map[uint32]int] // copy on write
 	sizesMu              sync.Mutex
-	mu                   sync.Mutex // the fold and the state below
-	fold                 *flowtel.Fold
+	mu                   sync.Mutex    // the fold and the state below
+	fold                 *flowtel.Fold // nil with WithWindow
+	windowFold           flowtel.FoldStats
 	st                   state
 	dirty                []*link       // links with updates pending publication (under mu)
 	dirtyColls           []*collSeries // the same for collective series
@@ -134,7 +142,9 @@ func New(opts ...Option) *Collector {
 		c.failovers, c.failbacks, c.linkDowns, c.linkUps, c.lost}
 	c.sizes.Store(&map[uint32]int{})
 	c.st.init()
-	c.fold = flowtel.NewFold((*view)(c), flowtel.FoldConfig{GapNs: -1})
+	if cfg.window == nil {
+		c.fold = flowtel.NewFold((*view)(c), flowtel.FoldConfig{GapNs: -1})
+	}
 	return c
 }
 
@@ -179,7 +189,11 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) Consume(_ context.Context, recs []flowtel.Record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.fold.Add(recs)
+	if w := c.cfg.window; w != nil {
+		c.windowFold = w.FoldInto((*view)(c), recs)
+	} else {
+		c.fold.Add(recs)
+	}
 	c.publish()
 	return nil
 }
@@ -283,7 +297,11 @@ type Stats struct {
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Collectives: c.collsObserved.Load(), Late: c.fold.Stats().LateCalls, Links: len(c.st.links), Folded: c.st.folded}
+	fs := c.windowFold
+	if c.fold != nil {
+		fs = c.fold.Stats()
+	}
+	return Stats{Collectives: c.collsObserved.Load(), Late: fs.LateCalls, Links: len(c.st.links), Folded: c.st.folded}
 }
 
 // state ---------------------------------------------------------------------
