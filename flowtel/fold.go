@@ -301,9 +301,17 @@ type Fold struct {
 	lastRk  *foldRank
 	spill   foldRank
 
+	// calls holds the open calls that are not their rank's latest
+	// (foldRank.open). The calls ended lately are remembered, so that a
+	// late part is counted instead of opening its call again: a rank's
+	// run of consecutive ended seqs (foldRank.ended), and the others in
+	// recent (recentQ). Neither is looked up for a call above every one
+	// its rank opened: a rank's calls one at a time, the common case,
+	// cost no map or set operation.
 	calls    map[foldCallKey]*foldCall
+	open     int             // calls begun and not ended
 	order    FIFO[*foldCall] // open calls by creation, ended ones left in place
-	recent   map[foldCallKey]struct{}
+	recent   callSet
 	recentQ  FIFO[foldCallKey]
 	freeCall []*foldCall
 
@@ -330,8 +338,9 @@ type foldRankKey struct {
 
 const foldCacheSize = 256
 
-// recentCalls is how many ended calls are remembered, so that a late part
-// is counted instead of opening a call again.
+// recentCalls is how many ended calls are remembered apart (out of their
+// rank's order), and how many seqs back a rank's run of ended calls
+// reaches, so that a late part is counted instead of opening a call again.
 const recentCalls = 4096
 
 type foldQP struct {
@@ -364,7 +373,10 @@ type foldWait struct {
 
 type foldRank struct {
 	key     foldRankKey
-	beats   bool // it writes heartbeats
+	open    *foldCall // the latest call begun, while open (not in Fold.calls)
+	maxSeq  [2]uint64 // the highest CollSeq of a call opened, collectives and point-to-point
+	ended   [2]seqRun // the latest run of consecutive seqs ended, the same two
+	beats   bool      // it writes heartbeats
 	lastTs  int64
 	pending int // posts awaiting completion, over its QPs
 	calls   int // calls begun and not ended
@@ -391,12 +403,11 @@ type foldCall struct {
 // NewFold returns a fold that sends its events to h.
 func NewFold(h Handler, cfg FoldConfig) *Fold {
 	return &Fold{
-		cfg:    cfg.withDefaults(),
-		h:      h,
-		qps:    map[foldQPKey]*foldQP{},
-		ranks:  map[foldRankKey]*foldRank{},
-		calls:  map[foldCallKey]*foldCall{},
-		recent: map[foldCallKey]struct{}{},
+		cfg:   cfg.withDefaults(),
+		h:     h,
+		qps:   map[foldQPKey]*foldQP{},
+		ranks: map[foldRankKey]*foldRank{},
+		calls: map[foldCallKey]*foldCall{},
 	}
 }
 
@@ -655,20 +666,33 @@ func (f *Fold) endWait(q *foldQP, w foldWait, ts int64, depth uint32, granted bo
 
 func (f *Fold) call(rk *foldRank, r *Record) {
 	k := foldCallKey{r.Comm, r.Rank, r.CollSeq}
-	c := f.calls[k]
-	if c == nil {
-		if _, late := f.recent[k]; late {
+	class := r.CollSeq >> 63
+	var c *foldCall
+	if o := rk.open; o != nil && o.key == k {
+		c = o
+	} else if r.CollSeq <= rk.maxSeq[class] {
+		// Not above every call the rank opened: it may be open, or
+		// ended lately. (A spill rank's maxSeq is over several ranks:
+		// a lookup more, never one less.)
+		if c = f.calls[k]; c == nil && f.ended(rk, k) {
 			f.stats.LateCalls++
 			return
 		}
-		for len(f.calls) >= f.cfg.MaxOpenCalls {
+	}
+	if c == nil {
+		for f.open >= f.cfg.MaxOpenCalls {
 			f.evictOldest()
 		}
 		c = f.newCall()
 		c.key, c.rk = k, rk
 		c.Call = Call{Comm: r.Comm, Rank: r.Rank, Seq: r.CollSeq, Op: r.Op, Algo: r.Algo, Dtype: r.Dtype,
 			BeginNs: r.TsNs, Parts: 1}
-		f.calls[k] = c
+		if o := rk.open; o != nil {
+			f.calls[o.key] = o // still open, no longer the latest
+		}
+		rk.open = c
+		rk.maxSeq[class] = max(rk.maxSeq[class], r.CollSeq)
+		f.open++
 		f.order.Push(c)
 		rk.calls++
 	}
@@ -695,6 +719,137 @@ func (f *Fold) call(rk *foldRank, r *Record) {
 	}
 }
 
+// seqRun is the seqs from..to (when ok), every one an ended call.
+type seqRun struct {
+	from, to uint64
+	ok       bool
+}
+
+// ended reports whether call k of rk ended lately.
+func (f *Fold) ended(rk *foldRank, k foldCallKey) bool {
+	if run := &rk.ended[k.seq>>63]; rk != &f.spill && run.ok && run.from <= k.seq && k.seq <= run.to {
+		return true
+	}
+	return f.recent.has(k)
+}
+
+// remember notes that c ended: in its rank's run when it extends it (a
+// spill rank, shared by several, has none), else in recent. A run that
+// grows takes in the calls recent holds right after it, so that one call
+// ended out of order does not send every later one to recent.
+func (f *Fold) remember(c *foldCall) {
+	if rk := c.rk; rk != &f.spill {
+		run := &rk.ended[c.key.seq>>63]
+		if !run.ok || c.key.seq == run.to+1 && run.to != math.MaxUint64 {
+			if !run.ok {
+				*run = seqRun{from: c.key.seq, to: c.key.seq, ok: true}
+			} else {
+				run.to++
+			}
+			for f.recent.n > 0 && run.to != math.MaxUint64 {
+				next := foldCallKey{c.key.comm, c.key.rank, run.to + 1}
+				if !f.recent.has(next) {
+					break
+				}
+				f.recent.remove(next) // its recentQ entry stays: removing it again does nothing
+				run.to++
+			}
+			if run.to-run.from >= recentCalls {
+				run.from = run.to - recentCalls + 1
+			}
+			return
+		}
+	}
+	if f.recentQ.Len() >= recentCalls {
+		f.recent.remove(f.recentQ.PopFront())
+	}
+	f.recent.add(c.key)
+	f.recentQ.Push(c.key)
+}
+
+// callSet is a set of at most recentCalls call keys: open addressing with
+// linear probing, at most half full, deletion by shifting back. A Go map
+// churned by an insert and a delete a call cost more than the rest of the
+// call's fold.
+type callSet struct {
+	slots []callSlot // len a power of two; nil until the first add
+	n     int        // keys held
+}
+
+type callSlot struct {
+	key  foldCallKey
+	used bool
+}
+
+const callSetSlots = 2 * recentCalls
+
+func (s *callSet) home(k foldCallKey) int {
+	h := (uint64(k.comm)<<32|uint64(uint32(k.rank)))*0x9E3779B97F4A7C15 ^ k.seq*0xC2B2AE3D27D4EB4F
+	return int(h>>32) & (len(s.slots) - 1)
+}
+
+// find returns k's slot, or the empty slot where it would go.
+func (s *callSet) find(k foldCallKey) int {
+	mask := len(s.slots) - 1
+	i := s.home(k)
+	for s.slots[i].used && s.slots[i].key != k {
+		i = (i + 1) & mask
+	}
+	return i
+}
+
+func (s *callSet) has(k foldCallKey) bool {
+	return s.slots != nil && s.slots[s.find(k)].used
+}
+
+// add adds k; the set must hold fewer than recentCalls keys.
+func (s *callSet) add(k foldCallKey) {
+	if s.slots == nil {
+		s.slots = make([]callSlot, callSetSlots)
+	}
+	i := s.find(k)
+	if !s.slots[i].used {
+		s.n++
+	}
+	s.slots[i] = callSlot{key: k, used: true}
+}
+
+func (s *callSet) remove(k foldCallKey) {
+	if s.slots == nil {
+		return
+	}
+	mask := len(s.slots) - 1
+	i := s.find(k)
+	if !s.slots[i].used {
+		return
+	}
+	s.n--
+	// Shift back the keys after i that probed past it, so that every
+	// key stays reachable from its home slot without tombstones.
+	for j := i; ; {
+		s.slots[i].used = false
+		for {
+			j = (j + 1) & mask
+			if !s.slots[j].used {
+				return
+			}
+			h := s.home(s.slots[j].key)
+			// The key at j may move to i unless its home lies
+			// cyclically in (i, j].
+			if i <= j {
+				if i < h && h <= j {
+					continue
+				}
+			} else if i < h || h <= j {
+				continue
+			}
+			break
+		}
+		s.slots[i] = s.slots[j]
+		i = j
+	}
+}
+
 func (f *Fold) newCall() *foldCall {
 	if n := len(f.freeCall); n > 0 {
 		c := f.freeCall[n-1]
@@ -708,16 +863,17 @@ func (f *Fold) newCall() *foldCall {
 // endCall reports c ended and forgets it. It stays in f.order until it
 // reaches the front, so that order needs no search.
 func (f *Fold) endCall(c *foldCall) {
-	delete(f.calls, c.key)
+	if c.rk.open == c {
+		c.rk.open = nil
+	} else {
+		delete(f.calls, c.key)
+	}
+	f.open--
 	c.ended = true
 	c.rk.calls--
-	if f.recentQ.Len() >= recentCalls {
-		delete(f.recent, f.recentQ.PopFront())
-	}
-	f.recent[c.key] = struct{}{}
-	f.recentQ.Push(c.key)
 	c.Bytes = max(c.Bytes, c.endBytes)
 	c.Complete = c.Begun >= c.Parts && c.Ended >= c.Parts
+	f.remember(c)
 	f.h.CallEnded(&c.Call)
 	f.dropEnded()
 }
@@ -783,7 +939,7 @@ func (f *Fold) LastSeen(comm uint32, rank int32) int64 {
 func (f *Fold) QPs() int { return len(f.qps) }
 
 // OpenCalls returns how many calls have begun and not ended.
-func (f *Fold) OpenCalls() int { return len(f.calls) }
+func (f *Fold) OpenCalls() int { return f.open }
 
 // WaitSpans is the time during which at least one of a link's sends waited
 // for credit, overlapping waits counted once: the granted waits, merged into

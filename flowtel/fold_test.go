@@ -336,3 +336,36 @@ func BenchmarkFold(b *testing.B) {
 	}
 	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
 }
+
+// BenchmarkFoldCalls is the cost of folding the records of small calls: a
+// coll_begin, two posts and their completions, and a coll_end a call, as a
+// rank of two writes for an all-reduce by mailbox.
+func BenchmarkFoldCalls(b *testing.B) {
+	f := flowtel.NewFold(flowtel.NopHandler{}, flowtel.FoldConfig{GapNs: -1})
+	const calls = 1024
+	recs := make([]flowtel.Record, 0, 6*calls)
+	for i := range uint64(calls) {
+		ts := int64(10 * i)
+		recs = append(recs, coll(ts, flowtel.KindCollBegin, 0, i+1, 1, 1024),
+			wr(ts+1, flowtel.KindWRPost, i, false, 1024), wr(ts+1, flowtel.KindWRPost, i, true, 1024),
+			wr(ts+2, flowtel.KindWC, i, false, 1024), wr(ts+2, flowtel.KindWC, i, true, 1024),
+			coll(ts+3, flowtel.KindCollEnd, 0, i+1, 1, 1024))
+	}
+	b.ReportAllocs()
+	b.ResetTimer()
+	for n := range b.N {
+		// Later calls and WRs each round, as a rank's stream goes on.
+		for k := range recs {
+			if recs[k].CollSeq != 0 {
+				recs[k].CollSeq += calls
+			}
+			if recs[k].WrID != 0 || recs[k].Kind == flowtel.KindWRPost || recs[k].Kind == flowtel.KindWC {
+				recs[k].WrID += 2 * calls
+			}
+			recs[k].TsNs += 10 * calls
+		}
+		_ = n
+		f.Add(recs)
+	}
+	b.ReportMetric(float64(b.Elapsed().Nanoseconds())/float64(b.N*len(recs)), "ns/record")
+}

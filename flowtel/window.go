@@ -260,7 +260,74 @@ type Window struct {
 	mu      sync.Mutex
 	fold    *Fold
 	view    windowView
+	tee     windowTee
 	scratch []int64
+}
+
+// windowTee hands the fold's events to the window's view and, during
+// FoldInto, to another handler.
+type windowTee struct {
+	view *windowView
+	also Handler
+}
+
+func (t *windowTee) Posted(x *Transfer) {
+	t.view.Posted(x)
+	if t.also != nil {
+		t.also.Posted(x)
+	}
+}
+
+func (t *windowTee) Completed(x *Transfer) {
+	t.view.Completed(x)
+	if t.also != nil {
+		t.also.Completed(x)
+	}
+}
+
+func (t *windowTee) WaitBegan(x *CreditWait) {
+	t.view.WaitBegan(x)
+	if t.also != nil {
+		t.also.WaitBegan(x)
+	}
+}
+
+func (t *windowTee) WaitEnded(x *CreditWait) {
+	t.view.WaitEnded(x)
+	if t.also != nil {
+		t.also.WaitEnded(x)
+	}
+}
+
+func (t *windowTee) CallBegan(x *Call) {
+	if t.also != nil {
+		t.also.CallBegan(x)
+	}
+}
+
+func (t *windowTee) CallEnded(x *Call) {
+	if t.also != nil {
+		t.also.CallEnded(x)
+	}
+}
+
+func (t *windowTee) PathChanged(x *PathChange) {
+	if t.also != nil {
+		t.also.PathChanged(x)
+	}
+}
+
+func (t *windowTee) Gap(x *Gap) {
+	if t.also != nil {
+		t.also.Gap(x)
+	}
+}
+
+func (t *windowTee) Lost(x *Lost) {
+	t.view.Lost(x)
+	if t.also != nil {
+		t.also.Lost(x)
+	}
 }
 
 // windowView is the Window's state, kept from the fold's events.
@@ -308,7 +375,8 @@ type qpDir struct {
 func NewWindow(cfg WindowConfig, opts ...WindowOption) *Window {
 	w := &Window{cfg: cfg.withDefaults()}
 	w.view.init(w.cfg.N)
-	w.fold = NewFold(&w.view, FoldConfig{GapNs: -1})
+	w.tee.view = &w.view
+	w.fold = NewFold(&w.tee, FoldConfig{GapNs: -1})
 	for _, o := range opts {
 		o(w)
 	}
@@ -336,6 +404,20 @@ func (w *Window) Update(recs []Record) {
 	w.mu.Unlock()
 }
 
+// FoldInto is Update that also hands every event of the window's fold to
+// h, and returns the fold's counters: a consumer that needs the same
+// events (the Prometheus exporter beside the live endpoint's window) then
+// pays for no fold of its own, which costs a rank bound to one core as
+// much as its view. h must not call the window.
+func (w *Window) FoldInto(h Handler, recs []Record) FoldStats {
+	w.mu.Lock()
+	defer w.mu.Unlock()
+	w.tee.also = h
+	w.fold.Add(recs)
+	w.tee.also = nil
+	return w.fold.Stats()
+}
+
 // Consume implements Sink: it is Update.
 func (w *Window) Consume(_ context.Context, recs []Record) error {
 	w.Update(recs)
@@ -358,7 +440,7 @@ func (w *Window) Reset() {
 	w.mu.Lock()
 	defer w.mu.Unlock()
 	w.view.init(w.cfg.N)
-	w.fold = NewFold(&w.view, FoldConfig{GapNs: -1})
+	w.fold = NewFold(&w.tee, FoldConfig{GapNs: -1})
 }
 
 // qpDir returns the state of a QP direction, moving it to link k if its

@@ -84,13 +84,14 @@ func Attach(ctx context.Context, c *collective.Comm, cfg Config) (*Exporters, er
 		return nil, fmt.Errorf("telemetry: %w", err)
 	}
 	// Every exporter is built before the first sink is added, so that a
-	// failure leaves the collector as it was (but for the live endpoint's
-	// window, which live.Start adds).
+	// failure leaves the collector as it was.
 	if e.Arrow != nil {
 		col.AddSink(e.Arrow)
 	}
 	if e.Metrics != nil {
+		// It updates the live endpoint's window too, with one fold.
 		col.AddSink(e.Metrics)
+		col.AddSink(e.Live.RecordSink())
 	}
 	if e.Spans != nil {
 		col.AddSink(e.Spans)
@@ -125,11 +126,16 @@ func (e *Exporters) start(ctx context.Context, c *collective.Comm, cfg Config) e
 	if err != nil {
 		return err
 	}
-	e.Metrics = prom.New(prom.WithWorldSize(c.Size()))
+	// The metrics and the window are views over the same events: one
+	// fold, the metrics', feeds both (a fold costs a rank bound to one
+	// core as much as either view). Attach adds the metrics and the
+	// window's records as sinks; live.Start, given the window, adds none.
+	win := flowtel.NewWindow(cfg.Window, flowtel.WithWindowClock(c.Clock()))
+	e.Metrics = prom.New(prom.WithWorldSize(c.Size()), prom.WithWindow(win))
 	e.Metrics.AddComm(c)
 	// The announcement outlives ctx: rank 0 gathers every rank's endpoint
 	// in the background, until Close.
-	if e.Live, err = live.Start(context.WithoutCancel(ctx), c, live.Config{Addr: addr, Dir: cfg.Dir, WindowConfig: cfg.Window, Metrics: e.Metrics.Handler()}); err != nil {
+	if e.Live, err = live.Start(context.WithoutCancel(ctx), c, live.Config{Addr: addr, Dir: cfg.Dir, Window: win, Metrics: e.Metrics.Handler()}); err != nil {
 		return err
 	}
 	if e.Arrow != nil {

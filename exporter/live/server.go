@@ -102,7 +102,9 @@ type Config struct {
 	Info Info
 	// Window is the per-link window to serve. Nil: the server makes one
 	// (sized by WindowConfig, its "now" read from Clock), which the caller
-	// attaches to its collector (Server.Window).
+	// attaches to its collector (Server.Window); Start does, with the
+	// records' sink (RecordSink). Given, whoever gave it feeds it, and
+	// the records' sink too.
 	Window *flowtel.Window
 	// WindowConfig sizes the window the server makes (zero: flowtel's
 	// defaults; telemetry passes VCCL_TELEMETRY_WINDOW's).

@@ -38,6 +38,7 @@ type config struct {
 	worldSize int
 	maxLinks  int
 	maxComms  int
+	window    *flowtel.Window
 }
 
 // WithWorldSize sets the world size of communicators not registered with
@@ -48,6 +49,12 @@ func WithWorldSize(n int) Option { return func(c *config) { c.worldSize = n } }
 // traffic of further links is reported with peer="other".
 func WithMaxLinks(n int) Option { return func(c *config) { c.maxLinks = n } }
 
+// WithWindow folds the records with w's fold (flowtel.Window.FoldInto):
+// the collector updates w as it consumes, and w must not be given records
+// otherwise (not be a sink of its own). One fold then serves both, where
+// each costs a rank bound to one core as much as its view.
+func WithWindow(w *flowtel.Window) Option { return func(c *config) { c.window = w } }
+
 // WithMaxComms bounds the communicators kept apart (default
 // DefaultMaxComms); further ones are reported as comm="other".
 func WithMaxComms(n int) Option { return func(c *config) { c.maxComms = n } }
@@ -57,7 +64,7 @@ func WithMaxComms(n int) Option { return func(c *config) { c.maxComms = n } }
 type Collector struct {
 	cfg config
 
-	busBW, algBW, execTime *prometheus.HistogramVec
+	busBW, algBW, execTime *histVec
 	collBytes, collCount   *prometheus.CounterVec
 
 	linkBytes, linkWRs   *prometheus.CounterVec
@@ -70,10 +77,12 @@ type Collector struct {
 	all                  []prometheus.Collector
 	sizes                atomic.Pointer[map[uint32]int] // copy on write
 	sizesMu              sync.Mutex
-	mu                   sync.Mutex // the fold and the state below
-	fold                 *flowtel.Fold
+	mu                   sync.Mutex    // the fold and the state below
+	fold                 *flowtel.Fold // nil with WithWindow
+	windowFold           flowtel.FoldStats
 	st                   state
-	dirty                []*link // links with updates pending publication (under mu)
+	dirty                []*link       // links with updates pending publication (under mu)
+	dirtyColls           []*collSeries // the same for collective series
 	collsObserved        atomic.Uint64
 }
 
@@ -103,8 +112,8 @@ func New(opts ...Option) *Collector {
 	}
 	cfg.maxLinks = max(cfg.maxLinks, 1)
 	cfg.maxComms = max(cfg.maxComms, 1)
-	hist := func(name, help string, buckets []float64, labels []string) *prometheus.HistogramVec {
-		return prometheus.NewHistogramVec(prometheus.HistogramOpts{Name: name, Help: help, Buckets: buckets}, labels)
+	hist := func(name, help string, buckets []float64, labels []string) *histVec {
+		return &histVec{desc: prometheus.NewDesc(name, help, labels, nil), bounds: buckets}
 	}
 	counter := func(name, help string, labels []string) *prometheus.CounterVec {
 		return prometheus.NewCounterVec(prometheus.CounterOpts{Name: name, Help: help}, labels)
@@ -133,7 +142,9 @@ func New(opts ...Option) *Collector {
 		c.failovers, c.failbacks, c.linkDowns, c.linkUps, c.lost}
 	c.sizes.Store(&map[uint32]int{})
 	c.st.init()
-	c.fold = flowtel.NewFold((*view)(c), flowtel.FoldConfig{GapNs: -1})
+	if cfg.window == nil {
+		c.fold = flowtel.NewFold((*view)(c), flowtel.FoldConfig{GapNs: -1})
+	}
 	return c
 }
 
@@ -178,15 +189,21 @@ func (c *Collector) Collect(ch chan<- prometheus.Metric) {
 func (c *Collector) Consume(_ context.Context, recs []flowtel.Record) error {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	c.fold.Add(recs)
+	if w := c.cfg.window; w != nil {
+		c.windowFold = w.FoldInto((*view)(c), recs)
+	} else {
+		c.fold.Add(recs)
+	}
 	c.publish()
 	return nil
 }
 
-// publish hands the link updates summed over a batch to their series: an
-// atomic update a series per batch, where one a transfer cost as much as
-// the fold itself (the 2-core VM's exporter profile, issue 34).
+// publish hands the link and collective updates summed over a batch to
+// their series: an atomic update a series per batch, where one a transfer
+// (and three histograms a call) cost as much as the fold itself (the 2-core
+// VM's exporter profile, issue 34).
 func (c *Collector) publish() {
+	c.publishColls()
 	if len(c.dirty) == 0 {
 		return
 	}
@@ -215,6 +232,35 @@ func (c *Collector) publish() {
 	c.linkLatency.mu.Unlock()
 	clear(c.dirty)
 	c.dirty = c.dirty[:0]
+}
+
+func (c *Collector) publishColls() {
+	if len(c.dirtyColls) == 0 {
+		return
+	}
+	for _, s := range c.dirtyColls {
+		p := &s.pend
+		for i, n := range p.count {
+			if n > 0 {
+				s.count[i].Add(float64(n))
+			}
+		}
+		if p.bytes > 0 {
+			s.bytes.Add(float64(p.bytes))
+		}
+	}
+	for h, v := range [...]*histVec{collBusBW: c.busBW, collAlgBW: c.algBW, collExec: c.execTime} {
+		v.mu.Lock()
+		for _, s := range c.dirtyColls {
+			s.hist[h].add(&s.pend.hist[h])
+		}
+		v.mu.Unlock()
+	}
+	for _, s := range c.dirtyColls {
+		s.pend.reset()
+	}
+	clear(c.dirtyColls)
+	c.dirtyColls = c.dirtyColls[:0]
 }
 
 // touch marks l as having updates to publish and returns them.
@@ -251,7 +297,11 @@ type Stats struct {
 func (c *Collector) Stats() Stats {
 	c.mu.Lock()
 	defer c.mu.Unlock()
-	return Stats{Collectives: c.collsObserved.Load(), Late: c.fold.Stats().LateCalls, Links: len(c.st.links), Folded: c.st.folded}
+	fs := c.windowFold
+	if c.fold != nil {
+		fs = c.fold.Stats()
+	}
+	return Stats{Collectives: c.collsObserved.Load(), Late: fs.LateCalls, Links: len(c.st.links), Folded: c.st.folded}
 }
 
 // state ---------------------------------------------------------------------
@@ -355,11 +405,101 @@ func (v *latVec) newSeries(labels []string) *latSeries {
 	return s
 }
 
+// histVec is a histogram vector the collector sums per batch, as latVec:
+// a prometheus.Histogram takes atomic updates an observation.
+type histVec struct {
+	desc   *prometheus.Desc
+	bounds []float64
+	mu     sync.Mutex
+	series []*histSeries
+}
+
+// histSeries is one series of a histVec, as published.
+type histSeries struct {
+	labels []string
+	histCounts
+}
+
+// histCounts are a histogram's counts: per bucket of its bounds (not
+// cumulative; above the last only in count), their number and sum.
+type histCounts struct {
+	buckets []uint64
+	count   uint64
+	sum     float64
+}
+
+func newHistCounts(bounds []float64) histCounts {
+	return histCounts{buckets: make([]uint64, len(bounds))}
+}
+
+func (h *histCounts) observe(bounds []float64, v float64) {
+	if i := sort.SearchFloat64s(bounds, v); i < len(h.buckets) {
+		h.buckets[i]++
+	}
+	h.count++
+	h.sum += v
+}
+
+func (h *histCounts) add(o *histCounts) {
+	for i, n := range o.buckets {
+		h.buckets[i] += n
+	}
+	h.count += o.count
+	h.sum += o.sum
+}
+
+func (v *histVec) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
+
+func (v *histVec) Collect(ch chan<- prometheus.Metric) {
+	v.mu.Lock()
+	defer v.mu.Unlock()
+	for _, s := range v.series {
+		cum, n := make(map[float64]uint64, len(v.bounds)), uint64(0)
+		for i, le := range v.bounds {
+			n += s.buckets[i]
+			cum[le] = n
+		}
+		ch <- prometheus.MustNewConstHistogram(v.desc, s.count, s.sum, cum, s.labels...)
+	}
+}
+
+func (v *histVec) newSeries(labels []string) *histSeries {
+	s := &histSeries{labels: labels, histCounts: newHistCounts(v.bounds)}
+	v.mu.Lock()
+	v.series = append(v.series, s)
+	v.mu.Unlock()
+	return s
+}
+
+// The histograms of a collective series.
+const (
+	collBusBW = iota
+	collAlgBW
+	collExec
+)
+
 type collSeries struct {
-	busBW, algBW, exec prometheus.Observer
-	bytes              prometheus.Counter
-	count              [3]prometheus.Counter // ok, error, flushed: the statuses a call ends with
-	labels             []string
+	hist   [3]*histSeries        // bus and algorithm bandwidth, execution time
+	bytes  prometheus.Counter    //
+	count  [3]prometheus.Counter // ok, error, flushed: the statuses a call ends with
+	labels []string
+	pend   collPending // this batch's updates, published at its end
+}
+
+// collPending are a collective series' updates of one batch.
+type collPending struct {
+	dirty bool
+	count [3]uint64
+	bytes uint64
+	hist  [3]histCounts
+}
+
+func (p *collPending) reset() {
+	p.dirty, p.count, p.bytes = false, [3]uint64{}, 0
+	for i := range p.hist {
+		clear(p.hist[i].buckets)
+		p.hist[i].count, p.hist[i].sum = 0, 0
+	}
 }
 
 type collSeriesKey struct {
@@ -544,9 +684,11 @@ func (v *view) CallEnded(o *flowtel.Call) {
 	s := c.st.series[sk]
 	if s == nil {
 		lv := []string{c.commLabel(o.Comm), strconv.Itoa(int(o.Rank)), o.Op.String(), o.Algo.String(), sizeLabel(sk.size)}
-		s = &collSeries{labels: lv,
-			busBW: c.busBW.WithLabelValues(lv...), algBW: c.algBW.WithLabelValues(lv...),
-			exec: c.execTime.WithLabelValues(lv...), bytes: c.collBytes.WithLabelValues(lv...)}
+		s = &collSeries{labels: lv, bytes: c.collBytes.WithLabelValues(lv...)}
+		for h, v := range [...]*histVec{collBusBW: c.busBW, collAlgBW: c.algBW, collExec: c.execTime} {
+			s.hist[h] = v.newSeries(lv)
+			s.pend.hist[h] = newHistCounts(v.bounds)
+		}
 		// Every status a call ends with starts at 0 with the series, so
 		// that a failure rate is 0 rather than no data.
 		for i := range s.count {
@@ -558,21 +700,26 @@ func (v *view) CallEnded(o *flowtel.Call) {
 	if st >= len(s.count) { // no call ends retransmitted: take it for a failure
 		st = int(flowtel.StatusError)
 	}
-	s.count[st].Inc()
+	p := &s.pend
+	if !p.dirty {
+		p.dirty = true
+		c.dirtyColls = append(c.dirtyColls, s)
+	}
+	p.count[st]++
 	if o.Status != flowtel.StatusOK || !o.Complete {
 		return
 	}
-	s.bytes.Add(float64(o.Bytes))
+	p.bytes += o.Bytes
 	d := o.DurationNs()
 	if d <= 0 {
 		return
 	}
-	s.exec.Observe(float64(d) / 1e9)
+	p.hist[collExec].observe(timeBuckets, float64(d)/1e9)
 	if algbw := o.AlgBW(); algbw > 0 {
-		s.algBW.Observe(algbw)
+		p.hist[collAlgBW].observe(bwBuckets, algbw)
 		if n := c.worldSize(o.Comm); n > 0 {
 			if f := flowtel.BusBWFactor(o.Op, n); f > 0 {
-				s.busBW.Observe(algbw * f)
+				p.hist[collBusBW].observe(bwBuckets, algbw*f)
 			}
 		}
 	}

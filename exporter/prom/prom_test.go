@@ -8,6 +8,7 @@ import (
 	"net/http"
 	"net/http/httptest"
 	"os"
+	"reflect"
 	"regexp"
 	"strings"
 	"testing"
@@ -538,4 +539,47 @@ func btoi(b bool) int {
 		return 1
 	}
 	return 0
+}
+
+// A collector folding with a window's fold (WithWindow) exports what one
+// folding alone does, and leaves the window as Update would.
+func TestWithWindow(t *testing.T) {
+	var recs []flowtel.Record
+	for seq := range uint64(3) {
+		recs = append(recs, ringJob{comm: 4, ranks: 4, seq: seq + 1, bytes: 1 << 20, base: int64(seq+1) * 100_000, stepNs: 1000}.records(1)...)
+	}
+	recs = append(recs, recs[len(recs)-1]) // a late end: counted by both
+	alone, own := New(WithWorldSize(4)), flowtel.NewWindow(flowtel.WindowConfig{})
+	win := flowtel.NewWindow(flowtel.WindowConfig{})
+	shared := New(WithWorldSize(4), WithWindow(win))
+	for _, part := range [][]flowtel.Record{recs[:7], recs[7:]} {
+		alone.Consume(context.Background(), part)
+		own.Update(part)
+		shared.Consume(context.Background(), part)
+	}
+	a, s := gather(t, alone), gather(t, shared)
+	for _, mfs := range []map[string]*dto.MetricFamily{a, s} {
+		for _, mf := range mfs {
+			for _, m := range mf.Metric {
+				if m.Counter != nil {
+					m.Counter.CreatedTimestamp = nil // when each was made
+				}
+			}
+		}
+	}
+	if len(a) == 0 || !reflect.DeepEqual(a, s) {
+		for name := range a {
+			if !reflect.DeepEqual(a[name], s[name]) {
+				t.Errorf("%s differs:\nalone  %v\nshared %v", name, a[name], s[name])
+			}
+		}
+		t.Errorf("%d families alone, %d shared", len(a), len(s))
+	}
+	if sa, ss := alone.Stats(), shared.Stats(); sa != ss || sa.Late != 1 {
+		t.Errorf("stats alone %+v, shared %+v; want equal, 1 late", sa, ss)
+	}
+	now := recs[len(recs)-1].TsNs
+	if w, o := win.SnapshotAt(now), own.SnapshotAt(now); len(o) == 0 || !reflect.DeepEqual(w, o) {
+		t.Errorf("window\n%+v\nwant\n%+v", w, o)
+	}
 }
