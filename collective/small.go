@@ -77,6 +77,17 @@ func smallLimit(n int, spin bool) int {
 // after a large copy's publication costs more is not established.
 const telLateMin = 32 << 10
 
+// bcastStreamMin is the smallest broadcast whose root writes its slots
+// past its caches (Mailbox.StreamSlot). The root never reads them back, and
+// each line it would store plainly is one the peer's core read at the
+// call before last: between far cores a store waits for that line to come
+// back, so a plain 64 KiB copy took most of the call. Only the root's: a
+// rank that reads its own slot afterwards (all-gather, all-reduce) would
+// read it back from memory, and all-gather with streamed slots ran slower
+// (decision 0046). Below it, the few lines cost less than the memory
+// round trip the peer's read of them then makes.
+const bcastStreamMin = 16 << 10
+
 // Waiting for a peer: poll without pause for smallSpin, then yield the core
 // between polls until smallYield, then sleep on the peer's sequence word in
 // slices of smallNap, checking the deadline, the abort board and the peer's
@@ -470,9 +481,14 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	if late {
 		s.hold(seq, len(in), s.rec.Now())
 	}
+	stream := op == OpBroadcast && len(in) >= bcastStreamMin
 	for _, b := range s.boxes {
 		if b != nil {
-			copy(b.Slot(k), in)
+			if stream {
+				b.StreamSlot(k, in)
+			} else {
+				copy(b.Slot(k), in)
+			}
 			b.Publish(k, tag)
 		}
 	}

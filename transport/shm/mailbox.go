@@ -82,6 +82,9 @@ func (q *QP) Mailbox() transport.Mailbox { return q.mbox }
 // Slot returns this side's slot for call k (MailboxSlot bytes).
 func (m *Mailbox) Slot(k uint32) []byte { return m.mine[k&1] }
 
+// StreamSlot copies src into this side's slot for call k past the caches.
+func (m *Mailbox) StreamSlot(k uint32, src []byte) { copyStream(m.mine[k&1], src) }
+
 // PeerSlot returns the peer's slot for call k; read it only once Arrived(k).
 func (m *Mailbox) PeerSlot(k uint32) []byte { return m.peer[k&1] }
 
