@@ -77,16 +77,24 @@ func smallLimit(n int, spin bool) int {
 // after a large copy's publication costs more is not established.
 const telLateMin = 32 << 10
 
-// bcastStreamMin is the smallest broadcast whose root writes its slots
-// past its caches (Mailbox.StreamSlot). The root never reads them back, and
-// each line it would store plainly is one the peer's core read at the
-// call before last: between far cores a store waits for that line to come
-// back, so a plain 64 KiB copy took most of the call. Only the root's: a
-// rank that reads its own slot afterwards (all-gather, all-reduce) would
-// read it back from memory, and all-gather with streamed slots ran slower
-// (decision 0046). Below it, the few lines cost less than the memory
-// round trip the peer's read of them then makes.
-const bcastStreamMin = 16 << 10
+// streamSlotMin is the smallest input that a broadcast's root, or an
+// all-gather rank that takes its own block from its input
+// (ownFromInput), writes into its slots past its caches
+// (Mailbox.StreamSlot): each line a plain store writes is one the peer's
+// core read at the call before last, and between far cores the store
+// waits for the line to come back, which took most of a 64 KiB call.
+// Where a rank reads its own slot afterwards (an all-reduce, an all-gather
+// whose input overlaps its output elsewhere) the slot is written plainly:
+// a streamed one would be read back from memory, and all-gather streamed
+// that way ran slower (decision 0046). Below it, the few lines cost less
+// than the memory round trip the peer's read of them then makes.
+const streamSlotMin = 16 << 10
+
+// ownFromInput reports whether an all-gather's own block of the output
+// comes from its input rather than from its slot: in place it is there
+// already, and an input apart from the output can be read while the
+// output is written.
+func ownFromInput(rq *request) bool { return rq.call.inPlace || !overlap(rq.in, rq.out) }
 
 // Waiting for a peer: poll without pause for smallSpin, then yield the core
 // between polls until smallYield, then sleep on the peer's sequence word in
@@ -481,7 +489,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	if late {
 		s.hold(seq, len(in), s.rec.Now())
 	}
-	stream := op == OpBroadcast && len(in) >= bcastStreamMin
+	stream := len(in) >= streamSlotMin && (op == OpBroadcast || op == OpAllGather && ownFromInput(rq))
 	for _, b := range s.boxes {
 		if b != nil {
 			if stream {
@@ -534,8 +542,14 @@ func (c *Comm) smallCombine(k uint32, rq *request, in []byte) {
 			scaleDiv(dt, rq.out, c.size)
 		}
 	case OpAllGather:
+		own := ownFromInput(rq)
 		for r := range c.size {
-			copy(rq.out[r*n:], slot(r))
+			switch {
+			case r != c.rank || !own:
+				copy(rq.out[r*n:], slot(r))
+			case !rq.call.inPlace:
+				copy(rq.out[r*n:], in)
+			}
 		}
 	case OpBroadcast:
 		if root := rq.call.root; root != c.rank {

@@ -405,3 +405,51 @@ func TestSmallLimit(t *testing.T) {
 		}
 	}
 }
+
+// A mailbox all-gather whose input lies inside its output but not at its
+// own block (so its slot, not its input, supplies that block) gets the
+// right answer, in place and apart as well, on 2 and 3 ranks, below and
+// above the size from which the slots are streamed (streamSlotMin).
+func TestSmallAllGatherOverlap(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		comms := newLocal(t, n, WithTransport("shm"))
+		ctx := testCtx(t, time.Minute)
+		for _, count := range []int{16, streamSlotMin / 4, smallLimit(n, comms[0].engines[0].spins()) / 4} {
+			for _, where := range []string{"apart", "in place", "overlapping"} {
+				err := runOnAll(comms, func(c *Comm) error {
+					r := c.Rank()
+					out := make([]float32, n*count)
+					in := make([]float32, count)
+					switch where {
+					case "in place":
+						in = out[r*count : (r+1)*count]
+					case "overlapping":
+						// Another rank's block of the output: it is
+						// overwritten while this rank's block is made.
+						o := (r + 1) % n
+						in = out[o*count : (o+1)*count]
+					}
+					for i := range in {
+						in[i] = float32(r*count + i)
+					}
+					before := mailboxCalls(c)
+					if err := AllGather(ctx, c, in, out); err != nil {
+						return err
+					}
+					if mailboxCalls(c) == before {
+						return fmt.Errorf("rank %d: %d elements did not take the mailbox path", r, count)
+					}
+					for i, v := range out {
+						if v != float32(i) {
+							return fmt.Errorf("rank %d, %s, %d elements: out[%d] = %v, want %d", r, where, count, i, v, i)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%d ranks: %v", n, err)
+				}
+			}
+		}
+	}
+}
