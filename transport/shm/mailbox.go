@@ -32,8 +32,11 @@ import (
 // amd64), so either the publisher sees the waiter's flag or the waiter sees
 // the new sequence before it sleeps.
 const (
-	// MailboxSlot is the size of a mailbox slot in bytes.
-	MailboxSlot = 64 << 10
+	// MailboxSlot is the size of a mailbox slot in bytes: four of them
+	// per QP, 1 MiB beside the rings' 4 MiB. Collective's path takes
+	// broadcasts of up to a slot between 2 ranks, and any of its calls
+	// up to a slot a rank where ranks outnumber cores.
+	MailboxSlot = 256 << 10
 
 	// mbTags is how many publications' tags a mailbox keeps: a peer that
 	// reads a tag after the publisher has gone that many calls further
