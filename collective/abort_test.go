@@ -126,7 +126,7 @@ func TestDriverPanicDoesNotHangClose(t *testing.T) {
 	go func() {
 		defer func() { recovered <- recover() }()
 		defer func() { closed <- c.Close() }()
-		big := make([]float32, smallMax) // the engine's, not the mailbox's
+		big := make([]float32, slotMax) // the engine's, not the mailbox's
 		_ = AllReduce(context.Background(), c, big, big, Sum)
 	}()
 	select {

@@ -291,7 +291,7 @@ func TestCloseWithUnwaitedHandles(t *testing.T) {
 		t.Run(tr, func(t *testing.T) {
 			comms := newLocal(t, 2, WithTransport(tr))
 			ctx := testCtx(t, 20*time.Second)
-			big := make([]float32, smallMax) // the engine's, on either transport
+			big := make([]float32, slotMax) // the engine's, on either transport
 			err := runOnAll(comms, func(c *Comm) error {
 				bufs := [][]float32{make([]float32, len(big)), make([]float32, 4), make([]float32, len(big))}
 				var hs []*Handle

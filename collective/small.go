@@ -14,7 +14,7 @@ import (
 )
 
 // The small all-reduce over shared memory. On a communicator whose ranks
-// all reach each other over shm, an all-reduce of at most smallMax bytes
+// all reach each other over shm, an all-reduce of at most smallLimit bytes
 // per rank skips the progress engine: the caller writes its input into its
 // mailbox slot of every peer's queue pair (transport.Mailboxer), publishes
 // the call's number, waits for every peer's number, and reduces the peers'
@@ -43,26 +43,40 @@ import (
 // mailboxes out of step with the peers, so it fails the communicator, like
 // an engine call that fails with transfers out.
 
-// smallMax bounds what a mailbox call moves: its bytes per rank times the
-// peers it copies them to (each into its slot of that peer's QP) and reads
-// theirs from. A mailbox call does that many bytes of copying and
-// reduction each way where the engine's ring does about twice its bytes,
-// so the copies grow with the peers and, where the engines spin, the path
-// keeps to 64 KiB of them: 2 ranks take it up to 64 KiB a rank, 3 ranks
-// to 32 KiB, 9 ranks to 8 KiB. Up to there it beat the engine wherever the
-// ranks were placed (BENCHMARKS.md). It is also a slot's size.
+// smallMax bounds what a mailbox all-reduce moves where the engines spin:
+// its bytes per rank times the peers it copies them to (each into its
+// slot of that peer's QP) and reads theirs from. A mailbox call does that
+// many bytes of copying and reduction each way where the engine's ring
+// does about twice its bytes, so the copies grow with the peers and the
+// path keeps to 64 KiB of them: 2 ranks take it up to 64 KiB a rank, 3
+// ranks to 32 KiB, 9 ranks to 8 KiB. Up to there it beat the engine
+// wherever the ranks were placed (BENCHMARKS.md).
 const smallMax = 64 << 10
 
-// smallLimit is the largest call, in bytes per rank, that takes the
+// slotMax is the mailbox slot the path needs (shm's MailboxSlot): the
+// most a call moves a rank.
+const slotMax = 256 << 10
+
+// smallLimit is the largest call of op, in bytes per rank, that takes the
 // mailbox path on a communicator of n ranks (n >= 2) whose engines spin or
 // not. Engines that may not spin (more of them than cores) wait for every
 // step of a call through a sleep or a yield, which costs more than the
 // mailbox's extra copies: a call with one hand-off waits once where the
 // engine's steps wait each, so there the path takes a whole slot whatever
-// n (oversubscribed all-reduce, all-gather and broadcast in BENCHMARKS.md).
-func smallLimit(n int, spin bool) int {
-	if !spin {
-		return smallMax
+// n and op (4 ranks on 2 cores: all-reduce of 128-256 KiB 3-4x faster than
+// the engine, decision 0047). Between 2 spinning ranks a broadcast or an
+// all-gather, which reduce nothing, moves each byte once each way through
+// the slots against the engine's single copy with its call check, credit
+// and acknowledgement: there the path takes a broadcast up to a slot and
+// an all-gather up to half of one a rank (decision 0046).
+func smallLimit(n int, spin bool, op Op) int {
+	switch {
+	case !spin:
+		return slotMax
+	case n == 2 && op == OpBroadcast:
+		return slotMax
+	case n == 2 && op == OpAllGather:
+		return slotMax / 2
 	}
 	return smallMax / (n - 1)
 }
@@ -76,6 +90,25 @@ func smallLimit(n int, spin bool) int {
 // not (vccl-bench --telemetry alternate; BENCHMARKS.md). Why work right
 // after a large copy's publication costs more is not established.
 const telLateMin = 32 << 10
+
+// streamSlotMin is the smallest input that a broadcast's root, or an
+// all-gather rank that takes its own block from its input
+// (ownFromInput), writes into its slots past its caches
+// (Mailbox.StreamSlot): each line a plain store writes is one the peer's
+// core read at the call before last, and between far cores the store
+// waits for the line to come back, which took most of a 64 KiB call.
+// Where a rank reads its own slot afterwards (an all-reduce, an all-gather
+// whose input overlaps its output elsewhere) the slot is written plainly:
+// a streamed one would be read back from memory, and all-gather streamed
+// that way ran slower (decision 0046). Below it, the few lines cost less
+// than the memory round trip the peer's read of them then makes.
+const streamSlotMin = 16 << 10
+
+// ownFromInput reports whether an all-gather's own block of the output
+// comes from its input rather than from its slot: in place it is there
+// already, and an input apart from the output can be read while the
+// output is written.
+func ownFromInput(rq *request) bool { return rq.call.inPlace || !overlap(rq.in, rq.out) }
 
 // Waiting for a peer: poll without pause for smallSpin, then yield the core
 // between polls until smallYield, then sleep on the peer's sequence word in
@@ -144,7 +177,7 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 			return nil
 		}
 		s.boxes[p] = mb.Mailbox()
-		if len(s.boxes[p].Slot(0)) < smallMax {
+		if len(s.boxes[p].Slot(0)) < slotMax {
 			return nil
 		}
 		if s.own == nil {
@@ -176,7 +209,7 @@ func (c *Comm) takesSmall(rq *request) bool {
 	if c.small == nil || rq.seq != 0 {
 		return false
 	}
-	limit := smallLimit(c.size, c.engines[0].spins())
+	limit := smallLimit(c.size, c.engines[0].spins(), rq.call.op)
 	switch rq.call.op {
 	case OpAllReduce, OpAllGather:
 		return len(rq.in) > 0 && len(rq.in) <= limit
@@ -470,9 +503,14 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	if late {
 		s.hold(seq, len(in), s.rec.Now())
 	}
+	stream := len(in) >= streamSlotMin && (op == OpBroadcast || op == OpAllGather && ownFromInput(rq))
 	for _, b := range s.boxes {
 		if b != nil {
-			copy(b.Slot(k), in)
+			if stream {
+				b.StreamSlot(k, in)
+			} else {
+				copy(b.Slot(k), in)
+			}
 			b.Publish(k, tag)
 		}
 	}
@@ -518,8 +556,14 @@ func (c *Comm) smallCombine(k uint32, rq *request, in []byte) {
 			scaleDiv(dt, rq.out, c.size)
 		}
 	case OpAllGather:
+		own := ownFromInput(rq)
 		for r := range c.size {
-			copy(rq.out[r*n:], slot(r))
+			switch {
+			case r != c.rank || !own:
+				copy(rq.out[r*n:], slot(r))
+			case !rq.call.inPlace:
+				copy(rq.out[r*n:], in)
+			}
 		}
 	case OpBroadcast:
 		if root := rq.call.root; root != c.rank {
@@ -764,7 +808,7 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 // exchange writes every field of an Exchange entry of a call's exchange
 // with peer p (its part is the reservation's): about fifteen stores, where
 // the records took two or three times seventeen (BenchmarkSmallRecords).
-// Its sizes fit: a call moves at most smallMax bytes a rank.
+// Its sizes fit: a call moves at most slotMax bytes a rank.
 func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq *request, ts int64, st flowtel.Status, sent int, endAfter uint32) {
 	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes, x.EndAfter = ts, seq, s.wrs, uint32(len(rq.out)), endAfter
 	x.Rank, x.Peer, x.QP, x.Comm, x.SendBytes, x.RecvBytes = int32(c.rank), int32(p), s.qpids[p], s.comm, uint32(sent), uint32(recvBytes(rq, p))

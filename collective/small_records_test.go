@@ -357,7 +357,7 @@ func testPathsRecordOneShape(t *testing.T, op Op, n int) {
 	if comms[0].small == nil {
 		t.Fatal("no mailbox path")
 	}
-	large := smallLimit(n, comms[0].engines[0].spins())/4 + 4
+	large := smallLimit(n, comms[0].engines[0].spins(), op)/4 + 4
 	var tookSmall [2][]bool
 	for i, floats := range []int{16, large} {
 		tookSmall[i] = make([]bool, n)

@@ -30,7 +30,7 @@ func TestSmallMatrix(t *testing.T) {
 			cases := 0
 			for _, op := range []Op{OpAllReduce, OpBroadcast, OpAllGather, OpBarrier} {
 				for _, dt := range Datatypes() {
-					limit := smallLimit(n, comms[0].engines[0].spins())
+					limit := smallLimit(n, comms[0].engines[0].spins(), op)
 					edge := limit / dt.Size()
 					counts := []int{1, 13, edge, edge + 1}
 					if n > 2 {
@@ -101,7 +101,7 @@ func TestSmallAllReduceInterleaved(t *testing.T) {
 func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 	r, n := c.Rank(), c.Size()
 	sum := float32(n * (n - 1) / 2)
-	big := make([]float32, smallMax/4+1) // over the mailbox path's limit for any number of ranks
+	big := make([]float32, slotMax/4+1) // over the mailbox path's limit for any number of ranks
 	for i := range rounds {
 		// An async engine call, then mailbox calls that must not overtake it.
 		for j := range big {
@@ -227,8 +227,8 @@ func TestSmallAllReduceDeadline(t *testing.T) {
 // bytes or more), and whether as Exchange entries (2 ranks) or records.
 func TestSmallAllReduceRecords(t *testing.T) {
 	for _, tc := range []struct{ n, floats int }{
-		{2, 64}, {2, telLateMin / 4}, {2, smallLimit(2, true) / 4},
-		{3, 64}, {3, telLateMin / 8}, {3, smallLimit(3, true) / 4},
+		{2, 64}, {2, telLateMin / 4}, {2, smallLimit(2, true, OpAllReduce) / 4},
+		{3, 64}, {3, telLateMin / 8}, {3, smallLimit(3, true, OpAllReduce) / 4},
 	} {
 		t.Run(fmt.Sprintf("%d ranks %d B", tc.n, 4*tc.floats), func(t *testing.T) { testSmallAllReduceRecords(t, tc.n, tc.floats) })
 	}
@@ -395,13 +395,64 @@ func TestSmallLimit(t *testing.T) {
 	for _, tc := range []struct {
 		n    int
 		spin bool
+		op   Op
 		want int
 	}{
-		{2, true, 64 << 10}, {3, true, 32 << 10}, {9, true, 8 << 10},
-		{2, false, 64 << 10}, {3, false, 64 << 10}, {9, false, 64 << 10},
+		{2, true, OpAllReduce, 64 << 10}, {3, true, OpAllReduce, 32 << 10}, {9, true, OpAllReduce, 8 << 10},
+		{2, true, OpBroadcast, 256 << 10}, {2, true, OpAllGather, 128 << 10},
+		{3, true, OpBroadcast, 32 << 10}, {3, true, OpAllGather, 32 << 10},
+		{2, false, OpAllReduce, 256 << 10}, {3, false, OpAllGather, 256 << 10}, {9, false, OpBroadcast, 256 << 10},
 	} {
-		if got := smallLimit(tc.n, tc.spin); got != tc.want {
-			t.Errorf("%d ranks, spinning %v: limit %d bytes a rank, want %d", tc.n, tc.spin, got, tc.want)
+		if got := smallLimit(tc.n, tc.spin, tc.op); got != tc.want {
+			t.Errorf("%v on %d ranks, spinning %v: limit %d bytes a rank, want %d", tc.op, tc.n, tc.spin, got, tc.want)
+		}
+	}
+}
+
+// A mailbox all-gather whose input lies inside its output but not at its
+// own block (so its slot, not its input, supplies that block) gets the
+// right answer, in place and apart as well, on 2 and 3 ranks, below and
+// above the size from which the slots are streamed (streamSlotMin).
+func TestSmallAllGatherOverlap(t *testing.T) {
+	for _, n := range []int{2, 3} {
+		comms := newLocal(t, n, WithTransport("shm"))
+		ctx := testCtx(t, time.Minute)
+		for _, count := range []int{16, streamSlotMin / 4, smallLimit(n, comms[0].engines[0].spins(), OpAllGather) / 4} {
+			for _, where := range []string{"apart", "in place", "overlapping"} {
+				err := runOnAll(comms, func(c *Comm) error {
+					r := c.Rank()
+					out := make([]float32, n*count)
+					in := make([]float32, count)
+					switch where {
+					case "in place":
+						in = out[r*count : (r+1)*count]
+					case "overlapping":
+						// Another rank's block of the output: it is
+						// overwritten while this rank's block is made.
+						o := (r + 1) % n
+						in = out[o*count : (o+1)*count]
+					}
+					for i := range in {
+						in[i] = float32(r*count + i)
+					}
+					before := mailboxCalls(c)
+					if err := AllGather(ctx, c, in, out); err != nil {
+						return err
+					}
+					if mailboxCalls(c) == before {
+						return fmt.Errorf("rank %d: %d elements did not take the mailbox path", r, count)
+					}
+					for i, v := range out {
+						if v != float32(i) {
+							return fmt.Errorf("rank %d, %s, %d elements: out[%d] = %v, want %d", r, where, count, i, v, i)
+						}
+					}
+					return nil
+				})
+				if err != nil {
+					t.Fatalf("%d ranks: %v", n, err)
+				}
+			}
 		}
 	}
 }

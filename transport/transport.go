@@ -132,6 +132,12 @@ type Mailbox interface {
 	// read only once Arrived(k). Both have the same fixed size.
 	Slot(k uint32) []byte
 	PeerSlot(k uint32) []byte
+	// StreamSlot copies src into this end's slot for call k as Slot's
+	// copy would, but past this core's caches (non-temporal stores), for
+	// a slot that this end does not read back and the peer reads once:
+	// a plain store first takes each line back from the core that read
+	// it last, which between far cores costs more than the copy.
+	StreamSlot(k uint32, src []byte)
 	// Publish tells the peer that this end is done with call k, whose slot
 	// (if the call wrote one) is ready, and what the call was (tag).
 	Publish(k uint32, tag uint32)

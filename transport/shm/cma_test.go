@@ -353,7 +353,7 @@ func TestStreamThenSingleCopy(t *testing.T) {
 	for range rateStart {
 		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far
 	}
-	if q.chooseCMA(0) || !q.streamWins() {
+	if q.chooseCMA(0) || !q.streamWins(false) {
 		t.Fatal("single copy before a streamed copy was timed")
 	}
 	q.noteStream(64<<10, 4681) // 14 bytes/ns
@@ -449,6 +449,34 @@ func TestExchangeCMA(t *testing.T) {
 	}
 	if send() {
 		t.Fatalf("single copy %d sends after the last receive", exchangeSends)
+	}
+}
+
+// TestSlowExchangeNeverStreams: while the copies into the ring run slow, a
+// send of an exchange takes single copy, not a streamed ring, also when it
+// is decided with no receive queued (before its step's receive is posted,
+// or after it completed), within exchangeSends of one that had a receive
+// beside it; a one-way send with nothing measured streams first.
+func TestSlowExchangeNeverStreams(t *testing.T) {
+	q := rateQP()
+	for range rateStart {
+		q.noteCopy(64<<10, 21845) // 3 bytes/ns: far
+	}
+	if q.chooseCMA(1) {
+		t.Fatal("a one-way send took single copy before a streamed copy was timed")
+	}
+	q.recvs.Push(recvOp{wr: transport.WR{Buf: make([]byte, cmaMin)}})
+	if !q.chooseCMA(2) {
+		t.Fatal("an exchange's send beside its receive streams")
+	}
+	q.recvs.PopFront()
+	for idx := uint64(3); idx < 2+exchangeSends; idx++ {
+		if !q.chooseCMA(idx) {
+			t.Fatalf("send %d, decided with no receive queued %d sends after one that had, streams", idx, idx-2)
+		}
+	}
+	if q.chooseCMA(2 + exchangeSends) {
+		t.Fatalf("a send %d after the last receive still counts as an exchange", exchangeSends)
 	}
 }
 

@@ -32,8 +32,11 @@ import (
 // amd64), so either the publisher sees the waiter's flag or the waiter sees
 // the new sequence before it sleeps.
 const (
-	// MailboxSlot is the size of a mailbox slot in bytes.
-	MailboxSlot = 64 << 10
+	// MailboxSlot is the size of a mailbox slot in bytes: four of them
+	// per QP, 1 MiB beside the rings' 4 MiB. Collective's path takes
+	// broadcasts of up to a slot between 2 ranks, and any of its calls
+	// up to a slot a rank where ranks outnumber cores.
+	MailboxSlot = 256 << 10
 
 	// mbTags is how many publications' tags a mailbox keeps: a peer that
 	// reads a tag after the publisher has gone that many calls further
@@ -81,6 +84,9 @@ func (q *QP) Mailbox() transport.Mailbox { return q.mbox }
 
 // Slot returns this side's slot for call k (MailboxSlot bytes).
 func (m *Mailbox) Slot(k uint32) []byte { return m.mine[k&1] }
+
+// StreamSlot copies src into this side's slot for call k past the caches.
+func (m *Mailbox) StreamSlot(k uint32, src []byte) { copyStream(m.mine[k&1], src) }
 
 // PeerSlot returns the peer's slot for call k; read it only once Arrived(k).
 func (m *Mailbox) PeerSlot(k uint32) []byte { return m.peer[k&1] }

@@ -81,3 +81,30 @@ func TestMailboxSleepAndPeerGone(t *testing.T) {
 		t.Fatal("what the peer published before it went is gone")
 	}
 }
+
+// StreamSlot leaves in the slot exactly what a copy would, whatever the
+// length (its non-temporal stores cover the 64-byte-aligned middle, plain
+// ones the ends), and nothing past the length.
+func TestMailboxStreamSlot(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	for i, n := range []int{1, 15, 16, 63, 64, 65, 4097, 16 << 10, 48<<10 + 7, MailboxSlot} {
+		k := uint32(i + 1)
+		for j := range a.Slot(k) {
+			a.Slot(k)[j] = 0xee
+		}
+		msg := patternOf(n, byte(k))
+		a.StreamSlot(k, msg)
+		a.Publish(k, 1)
+		if !b.Arrived(k) {
+			t.Fatalf("%d bytes: not arrived", n)
+		}
+		got := b.PeerSlot(k)
+		if !bytes.Equal(got[:n], msg) {
+			t.Fatalf("%d bytes: the peer's slot does not hold what was streamed", n)
+		}
+		if n < len(got) && got[n] != 0xee {
+			t.Fatalf("%d bytes: byte %d past the end was overwritten", n, n)
+		}
+	}
+}

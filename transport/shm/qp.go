@@ -976,7 +976,7 @@ func (q *QP) sendPass(budget *int) bool {
 			if !tooBig && s.off+n == len(buf) {
 				flags |= fLast
 			}
-			mode := q.ringCopyFor(n, s.cmaOK && !q.streamWins())
+			mode := q.ringCopyFor(n, s.cmaOK && !q.streamWins(q.exchanging(s.idx)))
 			if mode == copyStreamed {
 				flags |= fStream
 			}
@@ -1058,10 +1058,11 @@ func (q *QP) chooseCMA(idx uint64) bool {
 	if cmaAlways.Load() {
 		return true
 	}
-	if q.exchanging(idx) && !q.copiesSlow() {
+	ex := q.exchanging(idx)
+	if ex && !q.copiesSlow() {
 		return q.exchangeCMA()
 	}
-	return q.copiesSlow() && !q.streamWins()
+	return q.copiesSlow() && !q.streamWins(ex)
 }
 
 // exchanging reports whether the QP carries an exchange: a receive of
@@ -1154,9 +1155,12 @@ const (
 
 // streamWins reports whether, while this side's plain copies into the ring
 // run slow, a streamed ring beats single copy: see streamBeatsCMA. A send
-// that also has receives queued (an exchange, as in all-gather) counts as
-// duplex.
-func (q *QP) streamWins() bool {
+// of an exchange (exchanging: as in all-gather) counts as duplex, also
+// when it is decided before its step's receive is queued or after that
+// receive completed: judged by the receives queued at that moment, such
+// sends of a far 2-rank all-gather took a streamed ring now and then, each
+// rank on its own, and the other rank's next reads ran slower beside it.
+func (q *QP) streamWins(duplex bool) bool {
 	if !q.copiesSlow() {
 		return false
 	}
@@ -1164,7 +1168,7 @@ func (q *QP) streamWins() bool {
 	if !q.cmaStale {
 		cr = math.Float64frombits(q.seg.out.cmaRate.Load())
 	}
-	return streamBeatsCMA(q.streamRate, cr, q.recvs.Len() > 0)
+	return streamBeatsCMA(q.streamRate, cr, duplex)
 }
 
 // streamBeatsCMA decides between a streamed ring and single copy from what
