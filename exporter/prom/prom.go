@@ -68,7 +68,7 @@ type Collector struct {
 	collBytes, collCount   *prometheus.CounterVec
 
 	linkBytes, linkWRs   *prometheus.CounterVec
-	linkLatency          *latVec
+	linkLatency          *histVec
 	linkBacklog          *prometheus.GaugeVec
 	linkCreditWait       *prometheus.CounterVec
 	failovers, failbacks *prometheus.CounterVec
@@ -128,7 +128,7 @@ func New(opts ...Option) *Collector {
 
 		linkBytes:      counter("vccl_link_bytes_total", "Bytes of work requests completed ok on a link.", linkDirLabels),
 		linkWRs:        counter("vccl_link_wrs_total", "Work requests completed on a link, by status.", append(append([]string(nil), linkDirLabels...), "status")),
-		linkLatency:    &latVec{desc: prometheus.NewDesc("vccl_link_wr_latency_seconds", "Work request latency on a link, wr_post to wc, in seconds.", linkDirLabels, nil)},
+		linkLatency:    hist("vccl_link_wr_latency_seconds", "Work request latency on a link, wr_post to wc, in seconds.", timeBuckets, linkDirLabels),
 		linkBacklog:    prometheus.NewGaugeVec(prometheus.GaugeOpts{Name: "vccl_link_backlog_wrs", Help: "Work requests outstanding on a link's queue pair after its latest record."}, linkLabels),
 		linkCreditWait: counter("vccl_link_credit_wait_seconds_total", "Time during which a send on the link waited for credit (backpressure).", linkLabels),
 		failovers:      counter("vccl_link_failovers_total", "Failovers of a link from its primary path to its backup (path: the path moved to).", linkLabels),
@@ -227,7 +227,7 @@ func (c *Collector) publish() {
 		if p.hasBacklog {
 			l.backlog.Set(float64(p.backlog))
 		}
-		*p = pending{}
+		p.reset()
 	}
 	c.linkLatency.mu.Unlock()
 	clear(c.dirty)
@@ -325,7 +325,7 @@ type link struct {
 	key     linkKey
 	bytes   [2]prometheus.Counter
 	wrs     [2][4]prometheus.Counter // by direction and status; resolved lazily
-	latency [2]*latSeries
+	latency [2]*histSeries
 	backlog prometheus.Gauge
 	credit  prometheus.Counter
 	labels  []string // comm, rank, peer, channel, path
@@ -340,73 +340,22 @@ type pending struct {
 	backlog    uint32
 	bytes      [2]uint64
 	wrs        [2][4]uint64
-	lat        [2]latCounts
+	lat        [2]histCounts // allocated with the direction's series (Collector.dir)
 }
 
-// latCounts are a latency histogram's counts: per bucket of timeBuckets
-// (not cumulative; above the last only in count), their number and sum.
-type latCounts struct {
-	buckets [nTimeBuckets]uint64
-	count   uint64
-	sum     float64
-}
-
-func (h *latCounts) observe(v float64) {
-	if i := sort.SearchFloat64s(timeBuckets, v); i < len(h.buckets) {
-		h.buckets[i]++
-	}
-	h.count++
-	h.sum += v
-}
-
-func (h *latCounts) add(o *latCounts) {
-	for i, n := range o.buckets {
-		h.buckets[i] += n
-	}
-	h.count += o.count
-	h.sum += o.sum
-}
-
-// latSeries is one link direction's published latency histogram.
-type latSeries struct {
-	labels []string
-	latCounts
-}
-
-// latVec is vccl_link_wr_latency_seconds: histograms the collector sums
-// per batch (a prometheus.Histogram takes atomic updates per observation)
-// and a scrape reads under mu, which a batch holds only to publish.
-type latVec struct {
-	desc   *prometheus.Desc
-	mu     sync.Mutex
-	series []*latSeries
-}
-
-func (v *latVec) Describe(ch chan<- *prometheus.Desc) { ch <- v.desc }
-
-func (v *latVec) Collect(ch chan<- prometheus.Metric) {
-	v.mu.Lock()
-	defer v.mu.Unlock()
-	for _, s := range v.series {
-		cum, n := make(map[float64]uint64, len(timeBuckets)), uint64(0)
-		for i, le := range timeBuckets {
-			n += s.buckets[i]
-			cum[le] = n
-		}
-		ch <- prometheus.MustNewConstHistogram(v.desc, s.count, s.sum, cum, s.labels...)
+// reset empties p for the next batch, keeping its histograms' buckets.
+func (p *pending) reset() {
+	p.dirty, p.hasBacklog, p.backlog = false, false, 0
+	p.bytes, p.wrs = [2]uint64{}, [2][4]uint64{}
+	for d := range p.lat {
+		clear(p.lat[d].buckets)
+		p.lat[d].count, p.lat[d].sum = 0, 0
 	}
 }
 
-func (v *latVec) newSeries(labels []string) *latSeries {
-	s := &latSeries{labels: labels}
-	v.mu.Lock()
-	v.series = append(v.series, s)
-	v.mu.Unlock()
-	return s
-}
-
-// histVec is a histogram vector the collector sums per batch, as latVec:
-// a prometheus.Histogram takes atomic updates an observation.
+// histVec is a histogram vector the collector sums per batch (a
+// prometheus.Histogram takes atomic updates an observation) and a scrape
+// reads under mu, which a batch holds only to publish.
 type histVec struct {
 	desc   *prometheus.Desc
 	bounds []float64
@@ -598,6 +547,7 @@ func (c *Collector) dir(l *link, d flowtel.Dir) {
 		dl := append(append([]string(nil), l.labels...), dirNames[d])
 		l.bytes[d] = c.linkBytes.WithLabelValues(dl...)
 		l.latency[d] = c.linkLatency.newSeries(dl)
+		l.pend.lat[d] = newHistCounts(timeBuckets)
 		for i := range l.wrs[d] {
 			l.wrs[d][i] = c.linkWRs.WithLabelValues(append(append([]string(nil), dl...), flowtel.Status(i).String())...)
 		}
@@ -631,7 +581,7 @@ func (v *view) Completed(t *flowtel.Transfer) {
 		p.bytes[d] += t.Bytes
 	}
 	if lat, ok := t.LatencyNs(); ok {
-		p.lat[d].observe(float64(lat) / 1e9)
+		p.lat[d].observe(timeBuckets, float64(lat)/1e9)
 	}
 }
 

@@ -516,13 +516,13 @@ func TestDashboardMetricNames(t *testing.T) {
 // The link latency histogram is summed per batch: its buckets follow
 // Prometheus's (an observation equal to a bound counts in that bound's
 // bucket; one above the last only in the count).
-func TestLatCountsBuckets(t *testing.T) {
+func TestTimeHistogramBuckets(t *testing.T) {
 	for _, tc := range []struct {
 		v      float64
 		bucket int // -1: above every bound
 	}{{0, 0}, {1e-6, 0}, {1.5e-6, 1}, {4e-6, 1}, {4.1e-6, 2}, {timeBuckets[nTimeBuckets-1], nTimeBuckets - 1}, {100, -1}} {
-		var h latCounts
-		h.observe(tc.v)
+		h := newHistCounts(timeBuckets)
+		h.observe(timeBuckets, tc.v)
 		for i, n := range h.buckets {
 			if want := uint64(btoi(i == tc.bucket)); n != want {
 				t.Errorf("observe(%g): bucket %d (le %g) holds %d, want %d", tc.v, i, timeBuckets[i], n, want)
