@@ -131,17 +131,31 @@ func readAnswer(conn net.Conn, key string) error {
 // SetupDeadline bounds an exchange that sets a connection up (this
 // handshake, a backend's own setup messages): it applies ctx's deadline, at
 // most the handshake timeout away, to conn and unblocks conn if ctx is
-// cancelled; the returned func clears both.
+// cancelled; the returned func clears both, once, whatever its callers.
+// When it returns, no cancellation can reach conn any more: a connection
+// handed on after it (to Accept, to a queue pair) keeps no deadline, even
+// if ctx ends at that moment. (context.AfterFunc's stop does not wait for a
+// function already started, which would set the past deadline after the
+// clear and fail every later read of a healthy connection.)
 func SetupDeadline(ctx context.Context, conn net.Conn) func() {
 	d, ok := ctx.Deadline()
 	if !ok || time.Until(d) > handshakeTimeout {
 		d = time.Now().Add(handshakeTimeout)
 	}
 	conn.SetDeadline(d)
-	stop := context.AfterFunc(ctx, func() { conn.SetDeadline(time.Unix(1, 0)) })
+	unblocked := make(chan struct{})
+	stopAfter := context.AfterFunc(ctx, func() {
+		conn.SetDeadline(time.Unix(1, 0))
+		close(unblocked)
+	})
+	var once sync.Once
 	return func() {
-		stop()
-		conn.SetDeadline(time.Time{})
+		once.Do(func() {
+			if !stopAfter() {
+				<-unblocked
+			}
+			conn.SetDeadline(time.Time{})
+		})
 	}
 }
 
@@ -290,6 +304,9 @@ func (a *Acceptor) handshake(conn net.Conn) {
 		if _, err := conn.Write([]byte{0, 0, 0}); err != nil {
 			return err
 		}
+		// The connection is Accept's from here: clear this handshake's
+		// deadline now, before Accept sets its own, not after.
+		stop()
 		if !a.cfg.RepeatKeys {
 			a.claimed[key] = true
 		}

@@ -9,6 +9,7 @@ import (
 	"log/slog"
 	"net"
 	"os"
+	"runtime"
 	"strings"
 	"sync"
 	"testing"
@@ -292,4 +293,71 @@ func FuzzDialAnswer(f *testing.F) {
 			t.Fatalf("a handshake with a listener that proved nothing succeeded (answer %x)", answer)
 		}
 	})
+}
+
+// Once SetupDeadline's stop returns, the connection keeps no deadline, even
+// when ctx ended just before: a cancellation already under way finishes
+// before the clear, not after it (where it would fail every later read).
+func TestSetupDeadlineStopIsFinal(t *testing.T) {
+	for i := range 300 {
+		c1, c2 := net.Pipe()
+		ctx, cancel := context.WithCancel(context.Background())
+		stop := SetupDeadline(ctx, c1)
+		cancel()
+		stop()
+		stop() // twice is once
+		runtime.Gosched()
+		go c2.Write([]byte{1})
+		if _, err := c1.Read(make([]byte, 1)); err != nil {
+			t.Fatalf("round %d: a read after stop: %v", i, err)
+		}
+		c1.Close()
+		c2.Close()
+	}
+}
+
+// A connection Accept handed out is its caller's alone: the handshake
+// that admitted it touches its deadline no more, neither clearing the one
+// the caller set (a backend's setup bound) nor setting a past one when the
+// acceptor closes.
+func TestAcceptedConnLeftAlone(t *testing.T) {
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	for i := range 30 {
+		ln, err := net.Listen("tcp", "127.0.0.1:0")
+		if err != nil {
+			t.Fatal(err)
+		}
+		a := NewAcceptorConfig(ln, AcceptorConfig{Token: "job", Log: slog.New(slog.NewTextHandler(io.Discard, nil))})
+		c, err := dialKey(ctx, a, "job", "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got, err := a.Accept(ctx, "k")
+		if err != nil {
+			t.Fatal(err)
+		}
+		got.SetReadDeadline(time.Now().Add(20 * time.Millisecond))
+		for a.inHandshake.Load() > 0 && ctx.Err() == nil {
+			runtime.Gosched()
+		}
+		// Nothing to read: the caller's deadline, not a cleared one (a
+		// read that would block until the guard closes it) ends the read.
+		guard := time.AfterFunc(5*time.Second, func() { got.Close() })
+		var ne net.Error
+		if _, err := got.Read(make([]byte, 1)); !errors.As(err, &ne) || !ne.Timeout() {
+			t.Fatalf("round %d: a read past the caller's deadline: %v, want a timeout", i, err)
+		}
+		guard.Stop()
+		a.Close()
+		runtime.Gosched()
+		got.SetReadDeadline(time.Time{})
+		c.Write([]byte("ping"))
+		buf := make([]byte, 4)
+		if _, err := io.ReadFull(got, buf); err != nil {
+			t.Fatalf("round %d: the accepted connection after the acceptor closed: %v", i, err)
+		}
+		c.Close()
+		got.Close()
+	}
 }
