@@ -177,7 +177,7 @@ func (c *Comm) newSmallPath(rec *flowtel.Recorder) *smallPath {
 			return nil
 		}
 		s.boxes[p] = mb.Mailbox()
-		if len(s.boxes[p].Slot(0)) < slotMax {
+		if s.boxes[p].SlotSize() < slotMax {
 			return nil
 		}
 		if s.own == nil {
@@ -509,7 +509,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 			if stream {
 				b.StreamSlot(k, in)
 			} else {
-				copy(b.Slot(k), in)
+				copy(b.Slot(k, len(in)), in)
 			}
 			b.Publish(k, tag)
 		}
@@ -540,9 +540,9 @@ func (c *Comm) smallCombine(k uint32, rq *request, in []byte) {
 	n := len(in)
 	slot := func(r int) []byte {
 		if r == c.rank {
-			return s.own.Slot(k)[:n] // a copy of the input, whatever the output overlaps
+			return s.own.Slot(k, n) // a copy of the input, whatever the output overlaps
 		}
-		return s.boxes[r].PeerSlot(k)[:n]
+		return s.boxes[r].PeerSlot(k, n)
 	}
 	switch rq.call.op {
 	case OpAllReduce:
@@ -567,7 +567,7 @@ func (c *Comm) smallCombine(k uint32, rq *request, in []byte) {
 		}
 	case OpBroadcast:
 		if root := rq.call.root; root != c.rank {
-			copy(rq.out, s.boxes[root].PeerSlot(k)[:len(rq.out)])
+			copy(rq.out, s.boxes[root].PeerSlot(k, len(rq.out)))
 		} else if !rq.call.inPlace {
 			copy(rq.out, rq.in)
 		}

@@ -128,10 +128,14 @@ type Mailboxer interface {
 
 // Mailbox is one end's view of a QP's mailboxes (see Mailboxer).
 type Mailbox interface {
-	// Slot returns this end's slot for call k; PeerSlot the peer's, to be
-	// read only once Arrived(k). Both have the same fixed size.
-	Slot(k uint32) []byte
-	PeerSlot(k uint32) []byte
+	// Slot returns this end's slot of n bytes for call k; PeerSlot the
+	// peer's, to be read only once Arrived(k) and only for a call of the
+	// same n on both ends (where a slot lies may depend on n). n is at
+	// most the backend's slot size.
+	Slot(k uint32, n int) []byte
+	PeerSlot(k uint32, n int) []byte
+	// SlotSize is the most bytes a slot holds.
+	SlotSize() int
 	// StreamSlot copies src into this end's slot for call k as Slot's
 	// copy would, but past this core's caches (non-temporal stores), for
 	// a slot that this end does not read back and the peer reads once:

@@ -11,26 +11,35 @@ import (
 )
 
 // Mailboxes (transport.Mailboxer). Besides its rings, a segment holds one
-// mailbox per side: a sequence word, a "waiting" word, the tags of the last
-// mbTags publications and two slots of MailboxSlot bytes, which only that
-// side writes. They are for callers above the transport that
+// mailbox per side, which only that side writes: two sequence lines, a
+// "waiting" word, the tags of the last mbTags publications and two slots of
+// MailboxSlot bytes. They are for callers above the transport that
 // exchange small fixed messages in lockstep (collective's small all-reduce):
 // write the slot of call k (parity k&1), Publish(k), wait until the peer's
 // sequence reaches k, read the peer's slot. No WR, no credit, no ring
-// record: one cache line hand-off each way carries the sequence, and the
-// slot's lines follow.
+// record.
+//
+// Sequence line k&1 holds the number and tag of the side's last call of
+// that parity (tag<<32 | k), and, for calls of at most MailboxInline bytes,
+// their slot: a peer in step then reads the call, its tag and its bytes in
+// one cache-line hand-off, where a separate slot line (and a tag history
+// line) would each cost one more, a few hundred ns between far cores.
+// Larger calls' slots follow in their own lines.
 //
 // Reuse is the caller's protocol: a side may rewrite slot k&1 at call k+2
 // only once the peer has finished reading it, which a lockstep caller knows
 // when the peer published k+1 (it does so only after finishing call k).
+// Publish itself rewrites only the sequence word of line k&1, never the
+// bytes a peer may still be reading.
 //
 // Waiting: a caller polls Arrived, and when it wants to stop spinning calls
 // Sleep, which raises the side's waiting word and sleeps on the peer's
-// sequence word (a futex in the shared mapping); Publish wakes it only when
-// that word is up, so a polling peer costs the publisher no system call.
-// Both words are written with sequentially consistent atomics (XCHG on
-// amd64), so either the publisher sees the waiter's flag or the waiter sees
-// the new sequence before it sleeps.
+// sequence word of the call's parity (a futex in the shared mapping: the
+// word's low half); Publish wakes it only when that word is up, so a polling
+// peer costs the publisher no system call. Both words are written with
+// sequentially consistent atomics (XCHG on amd64), so either the publisher
+// sees the waiter's flag or the waiter sees the new sequence before it
+// sleeps.
 const (
 	// MailboxSlot is the size of a mailbox slot in bytes: four of them
 	// per QP, 1 MiB beside the rings' 4 MiB. Collective's path takes
@@ -38,43 +47,65 @@ const (
 	// up to a slot a rank where ranks outnumber cores.
 	MailboxSlot = 256 << 10
 
+	// MailboxInline is the largest slot kept in its call's sequence line:
+	// a 64-byte line less the sequence word.
+	MailboxInline = 64 - 8
+
 	// mbTags is how many publications' tags a mailbox keeps: a peer that
 	// reads a tag after the publisher has gone that many calls further
 	// finds it overwritten (PeerTag's ok is false).
 	mbTags = 256
 
-	offMbSeq   = 0
-	offMbWait  = line
-	offMbTags  = 2 * line
+	offMbSeq   = 0 // two sequence lines, one a parity
+	offMbWait  = 2 * line
+	offMbTags  = 3 * line
 	offMbSlots = offMbTags + 8*mbTags
 	mbStride   = offMbSlots + 2*MailboxSlot
 )
 
+// lowHalf is the offset of a uint64's low 32 bits within it: 0 on little-
+// endian machines, 4 on big-endian ones.
+var lowHalf = func() int {
+	x := uint64(1)
+	if *(*byte)(unsafe.Pointer(&x)) == 1 {
+		return 0
+	}
+	return 4
+}()
+
+// mbSide is one side's mailbox in the mapping.
+type mbSide struct {
+	seq    [2]*atomic.Uint64 // sequence line p's word: tag<<32 | k of the last call of parity p
+	futex  [2]*atomic.Uint32 // its low half, the futex word
+	inline [2][]byte         // the rest of sequence line p: the slot of a call of at most MailboxInline bytes
+	wait   *atomic.Uint32
+	tags   []atomic.Uint64 // publication k's tag, with k in the high half
+	slots  [2][]byte
+}
+
 // Mailbox is one QP's pair of mailboxes, seen from this side. It lives in
 // the QP's mapping: use it only while the QP is open (Close unmaps it).
 type Mailbox struct {
-	q                *QP
-	mySeq, peerSeq   *atomic.Uint32
-	myWait, peerWait *atomic.Uint32
-	myTags, peerTags []atomic.Uint64 // publication k's tag, with k in the high half
-	mine, peer       [2][]byte
+	q          *QP
+	mine, peer mbSide
 }
 
 func newMailbox(q *QP) *Mailbox {
 	mem, g := q.seg.mem, q.seg.geo
-	m := &Mailbox{q: q}
-	side := func(s int) (seq, wait *atomic.Uint32, tags []atomic.Uint64, slots [2][]byte) {
+	side := func(s int) (m mbSide) {
 		b := g.mailboxBase(s)
-		for i := range slots {
-			o := b + offMbSlots + i*MailboxSlot
-			slots[i] = mem[o : o+MailboxSlot : o+MailboxSlot]
+		for p := range 2 {
+			o := b + offMbSeq + p*line
+			m.seq[p], m.futex[p] = u64At(mem, o), u32At(mem, o+lowHalf)
+			m.inline[p] = mem[o+8 : o+8+MailboxInline : o+8+MailboxInline]
+			o = b + offMbSlots + p*MailboxSlot
+			m.slots[p] = mem[o : o+MailboxSlot : o+MailboxSlot]
 		}
-		tags = unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offMbTags])), mbTags)
-		return u32At(mem, b+offMbSeq), u32At(mem, b+offMbWait), tags, slots
+		m.wait = u32At(mem, b+offMbWait)
+		m.tags = unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offMbTags])), mbTags)
+		return m
 	}
-	m.mySeq, m.myWait, m.myTags, m.mine = side(q.side)
-	m.peerSeq, m.peerWait, m.peerTags, m.peer = side(1 - q.side)
-	return m
+	return &Mailbox{q: q, mine: side(q.side), peer: side(1 - q.side)}
 }
 
 var _ transport.Mailboxer = (*QP)(nil)
@@ -82,43 +113,67 @@ var _ transport.Mailboxer = (*QP)(nil)
 // Mailbox returns the QP's mailboxes.
 func (q *QP) Mailbox() transport.Mailbox { return q.mbox }
 
-// Slot returns this side's slot for call k (MailboxSlot bytes).
-func (m *Mailbox) Slot(k uint32) []byte { return m.mine[k&1] }
+// place is side m's slot of n bytes for call k.
+func (m *mbSide) place(k uint32, n int) []byte {
+	if n <= MailboxInline {
+		return m.inline[k&1][:n]
+	}
+	return m.slots[k&1][:n]
+}
 
-// StreamSlot copies src into this side's slot for call k past the caches.
-func (m *Mailbox) StreamSlot(k uint32, src []byte) { copyStream(m.mine[k&1], src) }
+// SlotSize returns MailboxSlot.
+func (m *Mailbox) SlotSize() int { return MailboxSlot }
 
-// PeerSlot returns the peer's slot for call k; read it only once Arrived(k).
-func (m *Mailbox) PeerSlot(k uint32) []byte { return m.peer[k&1] }
+// Slot returns this side's slot of n bytes (at most MailboxSlot) for call k.
+func (m *Mailbox) Slot(k uint32, n int) []byte { return m.mine.place(k, n) }
+
+// StreamSlot copies src into this side's slot for call k past the caches
+// (a slot in the sequence line is written plainly).
+func (m *Mailbox) StreamSlot(k uint32, src []byte) {
+	if len(src) <= MailboxInline {
+		copy(m.mine.inline[k&1], src)
+		return
+	}
+	copyStream(m.mine.slots[k&1], src)
+}
+
+// PeerSlot returns the peer's slot of n bytes for call k; read it only once
+// Arrived(k), and only if the peer's call had n bytes too.
+func (m *Mailbox) PeerSlot(k uint32, n int) []byte { return m.peer.place(k, n) }
 
 // Publish tells the peer that this side is done with call k (its slot, if
 // it wrote one, is ready), with tag saying what the call was.
 func (m *Mailbox) Publish(k uint32, tag uint32) {
-	m.myTags[k%mbTags].Store(uint64(k)<<32 | uint64(tag))
-	m.mySeq.Store(k)
-	if m.peerWait.Load() != 0 {
-		futexWake(m.mySeq, 1)
+	m.mine.tags[k%mbTags].Store(uint64(k)<<32 | uint64(tag))
+	m.mine.seq[k&1].Store(uint64(tag)<<32 | uint64(k))
+	if m.peer.wait.Load() != 0 {
+		futexWake(m.mine.futex[k&1], 1)
 	}
 }
 
 // PeerTag returns the tag the peer published call k with; ok is false
 // when the peer has not published k yet or has gone mbTags calls further.
 func (m *Mailbox) PeerTag(k uint32) (tag uint32, ok bool) {
-	e := m.peerTags[k%mbTags].Load()
+	if e := m.peer.seq[k&1].Load(); uint32(e) == k {
+		return uint32(e >> 32), true
+	}
+	e := m.peer.tags[k%mbTags].Load()
 	return uint32(e), uint32(e>>32) == k
 }
 
 // Arrived reports whether the peer has published call k (or a later one).
-func (m *Mailbox) Arrived(k uint32) bool { return int32(m.peerSeq.Load()-k) >= 0 }
+// Publications come in order, so line k&1 holds k or a later call once k
+// came, and k-2 or an earlier one before.
+func (m *Mailbox) Arrived(k uint32) bool { return int32(uint32(m.peer.seq[k&1].Load())-k) >= 0 }
 
 // Sleep waits until the peer publishes call k, at most d; it may return
 // early (a signal, a spurious wake-up): the caller checks Arrived again.
 func (m *Mailbox) Sleep(k uint32, d time.Duration) {
-	m.myWait.Store(1)
-	if v := m.peerSeq.Load(); int32(v-k) < 0 {
-		futexWait(m.peerSeq, v, d)
+	m.mine.wait.Store(1)
+	if v := uint32(m.peer.seq[k&1].Load()); int32(v-k) < 0 {
+		futexWait(m.peer.futex[k&1], v, d)
 	}
-	m.myWait.Store(0)
+	m.mine.wait.Store(0)
 }
 
 // Err returns why the peer is gone (transport.ErrPeerDead: died or closed)

@@ -17,15 +17,20 @@ import (
 func TestMailboxExchange(t *testing.T) {
 	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
 	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
-	if len(a.Slot(1)) != MailboxSlot || &a.Slot(1)[0] == &a.Slot(2)[0] || &a.Slot(1)[0] != &a.Slot(3)[0] {
-		t.Fatal("slots are not two alternating buffers of MailboxSlot bytes")
+	for _, n := range []int{1, MailboxInline, MailboxInline + 1, MailboxSlot} {
+		if len(a.Slot(1, n)) != n || &a.Slot(1, n)[0] == &a.Slot(2, n)[0] || &a.Slot(1, n)[0] != &a.Slot(3, n)[0] {
+			t.Fatalf("slots of %d bytes are not two alternating buffers", n)
+		}
+	}
+	if a.SlotSize() != MailboxSlot {
+		t.Fatalf("SlotSize %d, want %d", a.SlotSize(), MailboxSlot)
 	}
 	if a.Arrived(1) || b.Arrived(1) {
 		t.Fatal("call 1 arrived before anyone published it")
 	}
 	for k := uint32(1); k <= 3*mbTags; k++ {
-		msg := patternOf(100+int(k), byte(k))
-		copy(a.Slot(k), msg)
+		msg := patternOf(1+int(k%100), byte(k)) // in the sequence line and past it
+		copy(a.Slot(k, len(msg)), msg)
 		a.Publish(k, k*7)
 		if !b.Arrived(k) || b.Arrived(k+1) {
 			t.Fatalf("call %d: Arrived(k) %v, Arrived(k+1) %v", k, b.Arrived(k), b.Arrived(k+1))
@@ -33,7 +38,15 @@ func TestMailboxExchange(t *testing.T) {
 		if tag, ok := b.PeerTag(k); !ok || tag != k*7 {
 			t.Fatalf("call %d: tag %d (ok %v), want %d", k, tag, ok, k*7)
 		}
-		if !bytes.Equal(b.PeerSlot(k)[:len(msg)], msg) {
+		// The last call's tag rides its sequence word; earlier ones
+		// come from the history, later ones are not there yet.
+		if tag, ok := b.PeerTag(k - 1); k > 1 && (!ok || tag != (k-1)*7) {
+			t.Fatalf("call %d: the tag of call %d is %d (ok %v), want %d", k, k-1, tag, ok, (k-1)*7)
+		}
+		if _, ok := b.PeerTag(k + 1); ok {
+			t.Fatalf("call %d: call %d has a tag before it was published", k, k+1)
+		}
+		if !bytes.Equal(b.PeerSlot(k, len(msg)), msg) {
 			t.Fatalf("call %d: the peer's slot does not hold what was written", k)
 		}
 		if k > mbTags {
@@ -41,6 +54,29 @@ func TestMailboxExchange(t *testing.T) {
 				t.Fatalf("call %d: the tag of call %d is still there", k, k-mbTags)
 			}
 		}
+	}
+}
+
+// A side that runs ahead publishing calls with no data (collective's
+// engine tickets) rewrites only the sequence words: the bytes of its last
+// call in a sequence line stay for the peer still to read, with its tag.
+func TestMailboxPublishKeepsInlineSlot(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	msg := patternOf(MailboxInline, 9)
+	copy(a.Slot(5, len(msg)), msg)
+	a.Publish(5, 77)
+	for k := uint32(6); k < 10; k++ {
+		a.Publish(k, 0)
+	}
+	if !b.Arrived(5) || !b.Arrived(9) || b.Arrived(10) {
+		t.Fatalf("Arrived(5, 9, 10) = %v %v %v, want true true false", b.Arrived(5), b.Arrived(9), b.Arrived(10))
+	}
+	if tag, ok := b.PeerTag(5); !ok || tag != 77 {
+		t.Fatalf("call 5's tag %d (ok %v), want 77", tag, ok)
+	}
+	if !bytes.Equal(b.PeerSlot(5, len(msg)), msg) {
+		t.Fatal("publishing later calls overwrote call 5's bytes in its sequence line")
 	}
 }
 
@@ -88,10 +124,13 @@ func TestMailboxSleepAndPeerGone(t *testing.T) {
 func TestMailboxStreamSlot(t *testing.T) {
 	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
 	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
-	for i, n := range []int{1, 15, 16, 63, 64, 65, 4097, 16 << 10, 48<<10 + 7, MailboxSlot} {
+	for i, n := range []int{1, 15, 16, MailboxInline, MailboxInline + 1, 63, 64, 65, 4097, 16 << 10, 48<<10 + 7, MailboxSlot} {
 		k := uint32(i + 1)
-		for j := range a.Slot(k) {
-			a.Slot(k)[j] = 0xee
+		for j := range a.Slot(k, MailboxSlot) {
+			a.Slot(k, MailboxSlot)[j] = 0xee
+		}
+		for j := range a.Slot(k, MailboxInline) {
+			a.Slot(k, MailboxInline)[j] = 0xee
 		}
 		msg := patternOf(n, byte(k))
 		a.StreamSlot(k, msg)
@@ -99,7 +138,10 @@ func TestMailboxStreamSlot(t *testing.T) {
 		if !b.Arrived(k) {
 			t.Fatalf("%d bytes: not arrived", n)
 		}
-		got := b.PeerSlot(k)
+		got := b.PeerSlot(k, MailboxSlot)
+		if n <= MailboxInline {
+			got = b.PeerSlot(k, MailboxInline)
+		}
 		if !bytes.Equal(got[:n], msg) {
 			t.Fatalf("%d bytes: the peer's slot does not hold what was streamed", n)
 		}

@@ -26,7 +26,7 @@ import (
 // line (two 64-byte lines: the adjacent-line prefetcher pairs them).
 const (
 	segMagic   = 0x314d48534c434356 // "VCCLSHM1", little endian
-	segVersion = 8                  // 2: eager sends and the read word; 3: single copy; 4: mailboxes; 5: single-copy read rate; 6: ring read rates; 7: 64 KiB mailbox slots; 8: 256 KiB mailbox slots
+	segVersion = 9                  // 2: eager sends and the read word; 3: single copy; 4: mailboxes; 5: single-copy read rate; 6: ring read rates; 7: 64 KiB mailbox slots; 8: 256 KiB mailbox slots; 9: the mailbox's tag beside its sequence
 
 	line    = 128
 	hdrSize = 4096

@@ -120,7 +120,7 @@ func TestGeometry(t *testing.T) {
 	}
 	for _, bad := range []func([]byte){
 		func(m []byte) { u64At(m, offMagic).Store(1) },
-		func(m []byte) { u32At(m, offVersion).Store(9) },
+		func(m []byte) { u32At(m, offVersion).Store(segVersion + 1) },
 		func(m []byte) { u64At(m, offRing).Store(3 << 20) },
 		func(m []byte) { u64At(m, offRing).Store(1 << 62) },
 		func(m []byte) { u64At(m, offSlots).Store(1000) },
