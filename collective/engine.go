@@ -268,8 +268,12 @@ func (e *engine) setSpinning(on bool) {
 }
 
 func (e *engine) spins() bool {
-	return e.spin && spinFits(int(liveEngines.Load()), e.procs, runtime.NumCPU(), affinity.LauncherBound())
+	return e.spin && !crowdedForTests.Load() && spinFits(int(liveEngines.Load()), e.procs, runtime.NumCPU(), affinity.LauncherBound())
 }
+
+// crowdedForTests makes every engine behave as where ranks outnumber
+// cores, whatever the machine: tests of those paths set it.
+var crowdedForTests atomic.Bool
 
 // spinFits reports whether live engines in each of procs processes on the
 // host may spin, when this process may run on cpus CPUs (runtime.NumCPU:

@@ -209,9 +209,14 @@ func (c *Comm) takesSmall(rq *request) bool {
 	if c.small == nil || rq.seq != 0 {
 		return false
 	}
-	limit := smallLimit(c.size, c.engines[0].spins(), rq.call.op)
+	spin := c.engines[0].spins()
+	limit := smallLimit(c.size, spin, rq.call.op)
 	switch rq.call.op {
-	case OpAllReduce, OpAllGather:
+	case OpAllReduce:
+		// Above a slot where engines may not spin: in slices (slices.go).
+		rq.slices = !spin && len(rq.in) > limit
+		return len(rq.in) > 0 && (len(rq.in) <= limit || rq.slices)
+	case OpAllGather:
 		return len(rq.in) > 0 && len(rq.in) <= limit
 	case OpBroadcast:
 		return len(rq.out) > 0 && len(rq.out) <= limit && rq.call.root < 1<<7
@@ -480,7 +485,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	if s.lastBox != k-1 {
 		for p, b := range s.boxes {
 			if b != nil && !b.Arrived(k-1) {
-				if err := c.smallWait(ctx, b, k-1, p, seq, deadline, rq); err != nil {
+				if err := c.smallWait(ctx, b, k-1, 0, p, seq, deadline, rq); err != nil {
 					return err
 				}
 			}
@@ -493,43 +498,58 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	case op == OpBarrier, op == OpBroadcast && c.rank != rq.call.root:
 		in = nil
 	}
-	tag := smallTag(rq)
+	tag, sent := smallTag(rq), len(in)
+	if rq.slices {
+		tag, sent = slicesTag(rq), slicesPeerBytes(len(in), c.size)
+	}
 	// Telemetry: begin's clock reading and records go after the
 	// publication, in the time the peers take to see it, unless this
 	// rank's copies are large (see telLateMin); then the reading is taken
 	// before them and the records wait for end.
 	tel := s.rec.Enabled()
-	late := tel && len(in)*(c.size-1) >= telLateMin
+	late := tel && sent*(c.size-1) >= telLateMin
 	if late {
-		s.hold(seq, len(in), s.rec.Now())
+		s.hold(seq, sent, s.rec.Now())
+	}
+	if rq.slices {
+		c.slicesStart(k, rq)
 	}
 	stream := len(in) >= streamSlotMin && (op == OpBroadcast || op == OpAllGather && ownFromInput(rq))
 	for _, b := range s.boxes {
 		if b != nil {
-			if stream {
+			switch {
+			case rq.slices:
+			case stream:
 				b.StreamSlot(k, in)
-			} else {
+			default:
 				copy(b.Slot(k, len(in)), in)
 			}
 			b.Publish(k, tag)
 		}
 	}
 	if tel && !late {
-		s.begin(c, k, seq, rq, len(in))
+		s.begin(c, k, seq, rq, sent)
 	}
 	s.lastBox = k
 	st := flowtel.StatusOK
 	err := c.smallGather(ctx, k, seq, deadline, tag, rq)
 	switch {
+	case err != nil:
+	case !rq.slices:
+		c.smallCombine(k, rq, in)
+	case !c.slicesSameSize(k, rq):
+		err = errFallback
+	default:
+		err = c.slicesRun(ctx, k, seq, deadline, rq)
+	}
+	switch {
 	case err == errFallback:
 		st = flowtel.StatusFlushed // the call runs again on the engine
 	case err != nil:
 		st = flowtel.StatusError
-	default:
-		c.smallCombine(k, rq, in)
 	}
 	if tel {
-		s.end(c, seq, rq, len(in), st)
+		s.end(c, seq, rq, sent, st)
 	}
 	return err
 }
@@ -583,7 +603,7 @@ func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline *
 			continue
 		}
 		if !b.Arrived(k) {
-			if err := c.smallWait(ctx, b, k, p, seq, deadline, rq); err != nil {
+			if err := c.smallWait(ctx, b, k, 0, p, seq, deadline, rq); err != nil {
 				return err
 			}
 		}
@@ -599,15 +619,16 @@ func (c *Comm) smallGather(ctx context.Context, k uint32, seq uint64, deadline *
 	return nil
 }
 
-// smallWait waits until the peer p has published call k (of request rq):
-// spinning, then yielding, then sleeping, and failing on the call's
-// deadline, the abort board, teardown or the peer's end. Once it stops
-// spinning it writes the records of a begin held for end.
-func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline *smallDeadline, rq *request) error {
+// smallWait waits until the peer p has published part part of call k (of
+// request rq; part 0: the call itself): spinning, then yielding, then
+// sleeping, and failing on the call's deadline, the abort board, teardown
+// or the peer's end. Once it stops spinning it writes the records of a
+// begin held for end.
+func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k, part uint32, p int, seq uint64, deadline *smallDeadline, rq *request) error {
 	spin := c.engines[0].spins()
 	var start int64 // read at the 64th poll: most waits end before
 	for i := 1; ; i++ {
-		if b.Arrived(k) {
+		if b.ArrivedPart(k, part) {
 			return nil
 		}
 		if i&63 != 0 {
@@ -623,10 +644,10 @@ func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p i
 			continue
 		}
 		if i&1023 == 0 || waited >= smallYield {
-			if err := c.smallCheck(ctx, b, k, p, seq, deadline, now); err != nil {
+			if err := c.smallCheck(ctx, b, k, part, p, seq, deadline, rq, now); err != nil {
 				return err
 			}
-			if b.Arrived(k) {
+			if b.ArrivedPart(k, part) {
 				return nil
 			}
 		}
@@ -639,7 +660,7 @@ func (c *Comm) smallWait(ctx context.Context, b transport.Mailbox, k uint32, p i
 			osYield()
 			continue
 		}
-		b.Sleep(k, smallNap)
+		b.SleepPart(k, part, smallNap)
 	}
 }
 
@@ -662,7 +683,7 @@ func (d *smallDeadline) passed(now int64) bool {
 }
 
 // smallCheck returns why a wait for peer p must end, or nil.
-func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p int, seq uint64, deadline *smallDeadline, now int64) error {
+func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k, part uint32, p int, seq uint64, deadline *smallDeadline, rq *request, now int64) error {
 	if c.small.stopping.Load() {
 		return ErrAborted
 	}
@@ -679,10 +700,10 @@ func (c *Comm) smallCheck(ctx context.Context, b transport.Mailbox, k uint32, p 
 		}
 	}
 	if err != nil {
-		return blame(fmt.Errorf("collective: %v seq %d on rank %d: %w; still waiting on rank %d", OpAllReduce, seq, c.rank, err, p), p)
+		return blame(fmt.Errorf("collective: %v seq %d on rank %d: %w; still waiting on rank %d", rq.call.op, seq, c.rank, err, p), p)
 	}
-	if perr := b.Err(); perr != nil && !b.Arrived(k) {
-		return fmt.Errorf("collective: %v seq %d: %w", OpAllReduce, seq, peerError(p, perr))
+	if perr := b.Err(); perr != nil && !b.ArrivedPart(k, part) {
+		return fmt.Errorf("collective: %v seq %d: %w", rq.call.op, seq, peerError(p, perr))
 	}
 	return nil
 }
@@ -811,12 +832,16 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 // Its sizes fit: a call moves at most slotMax bytes a rank.
 func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq *request, ts int64, st flowtel.Status, sent int, endAfter uint32) {
 	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes, x.EndAfter = ts, seq, s.wrs, uint32(len(rq.out)), endAfter
-	x.Rank, x.Peer, x.QP, x.Comm, x.SendBytes, x.RecvBytes = int32(c.rank), int32(p), s.qpids[p], s.comm, uint32(sent), uint32(recvBytes(rq, p))
+	x.Rank, x.Peer, x.QP, x.Comm, x.SendBytes, x.RecvBytes = int32(c.rank), int32(p), s.qpids[p], s.comm, uint32(sent), uint32(recvBytes(rq, p, sent))
 	x.Channel, x.Status, x.Op, x.Algo, x.Dtype = 0, st, uint8(rq.call.op), uint8(AlgoDirect), uint8(rq.dt)
 }
 
-// recvBytes is what a call reads from peer p's slot.
-func recvBytes(rq *request, p int) int {
+// recvBytes is what a call that sends sent bytes to each peer reads from
+// peer p's slots.
+func recvBytes(rq *request, p, sent int) int {
+	if rq.slices {
+		return sent // a slice each way in each part
+	}
 	switch rq.call.op {
 	case OpBroadcast:
 		if p == rq.call.root {

@@ -189,7 +189,7 @@ func TestSmallExchangeRecords(t *testing.T) {
 					wf(p).Put(r, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(id, false), tc.in, 1)
 				})
 				put(func(r *flowtel.Record) {
-					wf(p).Put(r, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(id, true), recvBytes(rq, p), 2)
+					wf(p).Put(r, ts, flowtel.KindWRPost, flowtel.StatusOK, flowtel.WRID(id, true), recvBytes(rq, p, len(rq.in)), 2)
 				})
 			}
 			for _, p := range peers {
@@ -197,7 +197,7 @@ func TestSmallExchangeRecords(t *testing.T) {
 					wf(p).Put(r, te, flowtel.KindWC, tc.status, flowtel.WRID(id, false), tc.in, 1)
 				})
 				put(func(r *flowtel.Record) {
-					wf(p).Put(r, te, flowtel.KindWC, tc.status, flowtel.WRID(id, true), recvBytes(rq, p), 0)
+					wf(p).Put(r, te, flowtel.KindWC, tc.status, flowtel.WRID(id, true), recvBytes(rq, p, len(rq.in)), 0)
 				})
 			}
 			put(func(r *flowtel.Record) { cf.Put(r, te, flowtel.KindCollEnd, tc.status) })

@@ -154,6 +154,17 @@ type Mailbox interface {
 	// (callers check Arrived again); it is for waits that have stopped
 	// spinning.
 	Sleep(k uint32, d time.Duration)
+	// A call published at k may go on in parts i = 1, 2, ...: part i's
+	// slot is that of call k+i (Slot(k+i, n)), written under the same
+	// rule (rewrite it only once the peer published part i-1), announced
+	// by PublishPart(k, i). ArrivedPart and SleepPart are Arrived and
+	// Sleep for part i (part 0 is the call itself); a peer that went on
+	// to a later call counts as arrived. A call that goes on in parts must
+	// be published with a tag of at least 1<<31, and the peer must not
+	// start call k+1 before this end has seen its last part.
+	PublishPart(k, i uint32)
+	ArrivedPart(k, i uint32) bool
+	SleepPart(k, i uint32, d time.Duration)
 	// Err returns why the peer is gone once it is (what it published
 	// before stays readable), else nil.
 	Err() error

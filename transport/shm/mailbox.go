@@ -64,7 +64,7 @@ const (
 )
 
 // lowHalf is the offset of a uint64's low 32 bits within it: 0 on little-
-// endian machines, 4 on big-endian ones.
+// endian machines, 4 on big-endian ones; highHalf that of its high 32.
 var lowHalf = func() int {
 	x := uint64(1)
 	if *(*byte)(unsafe.Pointer(&x)) == 1 {
@@ -73,10 +73,13 @@ var lowHalf = func() int {
 	return 4
 }()
 
+var highHalf = 4 - lowHalf
+
 // mbSide is one side's mailbox in the mapping.
 type mbSide struct {
-	seq    [2]*atomic.Uint64 // sequence line p's word: tag<<32 | k of the last call of parity p
-	futex  [2]*atomic.Uint32 // its low half, the futex word
+	seq    [2]*atomic.Uint64 // sequence line p's word: tag<<32 | k of the last call of parity p, or i<<32 | k of part i of call k
+	futex  [2]*atomic.Uint32 // its low half, the futex word of calls
+	pfutex [2]*atomic.Uint32 // its high half, the futex word of parts (a part leaves the low half as it was)
 	inline [2][]byte         // the rest of sequence line p: the slot of a call of at most MailboxInline bytes
 	wait   *atomic.Uint32
 	tags   []atomic.Uint64 // publication k's tag, with k in the high half
@@ -96,7 +99,7 @@ func newMailbox(q *QP) *Mailbox {
 		b := g.mailboxBase(s)
 		for p := range 2 {
 			o := b + offMbSeq + p*line
-			m.seq[p], m.futex[p] = u64At(mem, o), u32At(mem, o+lowHalf)
+			m.seq[p], m.futex[p], m.pfutex[p] = u64At(mem, o), u32At(mem, o+lowHalf), u32At(mem, o+highHalf)
 			m.inline[p] = mem[o+8 : o+8+MailboxInline : o+8+MailboxInline]
 			o = b + offMbSlots + p*MailboxSlot
 			m.slots[p] = mem[o : o+MailboxSlot : o+MailboxSlot]
@@ -154,7 +157,7 @@ func (m *Mailbox) Publish(k uint32, tag uint32) {
 // PeerTag returns the tag the peer published call k with; ok is false
 // when the peer has not published k yet or has gone mbTags calls further.
 func (m *Mailbox) PeerTag(k uint32) (tag uint32, ok bool) {
-	if e := m.peer.seq[k&1].Load(); uint32(e) == k {
+	if e := m.peer.seq[k&1].Load(); uint32(e) == k && !isPart(e) {
 		return uint32(e >> 32), true
 	}
 	e := m.peer.tags[k%mbTags].Load()
@@ -172,6 +175,49 @@ func (m *Mailbox) Sleep(k uint32, d time.Duration) {
 	m.mine.wait.Store(1)
 	if v := uint32(m.peer.seq[k&1].Load()); int32(v-k) < 0 {
 		futexWait(m.peer.futex[k&1], v, d)
+	}
+	m.mine.wait.Store(0)
+}
+
+// isPart reports whether sequence word e announces a part (its high half a
+// part number, which call tags of calls with parts never are: transport
+// docs), not a call.
+func isPart(e uint64) bool { hi := uint32(e >> 32); return hi != 0 && hi < 1<<31 }
+
+// PublishPart tells the peer that this side is done with part i (i >= 1)
+// of call k, whose slot is call k+i's. It rewrites the sequence line of
+// that parity, whose call-k+i-2 bytes the peer has read (its part i-1
+// says so), and wakes a peer asleep on the line's part futex.
+func (m *Mailbox) PublishPart(k, i uint32) {
+	m.mine.seq[(k+i)&1].Store(uint64(i)<<32 | uint64(k))
+	if m.peer.wait.Load() != 0 {
+		futexWake(m.mine.pfutex[(k+i)&1], 1)
+	}
+}
+
+// ArrivedPart reports whether the peer has published part i of call k
+// (part 0: the call), or gone on to a later call (on either line). Parts
+// come in order and a peer publishes part i+2 only after this side's part
+// i+1, so line (k+i)&1 holds part i exactly once it came, until a later
+// call.
+func (m *Mailbox) ArrivedPart(k, i uint32) bool {
+	if i == 0 {
+		return m.Arrived(k)
+	}
+	e := m.peer.seq[(k+i)&1].Load()
+	return e == uint64(i)<<32|uint64(k) || int32(uint32(e)-k) > 0 || int32(uint32(m.peer.seq[(k+i+1)&1].Load())-k) > 0
+}
+
+// SleepPart waits until the peer publishes part i of call k, at most d, or
+// earlier: the caller checks ArrivedPart again.
+func (m *Mailbox) SleepPart(k, i uint32, d time.Duration) {
+	if i == 0 {
+		m.Sleep(k, d)
+		return
+	}
+	m.mine.wait.Store(1)
+	if e := m.peer.seq[(k+i)&1].Load(); !m.ArrivedPart(k, i) {
+		futexWait(m.peer.pfutex[(k+i)&1], uint32(e>>32), d)
 	}
 	m.mine.wait.Store(0)
 }

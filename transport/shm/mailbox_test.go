@@ -80,6 +80,52 @@ func TestMailboxPublishKeepsInlineSlot(t *testing.T) {
 	}
 }
 
+// A call goes on in parts through the slots by turns: each part is seen
+// once published and not before, its bytes with it; the call's tag stays
+// readable; a peer gone on to a later call counts as arrived; and a part
+// wakes a peer asleep on it, long before the sleep's timeout.
+func TestMailboxParts(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	const k, tag = 7, 1<<31 | 5
+	a.Publish(k, tag)
+	for i := uint32(1); i <= 5; i++ {
+		if b.ArrivedPart(k, i) {
+			t.Fatalf("part %d arrived before it was published", i)
+		}
+		msg := patternOf(1000+int(i), byte(i))
+		copy(a.Slot(k+i, len(msg)), msg)
+		a.PublishPart(k, i)
+		if !b.ArrivedPart(k, i) || !b.ArrivedPart(k, i-1) || b.ArrivedPart(k, i+1) {
+			t.Fatalf("part %d: arrived %v, part %d %v, part %d %v", i, b.ArrivedPart(k, i), i-1, b.ArrivedPart(k, i-1), i+1, b.ArrivedPart(k, i+1))
+		}
+		if !bytes.Equal(b.PeerSlot(k+i, len(msg)), msg) {
+			t.Fatalf("part %d: the slot does not hold what was written", i)
+		}
+		if got, ok := b.PeerTag(k); !ok || got != tag || !b.Arrived(k) || b.Arrived(k+1) {
+			t.Fatalf("part %d: call %d's tag %d (ok %v), Arrived(k) %v, Arrived(k+1) %v", i, k, got, ok, b.Arrived(k), b.Arrived(k+1))
+		}
+	}
+	a.Publish(k+1, tag)
+	if !b.ArrivedPart(k, 6) || !b.ArrivedPart(k, 7) {
+		t.Fatal("a peer gone on to call k+1 does not count as arrived at the parts of call k")
+	}
+	go func() {
+		time.Sleep(20 * time.Millisecond) // let b go to sleep first
+		a.PublishPart(k+1, 1)
+	}()
+	start := time.Now()
+	for !b.ArrivedPart(k+1, 1) {
+		b.SleepPart(k+1, 1, 10*time.Second)
+		if time.Since(start) > 5*time.Second {
+			t.Fatal("the part did not wake the sleeper")
+		}
+	}
+	if d := time.Since(start); d > 2*time.Second {
+		t.Fatalf("woken after %v", d)
+	}
+}
+
 // Sleep returns when the peer publishes, long before its timeout, and
 // Err reports the peer's end once it is gone.
 func TestMailboxSleepAndPeerGone(t *testing.T) {

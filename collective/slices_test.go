@@ -1,0 +1,139 @@
+package collective
+
+import (
+	"context"
+	"errors"
+	"fmt"
+	"strings"
+	"testing"
+	"time"
+)
+
+// crowded makes the engines of the test behave as where ranks outnumber
+// cores, on any machine.
+func crowded(t *testing.T) {
+	crowdedForTests.Store(true)
+	t.Cleanup(func() { crowdedForTests.Store(false) })
+}
+
+// An all-reduce above a slot where ranks outnumber cores goes by the
+// mailboxes in slices: every datatype (with -short one of each size and
+// kind), every reduction of one, in and out of place, in one round, in
+// rounds with a ragged last one, and with a count the ranks do not divide;
+// each gives the reference result.
+func TestSlicesAllReduce(t *testing.T) {
+	crowded(t)
+	dts := Datatypes()
+	if testing.Short() {
+		dts = []Datatype{Int8, BFloat16, Float32, Float64}
+	}
+	for _, n := range []int{2, 3, 4} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			ctx := testCtx(t, 2*time.Minute)
+			comms := newLocal(t, n, WithTransport("shm"))
+			cases := 0
+			for _, dt := range dts {
+				es := dt.Size()
+				counts := []int{slotMax/es + 1, 2*roundElems(n, es) + 7}
+				redops := []ReduceOp{Sum}
+				if dt == Float32 {
+					redops = ReduceOps()
+					counts = append(counts, roundElems(n, es)+n-1)
+				}
+				for _, redop := range redops {
+					for _, count := range counts {
+						for _, inPlace := range []bool{false, true} {
+							mc := matrixCase{op: OpAllReduce, dt: dt, redop: redop, count: count, inPlace: inPlace}
+							before := mailboxCalls(comms[0])
+							if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+								t.Fatalf("%v: %v", mc, err)
+							}
+							if mailboxCalls(comms[0]) == before {
+								t.Fatalf("%v (%d bytes a rank): not by the mailboxes", mc, count*es)
+							}
+							cases++
+						}
+					}
+				}
+			}
+			t.Logf("%d cases", cases)
+		})
+	}
+}
+
+// Ranks that make sliced all-reduces of different sizes (one tag: it has
+// no room for the size) all fall back to the engine, whose call check
+// fails the call on every rank naming the sizes; the communicator stays
+// usable, for sliced calls too.
+func TestSlicesSizeMismatch(t *testing.T) {
+	crowded(t)
+	comms := newLocal(t, 3, WithTransport("shm"))
+	ctx := testCtx(t, time.Minute)
+	base := slotMax/4 + 100
+	errs := make([]error, len(comms))
+	runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, base+c.Rank()/2) // ranks 0 and 1 agree, rank 2 does not
+		errs[c.Rank()] = AllReduce(ctx, c, buf, buf, Sum)
+		return nil
+	})
+	for r, err := range errs {
+		var mm *MismatchError
+		if !errors.As(err, &mm) || !strings.Contains(err.Error(), "count") {
+			t.Fatalf("rank %d: %v, want a MismatchError naming the count", r, err)
+		}
+	}
+	if err := runOnAll(comms, func(c *Comm) error {
+		buf := make([]float32, base)
+		for i := range buf {
+			buf[i] = float32(c.Rank())
+		}
+		if err := AllReduce(ctx, c, buf, buf, Sum); err != nil {
+			return err
+		}
+		if buf[0] != 3 || buf[base-1] != 3 {
+			return fmt.Errorf("sum after the mismatch = %v ... %v, want 3", buf[0], buf[base-1])
+		}
+		return nil
+	}); err != nil {
+		t.Fatal(err)
+	}
+}
+
+// A sliced all-reduce whose peer is gone fails soon with an error naming
+// the peer and the operation, and fails the communicator.
+func TestSlicesDeadPeer(t *testing.T) {
+	crowded(t)
+	comms := newLocal(t, 2, WithTransport("shm"))
+	ctx := testCtx(t, 20*time.Second)
+	count := 2 * roundElems(2, 4)
+	if err := runOnAll(comms, func(c *Comm) error {
+		return AllReduce(ctx, c, make([]float32, count), make([]float32, count), Sum)
+	}); err != nil {
+		t.Fatal(err)
+	}
+	buf := make([]float32, count)
+	comms[1].Abort()
+	start := time.Now()
+	err := AllReduce(ctx, comms[0], buf, buf, Sum)
+	if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "allreduce") {
+		t.Fatalf("sliced all-reduce with rank 1 gone: %v, want an error naming rank 1 and the all-reduce", err)
+	}
+	if d := time.Since(start); d > 5*time.Second {
+		t.Fatalf("the dead peer surfaced after %v", d)
+	}
+	if comms[0].Err() == nil {
+		t.Error("the communicator is still usable after a failed sliced call")
+	}
+}
+
+// The mailbox timeout names the operation that waited, not always the
+// all-reduce.
+func TestSmallWaitNamesItsOp(t *testing.T) {
+	comms := newLocal(t, 2, WithTransport("shm"))
+	ctx, cancel := context.WithTimeout(context.Background(), 200*time.Millisecond)
+	defer cancel()
+	err := Broadcast(ctx, comms[0], []float32{1}, []float32{1}, 0)
+	if err == nil || !strings.Contains(err.Error(), "broadcast") {
+		t.Fatalf("a lone broadcast: %v, want a deadline error naming the broadcast", err)
+	}
+}
