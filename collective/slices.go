@@ -29,15 +29,45 @@ import (
 // i. A last part without data tells the peers this rank has read all of
 // theirs, so the next call may write its slots.
 
+// slicesFor reports whether a call of op above the mailbox path's limit
+// goes by the mailboxes in slices on a communicator of ranks ranks whose
+// engines spin or not: an all-reduce where they may not; an all-gather or
+// a broadcast there too, and between 2 ranks, where the engine's single
+// copy and ring trade places from call to call on far cores and the
+// slots' two copies, streamed, are steadier and faster (decision 0051).
+func slicesFor(op Op, ranks int, spin bool) bool {
+	switch op {
+	case OpAllReduce:
+		return !spin
+	case OpAllGather, OpBroadcast:
+		return !spin || ranks == 2
+	}
+	return false
+}
+
 // sliceMax is the most bytes a rank's slice of one round takes in a slot:
 // the slot less a page at its end, whose last bytes carry part 0's size.
 const sliceMax = slotMax - 4096
 
 // slicesTag is the tag of a sliced call: arg 0x7f, which no other mailbox
-// all-reduce's tag has (its reduction, or'ed with the high bits of its
-// size of at most a slot, stays below 16), and the reduction beside.
+// call of the operation has (an all-reduce's reduction, or'ed with the
+// high bits of its size of at most a slot, stays below 16; a broadcast's
+// root is below 0x7f on the path), and the reduction or root beside.
 func slicesTag(rq *request) uint32 {
-	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | 0x7f<<16 | uint32(rq.call.redop)<<8
+	arg := uint32(rq.call.redop)
+	if rq.call.op == OpBroadcast {
+		arg = uint32(rq.call.root)
+	}
+	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | 0x7f<<16 | arg<<8
+}
+
+// slicesSize is the size every rank's call must have: a rank's input, or
+// a broadcast's buffer.
+func slicesSize(rq *request) int {
+	if rq.call.op == OpBroadcast {
+		return len(rq.out)
+	}
+	return len(rq.in)
 }
 
 // sliceBounds returns rank q's slice of a round's chunk of n elements
@@ -50,10 +80,25 @@ func sliceBounds(lo, n, ranks, q int) (int, int) {
 // ranks ranks: a slot's worth a rank.
 func roundElems(ranks, esize int) int { return sliceMax / esize * ranks }
 
-// slicesPeerBytes is about what a sliced call of n bytes moves each way
-// between two ranks (its records' sent and received bytes): a slice of
-// each round each way in each part.
-func slicesPeerBytes(n, ranks int) int { return 2 * (n / ranks) }
+// slicesSent is about what a sliced call sends each peer (its records'
+// bytes): an all-reduce a slice of each round in each of its two parts,
+// an all-gather its input, a broadcast's root its buffer.
+func (c *Comm) slicesSent(rq *request) int {
+	switch rq.call.op {
+	case OpAllReduce:
+		return 2 * (len(rq.in) / c.size)
+	case OpBroadcast:
+		if c.rank != rq.call.root {
+			return 0
+		}
+		return len(rq.out)
+	}
+	return len(rq.in)
+}
+
+// slicesPiece is the bytes of a rank's block (all-gather) or of the buffer
+// (broadcast) that one part of a sliced call moves.
+func slicesPiece(rq *request) int { return sliceMax / rq.dt.Size() * rq.dt.Size() }
 
 // slicesScatter writes the reduce-scatter slices of the round whose chunk
 // of n elements starts at element lo into the peers' slots of part i.
@@ -73,39 +118,108 @@ const slicesSizeAt = slotMax - 8
 // this rank's call.
 func (c *Comm) slicesSameSize(k uint32, rq *request) bool {
 	for _, b := range c.small.boxes {
-		if b != nil && binary.LittleEndian.Uint64(b.PeerSlot(k, slotMax)[slicesSizeAt:]) != uint64(len(rq.in)) {
+		if b != nil && binary.LittleEndian.Uint64(b.PeerSlot(k, slotMax)[slicesSizeAt:]) != uint64(slicesSize(rq)) {
 			return false
 		}
 	}
 	return true
 }
 
-// slicesStart writes part 0: round 0's slices and the call's size.
+// slicesStart writes part 0: round 0's slices, or an all-gather's or a
+// broadcast's first piece, and the call's size.
 func (c *Comm) slicesStart(k uint32, rq *request) {
-	es := rq.dt.Size()
-	c.slicesScatter(k, 0, rq, 0, min(roundElems(c.size, es), len(rq.in)/es))
+	if rq.call.op == OpAllReduce {
+		es := rq.dt.Size()
+		c.slicesScatter(k, 0, rq, 0, min(roundElems(c.size, es), len(rq.in)/es))
+	} else {
+		c.piecesWrite(k, 0, rq, 0, min(slicesPiece(rq), slicesSize(rq)))
+	}
 	for _, b := range c.small.boxes {
 		if b != nil {
-			binary.LittleEndian.PutUint64(b.Slot(k, slotMax)[slicesSizeAt:], uint64(len(rq.in)))
+			binary.LittleEndian.PutUint64(b.Slot(k, slotMax)[slicesSizeAt:], uint64(slicesSize(rq)))
 		}
 	}
 }
 
-// slicesRun runs a sliced all-reduce whose part 0 every peer has published
-// with the same call: the rounds, then the last part.
+// piecesWrite writes bytes [a, b) of an all-gather's input, or of a
+// broadcast root's buffer, into every peer's slot of part i.
+func (c *Comm) piecesWrite(k, part uint32, rq *request, a, b int) {
+	if rq.call.op == OpBroadcast && c.rank != rq.call.root {
+		return
+	}
+	for _, box := range c.small.boxes {
+		if box != nil {
+			box.StreamSlot(k+part, rq.in[a:b])
+		}
+	}
+}
+
+// piecesRead copies bytes [a, b) of the peers' blocks (all-gather), or of
+// the root's buffer (broadcast), from their slots of part i into the
+// output, and this rank's own from its input where they differ.
+func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) {
+	s := c.small
+	if rq.call.op == OpBroadcast {
+		switch root := rq.call.root; {
+		case root != c.rank:
+			copy(rq.out[a:b], s.boxes[root].PeerSlot(k+part, b-a))
+		case !rq.call.inPlace:
+			copy(rq.out[a:b], rq.in[a:b])
+		}
+		return
+	}
+	n := len(rq.in)
+	for q, box := range s.boxes {
+		switch {
+		case box != nil:
+			copy(rq.out[q*n+a:q*n+b], box.PeerSlot(k+part, b-a))
+		case !rq.call.inPlace:
+			copy(rq.out[q*n+a:q*n+b], rq.in[a:b])
+		}
+	}
+}
+
+// piecesRun runs a sliced all-gather or broadcast whose part 0 every peer
+// has published with the same call: a piece a part, then the last part.
+func (c *Comm) piecesRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	total, piece := slicesSize(rq), slicesPiece(rq)
+	part := uint32(0)
+	for a := 0; a < total; a += piece {
+		b := min(a+piece, total)
+		if part > 0 {
+			c.piecesWrite(k, part, rq, a, b)
+			if err := c.slicesPublishWait(ctx, k, part, seq, deadline, rq); err != nil {
+				return err
+			}
+		}
+		c.piecesRead(k, part, rq, a, b)
+		part++
+	}
+	return c.slicesPublishWait(ctx, k, part, seq, deadline, rq) // the last part: every peer's slots read
+}
+
+// slicesPublishWait publishes part i of call k to every peer and waits
+// until every peer has published it.
+func (c *Comm) slicesPublishWait(ctx context.Context, k, part uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	for _, b := range c.small.boxes {
+		if b != nil {
+			b.PublishPart(k, part)
+		}
+	}
+	return c.slicesWait(ctx, k, part, seq, deadline, rq)
+}
+
+// slicesRun runs a sliced call whose part 0 every peer has published with
+// the same call: an all-reduce's rounds, then the last part.
 func (c *Comm) slicesRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	if rq.call.op != OpAllReduce {
+		return c.piecesRun(ctx, k, seq, deadline, rq)
+	}
 	s := c.small
 	es := rq.dt.Size()
 	count, round := len(rq.in)/es, roundElems(c.size, es)
 	part := uint32(0)
-	publishWait := func() error {
-		for _, b := range s.boxes {
-			if b != nil {
-				b.PublishPart(k, part)
-			}
-		}
-		return c.slicesWait(ctx, k, part, seq, deadline, rq)
-	}
+	publishWait := func() error { return c.slicesPublishWait(ctx, k, part, seq, deadline, rq) }
 	for lo := 0; lo < count; lo += round {
 		n := min(round, count-lo)
 		if part > 0 {

@@ -137,3 +137,42 @@ func TestSmallWaitNamesItsOp(t *testing.T) {
 		t.Fatalf("a lone broadcast: %v, want a deadline error naming the broadcast", err)
 	}
 }
+
+// An all-gather or a broadcast above the mailbox path's limit goes in
+// slices between 2 ranks and where ranks outnumber cores: in one piece and
+// in several with a ragged last one, in and out of place, from every root;
+// each gives the reference result.
+func TestSlicesAllGatherBroadcast(t *testing.T) {
+	for _, tc := range []struct {
+		n       int
+		crowded bool
+	}{{2, false}, {2, true}, {3, true}} {
+		t.Run(fmt.Sprintf("n=%d/crowded=%v", tc.n, tc.crowded), func(t *testing.T) {
+			if tc.crowded {
+				crowded(t)
+			}
+			ctx := testCtx(t, 2*time.Minute)
+			comms := newLocal(t, tc.n, WithTransport("shm"))
+			if !slicesFor(OpAllGather, tc.n, comms[0].engines[0].spins()) {
+				t.Skipf("%d ranks whose engines spin take the engine", tc.n)
+			}
+			for _, op := range []Op{OpAllGather, OpBroadcast} {
+				for _, dt := range []Datatype{Int8, Float32, Float64} {
+					es := dt.Size()
+					for _, count := range []int{slotMax/es + 1, (2*sliceMax + 100) / es} {
+						for _, inPlace := range []bool{false, true} {
+							mc := matrixCase{op: op, dt: dt, count: count, inPlace: inPlace, root: count % tc.n}
+							before := mailboxCalls(comms[0])
+							if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+								t.Fatalf("%v: %v", mc, err)
+							}
+							if mailboxCalls(comms[0]) == before {
+								t.Fatalf("%v (%d bytes a rank): not by the mailboxes", mc, count*es)
+							}
+						}
+					}
+				}
+			}
+		})
+	}
+}

@@ -202,7 +202,8 @@ func (s *smallPath) initRecords(rank int) {
 
 // takesSmall reports whether a call takes the mailbox path: an
 // all-reduce, broadcast or all-gather of at most smallLimit bytes per
-// rank, or a barrier, on a communicator that has the path. rq is
+// rank, or a larger one that goes in slices (slicesFor), or a barrier, on
+// a communicator that has the path. rq is
 // validated. Ranks that decide otherwise (their engines' spinning differs)
 // meet at the tag check and run the call on the engine together.
 func (c *Comm) takesSmall(rq *request) bool {
@@ -212,14 +213,13 @@ func (c *Comm) takesSmall(rq *request) bool {
 	spin := c.engines[0].spins()
 	limit := smallLimit(c.size, spin, rq.call.op)
 	switch rq.call.op {
-	case OpAllReduce:
-		// Above a slot where engines may not spin: in slices (slices.go).
-		rq.slices = !spin && len(rq.in) > limit
+	case OpAllReduce, OpAllGather:
+		// Above the limit, some go in slices (slices.go).
+		rq.slices = len(rq.in) > limit && slicesFor(rq.call.op, c.size, spin)
 		return len(rq.in) > 0 && (len(rq.in) <= limit || rq.slices)
-	case OpAllGather:
-		return len(rq.in) > 0 && len(rq.in) <= limit
 	case OpBroadcast:
-		return len(rq.out) > 0 && len(rq.out) <= limit && rq.call.root < 1<<7
+		rq.slices = len(rq.out) > limit && slicesFor(rq.call.op, c.size, spin)
+		return len(rq.out) > 0 && (len(rq.out) <= limit || rq.slices) && rq.call.root < 1<<7
 	case OpBarrier:
 		return true
 	}
@@ -500,7 +500,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	}
 	tag, sent := smallTag(rq), len(in)
 	if rq.slices {
-		tag, sent = slicesTag(rq), slicesPeerBytes(len(in), c.size)
+		tag, sent = slicesTag(rq), c.slicesSent(rq)
 	}
 	// Telemetry: begin's clock reading and records go after the
 	// publication, in the time the peers take to see it, unless this
@@ -839,7 +839,7 @@ func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq
 // recvBytes is what a call that sends sent bytes to each peer reads from
 // peer p's slots.
 func recvBytes(rq *request, p, sent int) int {
-	if rq.slices {
+	if rq.slices && rq.call.op == OpAllReduce {
 		return sent // a slice each way in each part
 	}
 	switch rq.call.op {

@@ -52,9 +52,8 @@ func TestSmallMatrix(t *testing.T) {
 									t.Fatalf("%v: %v", mc, err)
 								}
 								took := mailboxCalls(comms[0]) != before
-								// Where engines may not spin, an all-reduce above the
-								// limit goes in slices (slices_test.go).
-								if want := op == OpBarrier || count*dt.Size() <= limit || op == OpAllReduce && limit == slotMax && !comms[0].engines[0].spins(); took != want {
+								// Above the limit, some go in slices (slices_test.go).
+								if want := op == OpBarrier || count*dt.Size() <= limit || slicesFor(op, n, comms[0].engines[0].spins()); took != want {
 									t.Fatalf("%v (%d bytes a rank): mailbox path taken %v, want %v (threshold %d bytes)", mc, count*dt.Size(), took, want, limit)
 								}
 								cases++
