@@ -5,7 +5,7 @@ import (
 	"encoding/binary"
 )
 
-// The sliced all-reduce over the mailboxes. Where ranks outnumber cores
+// Calls in slices over the mailboxes. Where ranks outnumber cores
 // (engines may not spin), every step of an engine call waits through a
 // yield or a sleep, and a ring all-reduce of a megabyte on 4 ranks of 2
 // cores takes many of them (0.34x Open MPI's time). Above a slot, the
@@ -17,7 +17,10 @@ import (
 // the peers' slots into its output; the all-gather part writes that
 // reduced slice into every peer's slot, and after every peer's has come
 // each rank copies the peers' slices into its output. Each element is
-// reduced by one rank only, so every rank gets the same bits.
+// reduced by one rank only, so every rank gets the same bits. An
+// all-gather or a broadcast goes the same way in pieces: each part moves
+// up to sliceMax bytes of every rank's block (of the root's buffer) through
+// the slots (slicesFor says where).
 //
 // The parts run through the mailbox's parts of the call's ticket k
 // (transport.Mailbox.PublishPart): part 0 is the call's publication, with
