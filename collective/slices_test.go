@@ -34,7 +34,7 @@ func TestSlicesAllReduce(t *testing.T) {
 			cases := 0
 			for _, dt := range dts {
 				es := dt.Size()
-				counts := []int{slotMax/es + 1, 2*roundElems(n, es) + 7}
+				counts := []int{slotMax/2/es + 1, slotMax/es + 1, 2*roundElems(n, es) + 7}
 				redops := []ReduceOp{Sum}
 				if dt == Float32 {
 					redops = ReduceOps()

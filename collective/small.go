@@ -58,19 +58,27 @@ const smallMax = 64 << 10
 const slotMax = 256 << 10
 
 // smallLimit is the largest call of op, in bytes per rank, that takes the
-// mailbox path on a communicator of n ranks (n >= 2) whose engines spin or
-// not. Engines that may not spin (more of them than cores) wait for every
-// step of a call through a sleep or a yield, which costs more than the
-// mailbox's extra copies: a call with one hand-off waits once where the
-// engine's steps wait each, so there the path takes a whole slot whatever
-// n and op (4 ranks on 2 cores: all-reduce of 128-256 KiB 3-4x faster than
-// the engine, decision 0047). Between 2 spinning ranks a broadcast or an
-// all-gather, which reduce nothing, moves each byte once each way through
-// the slots against the engine's single copy with its call check, credit
-// and acknowledgement: there the path takes a broadcast up to a slot and
-// an all-gather up to half of one a rank (decision 0046).
+// mailbox path as one whole call on a communicator of n ranks (n >= 2)
+// whose engines spin or not (larger ones may go there in slices:
+// slicesFor). Engines that may not spin (more of them than cores) wait for
+// every step of a call through a sleep or a yield, which costs more than
+// the mailbox's extra copies: a call with one hand-off waits once where
+// the engine's steps wait each, so there the path takes a whole slot
+// whatever n and op (4 ranks on 2 cores: all-reduce of 128-256 KiB 3-4x
+// faster than the engine, decision 0047), but an all-reduce only up to
+// half a slot: above, its slices copy about a quarter of what whole inputs
+// copied to every peer and reduced there, for two more hand-offs (4 ranks
+// on 2 cores, 256 KiB: 124-256 us against 183-442; at 128 KiB the
+// hand-offs cost as much as they save; decision 0051). Between 2
+// spinning ranks a broadcast or an all-gather, which reduce nothing, moves
+// each byte once each way through the slots against the engine's single
+// copy with its call check, credit and acknowledgement: there the path
+// takes a broadcast up to a slot and an all-gather up to half of one a
+// rank (decision 0046).
 func smallLimit(n int, spin bool, op Op) int {
 	switch {
+	case !spin && op == OpAllReduce:
+		return slotMax / 2
 	case !spin:
 		return slotMax
 	case n == 2 && op == OpBroadcast:
