@@ -34,13 +34,14 @@ import (
 
 // slicesFor reports whether a call of op above the mailbox path's limit
 // goes by the mailboxes in slices on a communicator of ranks ranks whose
-// engines spin or not: an all-reduce where they may not; an all-gather or
-// a broadcast there too, and between 2 ranks, where the engine's single
+// engines spin or not: an all-reduce or a reduce-scatter (of any size: it
+// has no whole mailbox call) where they may not; an all-gather or a
+// broadcast there too, and between 2 ranks, where the engine's single
 // copy and ring trade places from call to call on far cores and the
 // slots' two copies, streamed, are steadier and faster (decision 0051).
 func slicesFor(op Op, ranks int, spin bool) bool {
 	switch op {
-	case OpAllReduce:
+	case OpAllReduce, OpReduceScatter:
 		return !spin
 	case OpAllGather, OpBroadcast:
 		return !spin || ranks == 2
@@ -65,9 +66,9 @@ func slicesTag(rq *request) uint32 {
 }
 
 // slicesSize is the size every rank's call must have: a rank's input, or
-// a broadcast's buffer.
+// a broadcast's buffer, or a reduce-scatter's output.
 func slicesSize(rq *request) int {
-	if rq.call.op == OpBroadcast {
+	if rq.call.op == OpBroadcast || rq.call.op == OpReduceScatter {
 		return len(rq.out)
 	}
 	return len(rq.in)
@@ -94,6 +95,8 @@ func (c *Comm) slicesSent(rq *request) int {
 		if c.rank != rq.call.root {
 			return 0
 		}
+		return len(rq.out)
+	case OpReduceScatter:
 		return len(rq.out)
 	}
 	return len(rq.in)
@@ -145,9 +148,19 @@ func (c *Comm) slicesStart(k uint32, rq *request) {
 }
 
 // piecesWrite writes bytes [a, b) of an all-gather's input, or of a
-// broadcast root's buffer, into every peer's slot of part i.
+// broadcast root's buffer, into every peer's slot of part i; of a
+// reduce-scatter, bytes [a, b) of peer q's block into peer q's.
 func (c *Comm) piecesWrite(k, part uint32, rq *request, a, b int) {
 	if rq.call.op == OpBroadcast && c.rank != rq.call.root {
+		return
+	}
+	if rq.call.op == OpReduceScatter {
+		n := len(rq.out)
+		for q, box := range c.small.boxes {
+			if box != nil {
+				box.StreamSlot(k+part, rq.in[q*n+a:q*n+b])
+			}
+		}
 		return
 	}
 	for _, box := range c.small.boxes {
@@ -159,9 +172,25 @@ func (c *Comm) piecesWrite(k, part uint32, rq *request, a, b int) {
 
 // piecesRead copies bytes [a, b) of the peers' blocks (all-gather), or of
 // the root's buffer (broadcast), from their slots of part i into the
-// output, and this rank's own from its input where they differ.
+// output, and this rank's own from its input where they differ; a
+// reduce-scatter reduces its own block's bytes [a, b) from its input and
+// the peers' slots, in rank order, into its output.
 func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) {
 	s := c.small
+	if rq.call.op == OpReduceScatter {
+		n := len(rq.out)
+		mine, acc := rq.out[a:b], rq.in[c.rank*n+a:c.rank*n+b]
+		for _, box := range s.boxes {
+			if box != nil {
+				reduceInto(rq.dt, rq.call.redop, mine, acc, box.PeerSlot(k+part, b-a))
+				acc = mine
+			}
+		}
+		if rq.call.redop == Avg {
+			scaleDiv(rq.dt, mine, c.size)
+		}
+		return
+	}
 	if rq.call.op == OpBroadcast {
 		switch root := rq.call.root; {
 		case root != c.rank:
@@ -182,8 +211,9 @@ func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) {
 	}
 }
 
-// piecesRun runs a sliced all-gather or broadcast whose part 0 every peer
-// has published with the same call: a piece a part, then the last part.
+// piecesRun runs a sliced all-gather, broadcast or reduce-scatter whose
+// part 0 every peer has published with the same call: a piece a part, then
+// the last part.
 func (c *Comm) piecesRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	total, piece := slicesSize(rq), slicesPiece(rq)
 	part := uint32(0)

@@ -139,9 +139,10 @@ func TestSmallWaitNamesItsOp(t *testing.T) {
 }
 
 // An all-gather or a broadcast above the mailbox path's limit goes in
-// slices between 2 ranks and where ranks outnumber cores: in one piece and
-// in several with a ragged last one, in and out of place, from every root;
-// each gives the reference result.
+// slices between 2 ranks and where ranks outnumber cores, and so does a
+// reduce-scatter of any size there: in one piece and in several with a
+// ragged last one, in and out of place, from every root; each gives the
+// reference result.
 func TestSlicesAllGatherBroadcast(t *testing.T) {
 	for _, tc := range []struct {
 		n       int
@@ -156,12 +157,25 @@ func TestSlicesAllGatherBroadcast(t *testing.T) {
 			if !slicesFor(OpAllGather, tc.n, comms[0].engines[0].spins()) {
 				t.Skipf("%d ranks whose engines spin take the engine", tc.n)
 			}
-			for _, op := range []Op{OpAllGather, OpBroadcast} {
+			ops := []Op{OpAllGather, OpBroadcast}
+			if tc.crowded {
+				ops = append(ops, OpReduceScatter)
+			}
+			for _, op := range ops {
 				for _, dt := range []Datatype{Int8, Float32, Float64} {
 					es := dt.Size()
-					for _, count := range []int{slotMax/es + 1, (2*sliceMax + 100) / es} {
+					counts := []int{slotMax/es + 1, (2*sliceMax + 100) / es}
+					redop := ReduceOp(0)
+					if op == OpReduceScatter {
+						// Any size: a reduce-scatter has no whole mailbox call.
+						counts, redop = append(counts, 1, 1000), Avg
+						if dt != Float32 {
+							redop = Max
+						}
+					}
+					for _, count := range counts {
 						for _, inPlace := range []bool{false, true} {
-							mc := matrixCase{op: op, dt: dt, count: count, inPlace: inPlace, root: count % tc.n}
+							mc := matrixCase{op: op, dt: dt, redop: redop, count: count, inPlace: inPlace, root: count % tc.n}
 							before := mailboxCalls(comms[0])
 							if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
 								t.Fatalf("%v: %v", mc, err)

@@ -228,6 +228,9 @@ func (c *Comm) takesSmall(rq *request) bool {
 	case OpBroadcast:
 		rq.slices = len(rq.out) > limit && slicesFor(rq.call.op, c.size, spin)
 		return len(rq.out) > 0 && (len(rq.out) <= limit || rq.slices) && rq.call.root < 1<<7
+	case OpReduceScatter:
+		rq.slices = slicesFor(rq.call.op, c.size, spin)
+		return len(rq.out) > 0 && rq.slices
 	case OpBarrier:
 		return true
 	}
@@ -847,8 +850,8 @@ func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq
 // recvBytes is what a call that sends sent bytes to each peer reads from
 // peer p's slots.
 func recvBytes(rq *request, p, sent int) int {
-	if rq.slices && rq.call.op == OpAllReduce {
-		return sent // a slice each way in each part
+	if rq.slices && (rq.call.op == OpAllReduce || rq.call.op == OpReduceScatter) {
+		return sent // as much each way
 	}
 	switch rq.call.op {
 	case OpBroadcast:
