@@ -169,26 +169,40 @@ func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 	return nil
 }
 
-// A rank whose peer is gone fails its mailbox call with an error naming
-// the peer, soon, not at its deadline.
+// A rank whose peer is gone fails its mailbox call, whole or in slices,
+// with an error naming the peer and the operation, soon, not at its
+// deadline, and the communicator with it.
 func TestSmallAllReduceDeadPeer(t *testing.T) {
-	comms := newLocal(t, 2, WithTransport("shm"))
-	ctx := testCtx(t, 20*time.Second)
-	buf := []float32{1}
-	if err := runOnAll(comms, func(c *Comm) error { return AllReduce(ctx, c, []float32{1}, make([]float32, 1), Sum) }); err != nil {
-		t.Fatal(err)
-	}
-	comms[1].Abort()
-	start := time.Now()
-	err := AllReduce(ctx, comms[0], buf, buf, Sum)
-	if err == nil || !strings.Contains(err.Error(), "rank 1") {
-		t.Fatalf("all-reduce with rank 1 gone: %v, want an error naming rank 1", err)
-	}
-	if d := time.Since(start); d > 5*time.Second {
-		t.Fatalf("the dead peer surfaced after %v", d)
-	}
-	if comms[0].Err() == nil {
-		t.Error("the communicator is still usable after a failed mailbox call")
+	for _, tc := range []struct {
+		name    string
+		crowded bool
+		count   int
+	}{{"whole", false, 1}, {"slices", true, 2 * roundElems(2, 4)}} {
+		t.Run(tc.name, func(t *testing.T) {
+			if tc.crowded {
+				crowded(t)
+			}
+			comms := newLocal(t, 2, WithTransport("shm"))
+			ctx := testCtx(t, 20*time.Second)
+			if err := runOnAll(comms, func(c *Comm) error {
+				return AllReduce(ctx, c, make([]float32, tc.count), make([]float32, tc.count), Sum)
+			}); err != nil {
+				t.Fatal(err)
+			}
+			buf := make([]float32, tc.count)
+			comms[1].Abort()
+			start := time.Now()
+			err := AllReduce(ctx, comms[0], buf, buf, Sum)
+			if err == nil || !strings.Contains(err.Error(), "rank 1") || !strings.Contains(err.Error(), "allreduce") {
+				t.Fatalf("all-reduce with rank 1 gone: %v, want an error naming rank 1 and the all-reduce", err)
+			}
+			if d := time.Since(start); d > 5*time.Second {
+				t.Fatalf("the dead peer surfaced after %v", d)
+			}
+			if comms[0].Err() == nil {
+				t.Error("the communicator is still usable after a failed mailbox call")
+			}
+		})
 	}
 }
 
