@@ -220,6 +220,9 @@ func (c *Comm) takesSmall(rq *request) bool {
 	}
 	spin := c.engines[0].spins()
 	limit := smallLimit(c.size, spin, rq.call.op)
+	if uint64(len(rq.in)) > math.MaxUint32 || uint64(len(rq.out)) > math.MaxUint32 {
+		return false // beyond what a call's Exchange entries carry (exchange)
+	}
 	switch rq.call.op {
 	case OpAllReduce, OpAllGather:
 		// Above the limit, some go in slices (slices.go).
@@ -840,7 +843,7 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 // exchange writes every field of an Exchange entry of a call's exchange
 // with peer p (its part is the reservation's): about fifteen stores, where
 // the records took two or three times seventeen (BenchmarkSmallRecords).
-// Its sizes fit: a call moves at most slotMax bytes a rank.
+// Its sizes fit: takesSmall keeps calls of 4 GiB or more off the path.
 func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq *request, ts int64, st flowtel.Status, sent int, endAfter uint32) {
 	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes, x.EndAfter = ts, seq, s.wrs, uint32(len(rq.out)), endAfter
 	x.Rank, x.Peer, x.QP, x.Comm, x.SendBytes, x.RecvBytes = int32(c.rank), int32(p), s.qpids[p], s.comm, uint32(sent), uint32(recvBytes(rq, p, sent))
