@@ -179,16 +179,7 @@ func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) {
 	s := c.small
 	if rq.call.op == OpReduceScatter {
 		n := len(rq.out)
-		mine, acc := rq.out[a:b], rq.in[c.rank*n+a:c.rank*n+b]
-		for _, box := range s.boxes {
-			if box != nil {
-				reduceInto(rq.dt, rq.call.redop, mine, acc, box.PeerSlot(k+part, b-a))
-				acc = mine
-			}
-		}
-		if rq.call.redop == Avg {
-			scaleDiv(rq.dt, mine, c.size)
-		}
+		c.reduceSlots(k, part, rq, rq.out[a:b], rq.in[c.rank*n+a:c.rank*n+b])
 		return
 	}
 	if rq.call.op == OpBroadcast {
@@ -263,16 +254,7 @@ func (c *Comm) slicesRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 		}
 		a, b := sliceBounds(lo, n, c.size, c.rank)
 		mine := rq.out[a*es : b*es]
-		acc := rq.in[a*es : b*es]
-		for _, box := range s.boxes {
-			if box != nil {
-				reduceInto(rq.dt, rq.call.redop, mine, acc, box.PeerSlot(k+part, len(mine)))
-				acc = mine
-			}
-		}
-		if rq.call.redop == Avg {
-			scaleDiv(rq.dt, mine, c.size)
-		}
+		c.reduceSlots(k, part, rq, mine, rq.in[a*es:b*es])
 		part++
 		for _, box := range s.boxes {
 			if box != nil {
@@ -291,6 +273,21 @@ func (c *Comm) slicesRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 		part++
 	}
 	return publishWait() // the last part: every peer's slots read
+}
+
+// reduceSlots reduces own (this rank's contribution) and the peers' slots
+// of part i, of as many bytes, in rank order into mine (which may be own).
+func (c *Comm) reduceSlots(k, part uint32, rq *request, mine, own []byte) {
+	acc := own
+	for _, box := range c.small.boxes {
+		if box != nil {
+			reduceInto(rq.dt, rq.call.redop, mine, acc, box.PeerSlot(k+part, len(mine)))
+			acc = mine
+		}
+	}
+	if rq.call.redop == Avg {
+		scaleDiv(rq.dt, mine, c.size)
+	}
 }
 
 // slicesWait waits until every peer has published part i of call k.
