@@ -251,7 +251,7 @@ func (c *Comm) smallStart(ctx context.Context, inline bool, rq request) (*Handle
 		return c.smallAsync(ctx, k, seq, prev, timeout, rq), nil
 	}
 	defer c.pending.Done() // also when a panic unwinds through a deferred Close
-	return nil, c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
+	return nil, c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq, nil)
 }
 
 // smallAsync runs an async call on a goroutine. Its own function: a blocking
@@ -259,8 +259,7 @@ func (c *Comm) smallStart(ctx context.Context, inline bool, rq request) (*Handle
 func (c *Comm) smallAsync(ctx context.Context, k uint32, seq uint64, prev []*Handle, timeout time.Duration, rq request) *Handle {
 	w := &smallWait{done: make(chan struct{})}
 	go func() {
-		w.err = c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq)
-		close(w.done)
+		c.smallExec(ctx, k, seq, prev, &smallDeadline{timeout: timeout}, &rq, w)
 		c.pending.Done() // finished, waited for or not
 	}()
 	return &Handle{comm: c, small: w}
@@ -402,8 +401,10 @@ func (s *smallPath) pass(k uint32, publish bool) {
 // same mailbox call at this ticket.
 var errFallback = errors.New("collective: mailbox call falls back to the engine")
 
-// smallExec runs call k when its turn comes and hands the turn on.
-func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Handle, deadline *smallDeadline, rq *request) error {
+// smallExec runs call k when its turn comes and hands the turn on. An
+// async call's handle (w) is done before the turn passes, so that a later
+// call never returns before an earlier one's handle says it finished.
+func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Handle, deadline *smallDeadline, rq *request, w *smallWait) error {
 	s := c.small
 	s.await(k - 1)
 	err := c.smallPrev(ctx, prev, seq)
@@ -429,12 +430,23 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 		// failed with transfers out.
 		c.poison(seq, fmt.Errorf("collective: %v seq %d (mailbox path) failed: %w", rq.call.op, seq, err))
 	}
+	if h == nil {
+		err = c.verdict(seq, err)
+		if w != nil {
+			w.err = err
+			close(w.done)
+		}
+	}
 	s.pass(k, !s.dead)
 	s.live.Unlock()
 	if h != nil {
-		return h.Wait(ctx)
+		err = h.Wait(ctx)
+		if w != nil {
+			w.err = err
+			close(w.done)
+		}
 	}
-	return c.verdict(seq, err)
+	return err
 }
 
 // smallPrev waits for the async engine calls made before call seq.

@@ -102,12 +102,12 @@ func TestSmallAllReduceInterleaved(t *testing.T) {
 func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 	r, n := c.Rank(), c.Size()
 	sum := float32(n * (n - 1) / 2)
-	// Over the mailbox path's limit for any number of ranks, and an
-	// all-gather, which never goes in slices (slices.go): an engine call.
+	// Over the mailbox path's limit for any number of ranks: an engine
+	// call, or one in slices where engines may not spin (slices.go).
 	big := make([]float32, slotMax/4+1)
 	all := make([]float32, n*len(big))
 	for i := range rounds {
-		// An async engine call, then mailbox calls that must not overtake it.
+		// A large async call, then mailbox calls that must not overtake it.
 		for j := range big {
 			big[j] = float32(r)
 		}
@@ -122,7 +122,7 @@ func smallRounds(ctx context.Context, c *Comm, rounds int) error {
 		select {
 		case <-h.Done():
 		default:
-			return fmt.Errorf("round %d: the mailbox call returned before the async all-reduce made before it", i)
+			return fmt.Errorf("round %d: the mailbox call returned before the async all-gather made before it", i)
 		}
 		if err := h.Wait(ctx); err != nil {
 			return err
