@@ -75,6 +75,7 @@ type engine struct {
 	timer        *time.Timer
 	scratch      [][]byte // free scratch buffers
 	spinning     bool     // the spinners were told the driver spins
+	lend         bool     // yields lend the processor to other goroutines (lendsProcessor)
 	passTs       int64    // telemetry time the next step's posts may share (0: none)
 
 	testFault func() // tests only: called as drive starts, to make it panic
@@ -174,7 +175,7 @@ func (t *task) release() {
 func newEngine(channel, rank, ranks, procs int, comm uint32, qps []transport.QP, rec *flowtel.Recorder, notify *transport.Notifier, spin, batch bool) *engine {
 	e := &engine{channel: channel, rank: rank, ranks: ranks, procs: max(procs, 1), comm: comm, qps: qps, rec: rec, notify: notify, batch: batch,
 		token: make(chan struct{}, 1), kick: make(chan struct{}, 1), stop: make(chan struct{}),
-		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: spin}
+		bgDone: make(chan struct{}), stopped: make(chan struct{}), wcs: make([]transport.WC, 64), spin: spin, lend: lendsProcessor(qps)}
 	liveEngines.Add(1)
 	go e.background()
 	return e
@@ -236,7 +237,8 @@ func (e *engine) yieldsWaiting(w time.Duration) bool {
 	return true
 }
 
-// giveWay lets run what a waiting driver may be waiting for: first the
+// giveWay lets run what a waiting driver may be waiting for: first, where
+// a transport's goroutines carry part of its traffic (lendsProcessor), the
 // goroutines runnable on its processor (runtime.Gosched), then the threads
 // queued on its core (osYield). A rank bound to one CPU has one processor
 // (GOMAXPROCS=1), and a polling driver holds it: a transport's goroutine
@@ -245,9 +247,31 @@ func (e *engine) yieldsWaiting(w time.Duration) bool {
 // processor, and the driver polled for the transfer it was itself holding
 // up until it slept (a 2-rank TCP broadcast of 256 KiB: whole launches at
 // 500-990 µs a call instead of 60; decision 0049).
-func giveWay() {
-	runtime.Gosched()
+func (e *engine) giveWay() {
+	if e.lend {
+		runtime.Gosched()
+	}
 	osYield()
+}
+
+// inlineProgress is a QP whose Poll moves all of its traffic itself: the
+// goroutines it runs only stand in for an owner that stops polling
+// (transport/shm's napping pollers and watchers). A waiting driver lends
+// them no processor: at 16 ranks each shm engine has 15 such pollers, and
+// letting their timers' turns run at every yield cut the host's all-reduce
+// to a third (decision 0052).
+type inlineProgress interface{ ProgressesInline() }
+
+// lendsProcessor reports whether a driver of qps (nil for this rank) gives
+// its processor to other goroutines when it yields: where any QP's traffic
+// goes partly through goroutines of its own.
+func lendsProcessor(qps []transport.QP) bool {
+	for _, qp := range qps {
+		if _, ok := qp.(inlineProgress); qp != nil && !ok {
+			return true
+		}
+	}
+	return false
 }
 
 // spinner is a QP whose Poll reads the network itself and which must know
@@ -551,7 +575,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 				continue
 			}
 			if waited < 2*spinFor {
-				giveWay()
+				e.giveWay()
 				continue
 			}
 		} else if now := flowtel.Monotonic(); e.yieldsWaiting(time.Duration(now - idleSince)) {
@@ -563,7 +587,7 @@ func (e *engine) drive(ctx context.Context, until *task) {
 			// notifier and the scheduler, which costs more than a small
 			// call's transfers (BENCHMARKS.md compares with Open MPI).
 			e.setSpinning(true)
-			giveWay()
+			e.giveWay()
 			continue
 		}
 		if e.checkDeadlines() {

@@ -5,6 +5,8 @@ import (
 	"sync/atomic"
 	"testing"
 	"time"
+
+	"github.com/vccl-go/vccl/transport"
 )
 
 func TestSpinFits(t *testing.T) {
@@ -59,11 +61,39 @@ func TestGiveWayRunsThisProcessorsGoroutines(t *testing.T) {
 		// The scheduler takes from the global queue (where Gosched puts
 		// the yielder) first once in 61 turns: a waiting driver gives way
 		// every 16th poll, so the next one lets it run.
+		e := &engine{lend: true}
 		for k := 0; k < 2 && !ran.Load(); k++ {
-			giveWay()
+			e.giveWay()
 		}
 		if !ran.Load() {
 			t.Fatalf("round %d: a goroutine made runnable before two giveWays had not run after them", i)
+		}
+	}
+}
+
+// inlineQP is a QP whose Poll moves all of its traffic (shm's).
+type inlineQP struct{ transport.QP }
+
+func (inlineQP) ProgressesInline() {}
+
+// A driver lends its processor where any of its QPs moves traffic in
+// goroutines of its own (TCP's writer), and not where every one moves it
+// in Poll (shm): there the goroutines are napping stand-ins, and at 16
+// ranks letting them run at every yield cut the all-reduce to a third.
+func TestLendsProcessor(t *testing.T) {
+	var goroutineQP transport.QP = struct{ transport.QP }{}
+	for _, c := range []struct {
+		name string
+		qps  []transport.QP
+		want bool
+	}{
+		{"all inline", []transport.QP{nil, inlineQP{}, inlineQP{}}, false},
+		{"one with goroutines", []transport.QP{inlineQP{}, nil, goroutineQP}, true},
+		{"only goroutines", []transport.QP{goroutineQP, nil}, true},
+		{"alone", []transport.QP{nil}, false},
+	} {
+		if got := lendsProcessor(c.qps); got != c.want {
+			t.Errorf("%s: lendsProcessor = %v, want %v", c.name, got, c.want)
 		}
 	}
 }

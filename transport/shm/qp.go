@@ -404,6 +404,12 @@ func (q *QP) idle() (yield bool) {
 	return waited >= int64(yieldAfter)
 }
 
+// ProgressesInline says that Poll moves all of the QP's traffic itself:
+// its goroutines (run, watch) only stand in for an owner that stops
+// polling, so an owner that yields while it waits need not lend them its
+// processor (collective's engine).
+func (q *QP) ProgressesInline() {}
+
 // SetSpinning is how an owner that backs off (collective's engine) says
 // whether it polls without pause. It says false just before it sleeps on
 // the Notifier: the QP then hands the wait to the background goroutine at
