@@ -130,6 +130,7 @@ func publishProbe(sc sideCtl) {
 type cmaPeer struct {
 	pid   int
 	pidfd int
+	mem   *peerMem // the peer's shared buffers (AllocShared) mapped here
 }
 
 func openCMAPeer(pid int) (*cmaPeer, error) {
@@ -140,7 +141,7 @@ func openCMAPeer(pid int) (*cmaPeer, error) {
 	if err != nil {
 		return nil, fmt.Errorf("pidfd_open(%d): %w", pid, err)
 	}
-	return &cmaPeer{pid: pid, pidfd: fd}, nil
+	return &cmaPeer{pid: pid, pidfd: fd, mem: &peerMem{pid: pid}}, nil
 }
 
 func (c *cmaPeer) close() {
@@ -182,11 +183,16 @@ func (q *QP) warnNoCMA(why error) {
 		"hint", "ranks must run as one user in one PID namespace, with kernel.yama.ptrace_scope 0 or 1, and no seccomp filter refusing process_vm_readv")
 }
 
-// read copies len(dst) bytes at addr in the peer into dst, then checks that
-// the peer is still the process it was at set-up.
+// read copies len(dst) bytes at addr in the peer into dst, from this
+// process's mapping where they lie in a shared buffer of the peer's, then
+// checks that the peer is still the process it was at set-up.
 func (c *cmaPeer) read(dst []byte, addr uint64) error {
 	if cmaFault.Load() {
 		return fmt.Errorf("process_vm_readv from pid %d: %w (injected)", c.pid, unix.EFAULT)
+	}
+	if v := c.mem.view(addr, len(dst)); v != nil {
+		copy(dst, v)
+		dst = nil
 	}
 	for len(dst) > 0 {
 		n, err := processVMReadv(c.pid, dst, addr)
@@ -202,7 +208,13 @@ func (c *cmaPeer) read(dst []byte, addr uint64) error {
 		}
 		dst, addr = dst[n:], addr+uint64(n)
 	}
-	if err := unix.PidfdSendSignal(c.pidfd, 0, nil, 0); err != nil {
+	return c.alive()
+}
+
+// alive returns errPeerExited unless the peer is still the process it was
+// at set-up: memory read from a pid recycled since is no message.
+func (c *cmaPeer) alive() error {
+	if unix.PidfdSendSignal(c.pidfd, 0, nil, 0) != nil {
 		return errPeerExited
 	}
 	return nil

@@ -748,6 +748,17 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 // reduces each piece into the receive as it comes. partial reports that a
 // piece was reduced before an error.
 func (q *QP) readReduce(r *recvOp, msgLen int, addr uint64) (partial bool, err error) {
+	if v := q.cma.mem.view(addr, msgLen); v != nil {
+		// The peer's shared buffer, mapped here: reduced straight from it.
+		for off := 0; off < msgLen; off += pullPiece {
+			end := min(off+pullPiece, msgLen)
+			r.wr.Reduce(r.wr.Buf[off:end], v[off:end], r.wr.Src[off:end])
+		}
+		if err := q.cma.alive(); err != nil {
+			return true, err
+		}
+		return false, nil
+	}
 	b := bounces.Get().(*[pullPiece]byte)
 	defer bounces.Put(b)
 	for off := 0; off < msgLen; {

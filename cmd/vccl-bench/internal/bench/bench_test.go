@@ -359,21 +359,26 @@ func TestSetupFillsBuffers(t *testing.T) {
 		coll Collective
 		dt   collective.Datatype
 	}{{AllReduce, collective.Float32}, {AllGather, collective.Int8}, {Broadcast, collective.Float64}, {ReduceScatter, collective.Uint32}} {
-		cfg := Config{Coll: tc.coll, Type: tc.dt, Op: collective.Sum}
-		s := newSetup(cfg, 1, 3, 3<<20)
-		for name, b := range map[string][]byte{"send": s.sendBuf, "recv": s.recvBuf} {
-			if len(b) == 0 {
-				t.Fatalf("%v %v: no %s buffer", tc.coll, tc.dt, name)
+		for _, device := range []string{"host", "shared"} {
+			cfg := Config{Coll: tc.coll, Type: tc.dt, Op: collective.Sum, Device: device}
+			s, err := newSetup(cfg, 1, 3, 3<<20)
+			if err != nil {
+				t.Fatal(err)
 			}
-			for j := range len(b) / s.es {
-				var got float64
-				if s.dt.IsFloat() {
-					got = getFloat(s.dt, b, j)
-				} else {
-					got = float64(getInt(s.dt, b, j))
+			for name, b := range map[string][]byte{"send": s.sendBuf, "recv": s.recvBuf} {
+				if len(b) == 0 {
+					t.Fatalf("%v %v %s: no %s buffer", tc.coll, tc.dt, device, name)
 				}
-				if want := float64(s.value(1, j)); got != want {
-					t.Fatalf("%v %v: %s element %d = %g, want the input %g", tc.coll, tc.dt, name, j, got, want)
+				for j := range len(b) / s.es {
+					var got float64
+					if s.dt.IsFloat() {
+						got = getFloat(s.dt, b, j)
+					} else {
+						got = float64(getInt(s.dt, b, j))
+					}
+					if want := float64(s.value(1, j)); got != want {
+						t.Fatalf("%v %v %s: %s element %d = %g, want the input %g", tc.coll, tc.dt, device, name, j, got, want)
+					}
 				}
 			}
 		}

@@ -6,6 +6,7 @@ import (
 	"strings"
 
 	"github.com/vccl-go/vccl/collective"
+	"github.com/vccl-go/vccl/transport/shm"
 )
 
 // Collective is an operation vccl-bench measures.
@@ -146,17 +147,33 @@ type setup struct {
 // memory, so such a benchmark times a copy no user's call makes (Open
 // MPI's did, until its buffers were filled too: BENCHMARKS.md, Method);
 // users' buffers hold data.
-func newSetup(cfg Config, rank, n int, maxBytes int64) *setup {
+func newSetup(cfg Config, rank, n int, maxBytes int64) (*setup, error) {
 	es := cfg.Type.Size()
 	l := cfg.Coll.Layout(maxBytes, es, n)
-	s := &setup{cfg: cfg, rank: rank, n: n, dt: cfg.Type, es: es,
-		sendBuf: make([]byte, l.SendN*es), recvBuf: make([]byte, l.RecvN*es)}
+	s := &setup{cfg: cfg, rank: rank, n: n, dt: cfg.Type, es: es}
+	var err error
+	if s.sendBuf, err = hostBuffer(cfg, l.SendN*es); err != nil {
+		return nil, err
+	}
+	if s.recvBuf, err = hostBuffer(cfg, l.RecvN*es); err != nil {
+		return nil, err
+	}
 	for _, b := range [][]byte{s.sendBuf, s.recvBuf} {
 		for j := range len(b) / es {
 			put(s.dt, b, j, float64(s.value(rank, j)))
 		}
 	}
-	return s
+	return s, nil
+}
+
+// hostBuffer returns n bytes for the host's side of a buffer: from
+// shm.AllocShared with --device shared (peers on the host read it without a
+// system call), else from the Go heap. The process never frees them.
+func hostBuffer(cfg Config, n int) ([]byte, error) {
+	if cfg.Device != "shared" || n == 0 {
+		return make([]byte, n), nil
+	}
+	return shm.AllocShared(n)
 }
 
 // buffers returns the call's buffers for layout l, out of place or in place.

@@ -34,7 +34,7 @@ type Config struct {
 	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
 	Exporters  string // with telemetry on or alternate, a directory: the exporters on, traces written there
 	Spans      bool   // with Exporters: OpenTelemetry spans too
-	Device     string // "host" or "gpu": where the buffers live
+	Device     string // "host", "shared" or "gpu": where the buffers live
 	VsNCCL     bool   // with Device "gpu": NCCL on the same buffers, row by row
 	SMs        int    // with Device "gpu": the reduction kernel's grid (0: gpu/ce's default)
 }
@@ -161,7 +161,7 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch (each the median over its blocks), both printed with their busbw ratio; on, the exporters VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for are attached, but for alternate, which times the records alone unless --exporters is given")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal, or under vcclrun on a terminal, which shows it below the table) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
-	fs.StringVar(&cfg.Device, "device", cfg.Device, "where the buffers live: host, or gpu (device memory through the collective API, one GPU per rank; needs a GPU)")
+	fs.StringVar(&cfg.Device, "device", cfg.Device, "where the buffers live: host (the Go heap), shared (host memory from shm.AllocShared, which peers on the host read without a system call), or gpu (device memory through the collective API, one GPU per rank; needs a GPU)")
 	fs.BoolVar(&cfg.VsNCCL, "vs-nccl", false, "with --device gpu: run NCCL (libnccl.so.2 via $VCCL_NCCL_LIB or the torch pip package) on the same buffers and print its row and the ratio")
 	fs.IntVar(&cfg.SMs, "sms", 0, "with --device gpu: thread blocks (so at most SMs) of the reduction kernel (0: default)")
 	fs.StringVar(&cfg.Exporters, "exporters", "", "with --telemetry on or alternate, turn the exporters on (Arrow traces into `DIR`, Prometheus /metrics on the live endpoint, scraped every second), to measure what they cost; with alternate the 'on' blocks run with them writing")
@@ -183,16 +183,16 @@ func (c *Config) validate() error {
 		return fmt.Errorf("-w %d: must not be negative", c.Warmup)
 	case c.Root < 0:
 		return fmt.Errorf("-r %d: must not be negative", c.Root)
-	case c.Device != "host" && c.Device != "gpu":
-		return fmt.Errorf("--device %q: want host or gpu", c.Device)
+	case c.Device != "host" && c.Device != "shared" && c.Device != "gpu":
+		return fmt.Errorf("--device %q: want host, shared or gpu", c.Device)
 	case c.VsNCCL && c.Device != "gpu":
 		return errors.New("--vs-nccl needs --device gpu")
 	case c.SMs < 0:
 		return fmt.Errorf("--sms %d: must not be negative", c.SMs)
 	case c.Spans && c.Exporters == "":
 		return errors.New("--spans needs --exporters")
-	case c.Telemetry == "alternate" && c.Device != "host":
-		return errors.New("--telemetry alternate times host buffers only (--device host)")
+	case c.Telemetry == "alternate" && c.Device == "gpu":
+		return errors.New("--telemetry alternate times host buffers only (--device host or shared)")
 	}
 	return nil
 }

@@ -16,10 +16,14 @@ func TestDeviceFlags(t *testing.T) {
 	if err != nil || cfg.Device != "gpu" || !cfg.VsNCCL || cfg.SMs != 8 {
 		t.Fatalf("got %+v, %v", cfg, err)
 	}
+	if cfg, err := ParseArgs(strings.Fields("allreduce --device shared --telemetry alternate")); err != nil || cfg.Device != "shared" {
+		t.Fatalf("--device shared --telemetry alternate: got %+v, %v", cfg, err)
+	}
 	for args, want := range map[string]string{
-		"allreduce --device tpu":          `--device "tpu": want host or gpu`,
-		"allreduce --vs-nccl":             "--vs-nccl needs --device gpu",
-		"allreduce --device gpu --sms -1": "--sms -1",
+		"allreduce --device tpu":                       `--device "tpu": want host, shared or gpu`,
+		"allreduce --vs-nccl":                          "--vs-nccl needs --device gpu",
+		"allreduce --device gpu --sms -1":              "--sms -1",
+		"allreduce --device gpu --telemetry alternate": "--telemetry alternate times host buffers only",
 	} {
 		if _, err := ParseArgs(strings.Fields(args)); err == nil || !strings.Contains(err.Error(), want) {
 			t.Errorf("%s: got %v, want %q", args, err, want)

@@ -160,7 +160,10 @@ func Run(ctx context.Context, comm *collective.Comm, cfg Config, opts Options) (
 		return nil, fmt.Errorf("exchanging rank information: %w", err)
 	}
 	sizes := Sizes(cfg.MinBytes, cfg.MaxBytes, cfg.Factor)
-	s := newSetup(cfg, rank, n, sizes[len(sizes)-1])
+	s, err := newSetup(cfg, rank, n, sizes[len(sizes)-1])
+	if err != nil {
+		return nil, fmt.Errorf("buffers: %w", err)
+	}
 	if s.dev = opts.device; s.dev != nil {
 		if err := s.dev.alloc(ctx, s); err != nil {
 			return nil, fmt.Errorf("device buffers: %w", err)
