@@ -3,6 +3,7 @@ package shm
 import (
 	"bufio"
 	"bytes"
+	"cmp"
 	"fmt"
 	"os"
 	"slices"
@@ -48,7 +49,7 @@ func AllocShared(n int) ([]byte, error) {
 	size := (n + pageSize - 1) &^ (pageSize - 1)
 	hostPool.mu.Lock()
 	for i, b := range hostPool.free {
-		if cap(b) >= size {
+		if cap(b) >= n {
 			hostPool.free = slices.Delete(hostPool.free, i, i+1)
 			hostPool.mu.Unlock()
 			clear(b[:n])
@@ -78,8 +79,9 @@ func AllocShared(n int) ([]byte, error) {
 	return b[:n:n], nil
 }
 
-// FreeShared gives back a buffer AllocShared returned, for a later
-// AllocShared of at most its size. The caller must not use it after.
+// FreeShared gives back a buffer AllocShared returned (whole, as it
+// returned it), for a later AllocShared of at most its size. The caller
+// must not use it after.
 func FreeShared(b []byte) {
 	if cap(b) == 0 {
 		return
@@ -131,7 +133,7 @@ func (m *peerMem) view(addr uint64, n int) []byte {
 		if old != nil {
 			spans = slices.Clone(*old)
 		}
-		i, _ := slices.BinarySearchFunc(spans, span.start, func(s peerSpan, a uint64) int { return cmpU64(s.start, a) })
+		i, _ := slices.BinarySearchFunc(spans, span.start, func(s peerSpan, a uint64) int { return cmp.Compare(s.start, a) })
 		spans = slices.Insert(spans, i, span)
 		m.spans.Store(&spans)
 		s = &spans[i]
@@ -140,16 +142,6 @@ func (m *peerMem) view(addr uint64, n int) []byte {
 		return nil
 	}
 	return s.local[addr-s.start : end-s.start]
-}
-
-func cmpU64(a, b uint64) int {
-	switch {
-	case a < b:
-		return -1
-	case a > b:
-		return 1
-	}
-	return 0
 }
 
 // find returns the known span holding addr, or nil.

@@ -70,6 +70,14 @@ func TestAllocSharedReuse(t *testing.T) {
 	if &big[0] == &a[0] {
 		t.Fatal("a freed 12 KiB region was handed out for 1 MiB")
 	}
+	again, err := AllocShared(10000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if &again[0] != &a[0] {
+		t.Fatal("a freed buffer was not handed out again for its own size")
+	}
+	FreeShared(again)
 	c, err := AllocShared(5000)
 	if err != nil {
 		t.Fatal(err)
