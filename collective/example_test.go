@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"log"
 	"sync"
 	"time"
 
@@ -280,4 +281,18 @@ func ExampleErrClosed() {
 	err = collective.AllReduce(ctx, c, []float32{1}, []float32{1}, collective.Sum)
 	fmt.Println(errors.Is(err, collective.ErrClosed), err)
 	// Output: true collective: communicator closed
+}
+
+// A program whose ranks share a host allocates the buffers it passes to
+// large collectives with SharedSlice: peers then read them from a mapping
+// of their own. They are ordinary slices otherwise.
+func ExampleSharedSlice() {
+	grads, err := collective.SharedSlice[float32](1 << 20)
+	if err != nil {
+		log.Fatal(err)
+	}
+	defer collective.FreeSharedSlice(grads)
+	grads[0] = 1.5
+	fmt.Println(len(grads), grads[0])
+	// Output: 1048576 1.5
 }

@@ -2,19 +2,17 @@ package collective
 
 import (
 	"fmt"
+	"math"
 	"os"
 	"strconv"
 	"strings"
 	"testing"
 	"time"
-	"unsafe"
-
-	"github.com/vccl-go/vccl/transport/shm"
 )
 
 const envSharedRank = "VCCL_TEST_SHARED_RANK"
 
-// Buffers from shm.AllocShared across processes: the direct algorithms'
+// Buffers from SharedSlice (shm.AllocShared) across processes: the direct algorithms'
 // receives read them from the receivers' own mappings of the senders'
 // files. Every rank's input differs in every call, so a receiver that
 // mapped the wrong peer's file, or read a call late, shows in the sums.
@@ -43,12 +41,12 @@ func TestSharedBuffersRank(t *testing.T) {
 	defer c.Close()
 	const size = 4 << 20
 	alloc := func(bytes int) []float32 {
-		b, err := shm.AllocShared(bytes)
+		s, err := SharedSlice[float32](bytes / 4)
 		if err != nil {
 			t.Fatal(err)
 		}
-		t.Cleanup(func() { shm.FreeShared(b) })
-		return unsafe.Slice((*float32)(unsafe.Pointer(&b[0])), bytes/4)
+		t.Cleanup(func() { FreeSharedSlice(s) })
+		return s
 	}
 	w, r := c.Size(), c.Rank()
 	in, sum, all := alloc(size), alloc(size), alloc(w*size)
@@ -95,4 +93,29 @@ func TestSharedBuffersRank(t *testing.T) {
 		t.Fatalf("rank %d maps none of its peers' shared buffers:\n%s", r, maps)
 	}
 	fmt.Printf("shared rank ok: rank %d\n", r)
+}
+
+func TestSharedSlice(t *testing.T) {
+	s, err := SharedSlice[float64](1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	if len(s) != 1000 || s[0] != 0 || s[999] != 0 {
+		t.Fatalf("SharedSlice[float64](1000): len %d, ends %g %g; want 1000 zeroed", len(s), s[0], s[999])
+	}
+	s[0], s[999] = 1, 2
+	FreeSharedSlice(s)
+	again, err := SharedSlice[float64](1000)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer FreeSharedSlice(again)
+	if &again[0] != &s[0] || again[0] != 0 || again[999] != 0 {
+		t.Fatalf("after FreeSharedSlice the same count: same memory %v, ends %g %g; want the memory again, zeroed", &again[0] == &s[0], again[0], again[999])
+	}
+	for _, n := range []int{0, -1, math.MaxInt} {
+		if _, err := SharedSlice[float64](n); err == nil || !strings.Contains(err.Error(), strconv.Itoa(n)) {
+			t.Errorf("SharedSlice(%d): %v, want an error naming the count", n, err)
+		}
+	}
 }
