@@ -113,35 +113,49 @@ type peerMem struct {
 // view returns the n bytes at the peer's addr as this process maps them,
 // or nil where they are not in one of the peer's shared buffers.
 func (m *peerMem) view(addr uint64, n int) []byte {
-	end := addr + uint64(n)
 	if m.blind.Load() {
 		return nil
 	}
 	if s := m.find(addr); s != nil {
-		if s.local == nil || end > s.end {
-			return nil
-		}
-		return s.local[addr-s.start : end-s.start]
+		return s.view(addr, n)
 	}
 	m.mu.Lock()
 	defer m.mu.Unlock()
-	s := m.find(addr)
-	if s == nil {
-		span := m.lookup(addr)
-		old := m.spans.Load()
-		var spans []peerSpan
-		if old != nil {
-			spans = slices.Clone(*old)
-		}
-		i, _ := slices.BinarySearchFunc(spans, span.start, func(s peerSpan, a uint64) int { return cmp.Compare(s.start, a) })
-		spans = slices.Insert(spans, i, span)
-		m.spans.Store(&spans)
-		s = &spans[i]
+	if s := m.find(addr); s != nil {
+		return s.view(addr, n)
 	}
-	if s.local == nil || end > s.end {
+	span := m.lookup(addr)
+	var spans []peerSpan
+	if old := m.spans.Load(); old != nil {
+		spans = *old
+	}
+	spans = insertSpan(spans, span)
+	m.spans.Store(&spans)
+	return span.view(addr, n)
+}
+
+// view returns the n bytes at addr of a shared span as mapped here, or nil.
+func (s *peerSpan) view(addr uint64, n int) []byte {
+	if s.local == nil || addr+uint64(n) > s.end {
 		return nil
 	}
-	return s.local[addr-s.start : end-s.start]
+	return s.local[addr-s.start : addr-s.start+uint64(n)]
+}
+
+// insertSpan returns a new list of spans: spans without those s overlaps,
+// and s, in order of start. Only spans not shared can overlap a new one
+// (a mapping the peer changed since: its heap grew, say; shared ones are
+// never unmapped), and dropping them keeps the spans disjoint, which find's
+// binary search needs.
+func insertSpan(spans []peerSpan, s peerSpan) []peerSpan {
+	out := make([]peerSpan, 0, len(spans)+1)
+	for _, o := range spans {
+		if o.end <= s.start || o.start >= s.end {
+			out = append(out, o)
+		}
+	}
+	i, _ := slices.BinarySearchFunc(out, s.start, func(o peerSpan, a uint64) int { return cmp.Compare(o.start, a) })
+	return slices.Insert(out, i, s)
 }
 
 // find returns the known span holding addr, or nil.

@@ -212,3 +212,32 @@ func TestSharedBufferBlindPeer(t *testing.T) {
 		t.Fatalf("a blind peer's second view: %v after %d lookups, want nil after 1", v, len(*m.spans.Load()))
 	}
 }
+
+// A span found later drops the stale ones it overlaps (the peer's heap
+// grew over them), so the list stays disjoint and sorted for find.
+func TestInsertSpanKeepsSpansDisjoint(t *testing.T) {
+	local := make([]byte, 0x1000)
+	spans := insertSpan(nil, peerSpan{start: 0x5000, end: 0x6000, local: local})
+	spans = insertSpan(spans, peerSpan{start: 0x1000, end: 0x3000})
+	spans = insertSpan(spans, peerSpan{start: 0x2000, end: 0x4000}) // the heap, grown
+	want := []peerSpan{{start: 0x2000, end: 0x4000}, {start: 0x5000, end: 0x6000}}
+	if len(spans) != len(want) {
+		t.Fatalf("spans %v, want %v", spans, want)
+	}
+	for i, s := range spans {
+		if s.start != want[i].start || s.end != want[i].end {
+			t.Fatalf("spans %v, want %v", spans, want)
+		}
+	}
+	m := &peerMem{}
+	m.spans.Store(&spans)
+	if s := m.find(0x3fff); s == nil || s.start != 0x2000 {
+		t.Fatalf("find(0x3fff) = %v, want the grown span", s)
+	}
+	if v := m.find(0x5800).view(0x5800, 0x800); len(v) != 0x800 {
+		t.Fatalf("view of the shared span's last 2 KiB: %d bytes", len(v))
+	}
+	if v := m.find(0x5800).view(0x5800, 0x801); v != nil {
+		t.Fatal("a view past the shared span's end")
+	}
+}
