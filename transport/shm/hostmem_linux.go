@@ -48,13 +48,20 @@ func AllocShared(n int) ([]byte, error) {
 	}
 	size := (n + pageSize - 1) &^ (pageSize - 1)
 	hostPool.mu.Lock()
-	for i, b := range hostPool.free {
-		if cap(b) >= n {
-			hostPool.free = slices.Delete(hostPool.free, i, i+1)
-			hostPool.mu.Unlock()
-			clear(b[:n])
-			return b[:n:n], nil
+	// The smallest freed region that fits, the last freed of equals: a
+	// small buffer does not take a large one a later call could use.
+	best := -1
+	for i := len(hostPool.free) - 1; i >= 0; i-- {
+		if c := cap(hostPool.free[i]); c >= n && (best < 0 || c < cap(hostPool.free[best])) {
+			best = i
 		}
+	}
+	if best >= 0 {
+		b := hostPool.free[best]
+		hostPool.free = slices.Delete(hostPool.free, best, best+1)
+		hostPool.mu.Unlock()
+		clear(b[:n])
+		return b[:n:n], nil
 	}
 	hostPool.n++
 	// The pid makes the name unique on the host: a peer looking for this

@@ -56,6 +56,17 @@ func TestSharedBufferPull(t *testing.T) {
 
 // The pool hands a freed buffer out again, zeroed, and never a smaller one.
 func TestAllocSharedReuse(t *testing.T) {
+	// An empty pool of its own: other tests (and -count runs) leave
+	// freed buffers in the process's.
+	hostPool.mu.Lock()
+	saved := hostPool.free
+	hostPool.free = nil
+	hostPool.mu.Unlock()
+	t.Cleanup(func() {
+		hostPool.mu.Lock()
+		hostPool.free = append(hostPool.free, saved...)
+		hostPool.mu.Unlock()
+	})
 	a, err := AllocShared(10000)
 	if err != nil {
 		t.Fatal(err)
