@@ -1033,9 +1033,10 @@ func (q *QP) onData(pa *path, h Header) error {
 		q.mu.Unlock()
 		return fmt.Errorf("protocol error: message %d segment at byte %d, want %d", h.Seq, h.Off, q.recvOff)
 	}
-	if h.Off+h.Len > uint64(len(r.wr.Buf)) {
+	if size := len(r.wr.Buf); h.Off+h.Len > uint64(size) {
+		// size read under q.mu: once it is released, Close may clear r's slot.
 		q.mu.Unlock()
-		return fmt.Errorf("protocol error: message %d reaches byte %d of a %d-byte receive", h.Seq, h.Off+h.Len, len(r.wr.Buf))
+		return fmt.Errorf("protocol error: message %d reaches byte %d of a %d-byte receive", h.Seq, h.Off+h.Len, size)
 	}
 	buf := r.wr.Buf[h.Off : h.Off+h.Len]
 	q.claim = pa
