@@ -113,7 +113,7 @@ func (c *Comm) slicesScatter(k, part uint32, rq *request, lo, n int) {
 	for d := 1; d < c.size; d++ {
 		q := (c.rank + d) % c.size
 		a, b := sliceBounds(lo, n, c.size, q)
-		c.small.boxes[q].StreamSlot(k+part, rq.in[a*es:b*es])
+		c.small.putSlot(c.small.boxes[q], k+part, rq.in[a*es:b*es])
 	}
 }
 
@@ -158,14 +158,14 @@ func (c *Comm) piecesWrite(k, part uint32, rq *request, a, b int) {
 		n := len(rq.out)
 		for q, box := range c.small.boxes {
 			if box != nil {
-				box.StreamSlot(k+part, rq.in[q*n+a:q*n+b])
+				c.small.putSlot(box, k+part, rq.in[q*n+a:q*n+b])
 			}
 		}
 		return
 	}
 	for _, box := range c.small.boxes {
 		if box != nil {
-			box.StreamSlot(k+part, rq.in[a:b])
+			c.small.putSlot(box, k+part, rq.in[a:b])
 		}
 	}
 }
@@ -258,7 +258,7 @@ func (c *Comm) slicesRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 		part++
 		for _, box := range s.boxes {
 			if box != nil {
-				box.StreamSlot(k+part, mine)
+				c.small.putSlot(box, k+part, mine)
 			}
 		}
 		if err := publishWait(); err != nil {

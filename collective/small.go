@@ -109,7 +109,9 @@ const telLateMin = 32 << 10
 // whose input overlaps its output elsewhere) the slot is written plainly:
 // a streamed one would be read back from memory, and all-gather streamed
 // that way ran slower (decision 0046). Below it, the few lines cost less
-// than the memory round trip the peer's read of them then makes.
+// than the memory round trip the peer's read of them then makes. From it,
+// the rank measures which way is faster here (slotWrites, decision 0054):
+// between cores that share their last-level cache, plain stores win.
 const streamSlotMin = 16 << 10
 
 // ownFromInput reports whether an all-gather's own block of the output
@@ -150,9 +152,11 @@ type smallPath struct {
 	waiters  int
 
 	// Under the turn.
-	lastBox uint32    // the last ticket that was a mailbox call
-	wrs     uint64    // telemetry WR sequence
-	held    heldBegin // the running call's begin, while its records wait
+	lastBox uint32     // the last ticket that was a mailbox call
+	wrs     uint64     // telemetry WR sequence
+	held    heldBegin  // the running call's begin, while its records wait
+	writes  slotWrites // how slots the peers alone read are written
+	stream  bool       // the running call's choice: its slot writes stream
 
 	// live is held while a call touches the mailboxes; teardown takes it
 	// (after raising stopping) before the QPs unmap them.
@@ -537,18 +541,24 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	if late {
 		s.hold(seq, sent, s.rec.Now())
 	}
+	// Slots this rank does not read back (slices', a broadcast's, an
+	// all-gather's whose own block comes from its input) may stream.
+	var timed bool
+	var start int64
+	s.stream = false
+	if len(in) >= streamSlotMin && (rq.slices || op == OpBroadcast || op == OpAllGather && ownFromInput(rq)) {
+		s.stream, timed = s.writes.stream(len(in))
+		if timed {
+			start = flowtel.Monotonic()
+		}
+	}
 	if rq.slices {
 		c.slicesStart(k, rq)
 	}
-	stream := len(in) >= streamSlotMin && (op == OpBroadcast || op == OpAllGather && ownFromInput(rq))
 	for _, b := range s.boxes {
 		if b != nil {
-			switch {
-			case rq.slices:
-			case stream:
-				b.StreamSlot(k, in)
-			default:
-				copy(b.Slot(k, len(in)), in)
+			if !rq.slices {
+				s.putSlot(b, k, in)
 			}
 			b.Publish(k, tag)
 		}
@@ -573,11 +583,23 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		st = flowtel.StatusFlushed // the call runs again on the engine
 	case err != nil:
 		st = flowtel.StatusError
+	case timed:
+		s.writes.done(len(in), flowtel.Monotonic()-start)
 	}
 	if tel {
 		s.end(c, seq, rq, sent, st)
 	}
 	return err
+}
+
+// putSlot writes src into b's slot of call k, streamed where the running
+// call chose to (smallPath.writes).
+func (s *smallPath) putSlot(b transport.Mailbox, k uint32, src []byte) {
+	if s.stream {
+		b.StreamSlot(k, src)
+		return
+	}
+	copy(b.Slot(k, len(src)), src)
 }
 
 // smallCombine makes call k's output from the slots.
