@@ -11,13 +11,15 @@ import "math/bits"
 // and streaming won 1.3-2x (decision 0046); between cores that share their
 // last-level cache (60-110 ns) the peer then reads the slot from memory
 // instead of that cache, and plain stores won 10-25% (decision 0054). The
-// same VM drew either kind from run to run, so the rank measures: the
-// first probePairs pairs of calls of a class alternate the two ways, each
-// pair scores for the faster, and the class keeps the winner for
-// reprobeEvery calls, then measures again. Pairs of neighbouring calls
-// compare under the same load; a call preempted in the middle costs one
-// pair, not the verdict. Under the small path's turn: its calls run one
-// at a time.
+// same VM drew either kind from run to run, so the rank measures: a
+// measurement of a class alternates blocks of probeBlock calls written
+// each way, probePairs pairs of them; each pair scores for its faster
+// block, and the class keeps the winner for reprobeEvery calls, then
+// measures again. A block's first call is not counted: a broadcast root's
+// call waits for the peer's read of the call before, written the other
+// way. Neighbouring blocks compare under the same load, and a call
+// preempted in the middle costs one pair, not the verdict. Under the small
+// path's turn: its calls run one at a time.
 type slotWrites struct {
 	class [slotClasses]slotClass
 }
@@ -25,8 +27,9 @@ type slotWrites struct {
 type slotClass struct {
 	calls  uint32 // calls since the class last chose (or since the start)
 	plain  bool   // the choice: plain stores
-	first  int64  // the streamed call of the pair being measured; 0: none
-	wins   int    // pairs the plain call won, in this measurement
+	sum    int64  // ns of the counted calls of the block being measured
+	first  int64  // the streamed block's sum in the pair being measured
+	wins   int    // pairs the plain block won, in this measurement
 	chosen bool   // a measurement has ended
 }
 
@@ -34,7 +37,10 @@ const (
 	// Size classes: 16 KiB (streamSlotMin) to 16 KiB<<(slotClasses-1)
 	// and more, one a power of two.
 	slotClasses = 8
-	probePairs  = 16
+	probeBlock  = 4
+	probePairs  = 8
+	// measureCalls is a measurement's length in calls.
+	measureCalls = 2 * probeBlock * probePairs
 	// reprobeEvery calls of a class between measurements: a measurement's
 	// plain or streamed half costs, where it loses, up to half of its
 	// calls' time, 1/256 of the class's calls at most.
@@ -58,8 +64,8 @@ func (w *slotWrites) stream(n int) (stream, timed bool) {
 	if cl.chosen {
 		*cl = slotClass{plain: cl.plain} // measure again
 	}
-	// Even calls of the measurement stream, odd ones write plainly.
-	return cl.calls&1 == 0, true
+	// Even blocks of the measurement stream, odd ones write plainly.
+	return (cl.calls/probeBlock)&1 == 0, true
 }
 
 // done takes the duration in ns of a timed call of n bytes (stream said
@@ -70,18 +76,20 @@ func (w *slotWrites) done(n int, ns int64) {
 	if cl.chosen {
 		return
 	}
-	ns = max(ns, 1)
-	if cl.calls&1 == 0 {
-		cl.first = ns
-		cl.calls++
+	if cl.calls%probeBlock != 0 {
+		cl.sum += max(ns, 1)
+	}
+	cl.calls++
+	if cl.calls%probeBlock != 0 {
 		return
 	}
-	if ns < cl.first {
+	if (cl.calls/probeBlock)&1 == 1 {
+		cl.first = cl.sum // a streamed block ended
+	} else if cl.sum < cl.first {
 		cl.wins++
 	}
-	cl.first = 0
-	cl.calls++
-	if int(cl.calls/2) == probePairs {
+	cl.sum = 0
+	if cl.calls == measureCalls {
 		// Streaming stays on a tie: it is what far cores need most.
 		*cl = slotClass{plain: cl.wins > probePairs/2, chosen: true}
 	}

@@ -21,14 +21,14 @@ func TestSlotWritesChoose(t *testing.T) {
 	}{
 		{name: "plain faster", streamNs: 100, plainNs: func(int) int64 { return 80 }, wantPlain: true},
 		{name: "stream faster", streamNs: 100, plainNs: func(int) int64 { return 120 }},
-		{name: "tie", streamNs: 100, plainNs: func(p int) int64 { return 100 + int64(p%2)*40 - 20 }}, // wins half
+		{name: "tie", streamNs: 100, plainNs: func(p int) int64 { return 100 + int64(p%2)*40 - 20 }}, // plain blocks win half
 		{name: "plain faster, calls failing", streamNs: 100, plainNs: func(int) int64 { return 80 }, wantPlain: true, failEveryThird: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var w slotWrites
-			calls, pairs := 0, 0
+			calls, plainCalls := 0, 0
 			for !w.class[slotClassOf(n)].chosen {
-				if calls > 10*probePairs {
+				if calls > 10*measureCalls {
 					t.Fatalf("no choice after %d calls", calls)
 				}
 				calls++
@@ -43,9 +43,10 @@ func TestSlotWritesChoose(t *testing.T) {
 					w.done(n, tc.streamNs)
 					continue
 				}
-				w.done(n, tc.plainNs(pairs))
-				pairs++
+				w.done(n, tc.plainNs(plainCalls/probeBlock))
+				plainCalls++
 			}
+			pairs := plainCalls / probeBlock
 			if pairs != probePairs {
 				t.Errorf("chose after %d pairs, want %d", pairs, probePairs)
 			}
@@ -96,7 +97,7 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 		{OpBroadcast, 4 * slotMax},
 	} {
 		n := tc.bytes / 4
-		for call := range 2*probePairs + 1 {
+		for call := range measureCalls {
 			err := runOnAll(comms, func(c *Comm) error {
 				fill := func(b []float32, rank int) {
 					for i := range b {
@@ -142,7 +143,7 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 			writer = comms[1]
 		}
 		if !writer.small.writes.class[slotClassOf(tc.bytes)].chosen {
-			t.Errorf("%v of %d bytes a rank: rank %d measured no choice in %d calls", tc.op, tc.bytes, writer.Rank(), 2*probePairs+1)
+			t.Errorf("%v of %d bytes a rank: rank %d measured no choice in %d calls", tc.op, tc.bytes, writer.Rank(), measureCalls)
 		}
 	}
 }
