@@ -1,8 +1,8 @@
 package collective
 
 import (
-	"bytes"
 	"fmt"
+	"slices"
 	"testing"
 	"time"
 )
@@ -114,7 +114,7 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 					for r := range 2 {
 						want := make([]float32, n)
 						fill(want, r)
-						if !bytes.Equal(f32Bytes(out[r*n:(r+1)*n]), f32Bytes(want)) {
+						if !slices.Equal(out[r*n:(r+1)*n], want) {
 							return fmt.Errorf("call %d: rank %d's block wrong", call, r)
 						}
 					}
@@ -127,7 +127,7 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 					if err := c.Broadcast(ctx, Buf(buf), Buf(buf), 1); err != nil {
 						return err
 					}
-					if !bytes.Equal(f32Bytes(buf), f32Bytes(want)) {
+					if !slices.Equal(buf, want) {
 						return fmt.Errorf("call %d: broadcast wrong", call)
 					}
 				}
@@ -147,5 +147,3 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 		}
 	}
 }
-
-func f32Bytes(b []float32) []byte { return AsBytes(b) }
