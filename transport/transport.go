@@ -168,6 +168,22 @@ type Mailbox interface {
 	// Err returns why the peer is gone once it is (what it published
 	// before stays readable), else nil.
 	Err() error
+	// A call of more than 56 bytes may lend its data instead of writing
+	// its slot: Lend(k, addr) before Publish(k) says it lies at addr in
+	// this process (Lend(k, 0): in the slot), and the peer, seeing
+	// PeerLent(k), copies it straight out of this process's memory with
+	// ReadLent. The lender keeps it unchanged until the peer says (the
+	// caller's protocol, a part) that it read it, or withdraws it first
+	// (Withdraw), after which a read that was still copying fails. Lend
+	// only to a peer that can read this process: ReadsPeer finds out, once,
+	// whether this end can read the peer, and PeerReadsMine is the peer's
+	// answer, false until it asked.
+	ReadsPeer() bool
+	PeerReadsMine() bool
+	Lend(k uint32, addr uintptr)
+	Withdraw(k uint32)
+	PeerLent(k uint32) bool
+	ReadLent(k uint32, dst []byte, off int) error
 }
 
 // WC is a work completion.

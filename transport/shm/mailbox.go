@@ -3,6 +3,9 @@
 package shm
 
 import (
+	"errors"
+	"fmt"
+	"sync"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -31,6 +34,20 @@ import (
 // when the peer published k+1 (it does so only after finishing call k).
 // Publish itself rewrites only the sequence word of line k&1, never the
 // bytes a peer may still be reading.
+//
+// Lending: a call of more than MailboxInline bytes may leave its data in
+// the caller's own memory instead of the slot (Lend): the first two words
+// of the sequence line's inline bytes, unused by such a call, then carry
+// the call's number as a mark and the buffer's address, and the peer reads
+// the data with one single-copy read (ReadLent, the cross-memory attach of
+// cma_linux.go) straight into its destination, where the slot cost a copy
+// in and a copy out. Only an end whose peer said it can read it lends
+// (PeerReadsMine): each end probes, once, whether it can read its peer
+// (ReadsPeer) and publishes the answer in its waiting line's second word.
+// A lender that gives up on its call withdraws the mark (Withdraw) before
+// its buffer may change, and a read that finds the mark gone after it
+// copied fails, so a late reader never takes bytes its writer no longer
+// held for it.
 //
 // Waiting: a caller polls Arrived, and when it wants to stop spinning calls
 // Sleep, which raises the side's waiting word and sleeps on the peer's
@@ -82,7 +99,10 @@ type mbSide struct {
 	pfutex [2]*atomic.Uint32 // its high half, the futex word of parts (a part leaves the low half as it was)
 	inline [2][]byte         // the rest of sequence line p: the slot of a call of at most MailboxInline bytes
 	wait   *atomic.Uint32
-	tags   []atomic.Uint64 // publication k's tag, with k in the high half
+	reads  *atomic.Uint32    // 1 once this side found it can read its peer (ReadsPeer), 2 once it found it cannot
+	lent   [2]*atomic.Uint64 // inline word 0 of line p: k<<32 | 1 while call k's data is lent
+	addr   [2]*atomic.Uint64 // inline word 1 of line p: the lent buffer's address
+	tags   []atomic.Uint64   // publication k's tag, with k in the high half
 	slots  [2][]byte
 }
 
@@ -91,6 +111,9 @@ type mbSide struct {
 type Mailbox struct {
 	q          *QP
 	mine, peer mbSide
+
+	probe sync.Once
+	rd    *cmaPeer // nil: this side cannot read the peer (ReadsPeer)
 }
 
 func newMailbox(q *QP) *Mailbox {
@@ -101,10 +124,11 @@ func newMailbox(q *QP) *Mailbox {
 			o := b + offMbSeq + p*line
 			m.seq[p], m.futex[p], m.pfutex[p] = u64At(mem, o), u32At(mem, o+lowHalf), u32At(mem, o+highHalf)
 			m.inline[p] = mem[o+8 : o+8+MailboxInline : o+8+MailboxInline]
+			m.lent[p], m.addr[p] = u64At(mem, o+8), u64At(mem, o+16)
 			o = b + offMbSlots + p*MailboxSlot
 			m.slots[p] = mem[o : o+MailboxSlot : o+MailboxSlot]
 		}
-		m.wait = u32At(mem, b+offMbWait)
+		m.wait, m.reads = u32At(mem, b+offMbWait), u32At(mem, b+offMbWait+4)
 		m.tags = unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offMbTags])), mbTags)
 		return m
 	}
@@ -230,4 +254,114 @@ func (m *Mailbox) Err() error {
 		return g.err
 	}
 	return nil
+}
+
+// probeWait bounds how long ReadsPeer waits for the peer to attach its end
+// of the segment (and publish its probe word): a peer that has not by then
+// is failing its own set-up.
+const probeWait = 5 * time.Second
+
+// ReadsPeer reports whether this side can read the peer process's memory
+// (ReadLent), finding out the first time it is asked, and publishes the
+// answer for the peer (PeerReadsMine). A peer that has not attached yet is
+// waited for, up to probeWait.
+func (m *Mailbox) ReadsPeer() bool {
+	m.probe.Do(func() {
+		q := m.q
+		err := q.noCMA
+		if err == nil {
+			err = errors.New("the peer published no probe word")
+			for start := time.Now(); time.Since(start) < probeWait; time.Sleep(50 * time.Microsecond) {
+				if q.seg.peer.probe.Load() != 0 {
+					err = nil
+					break
+				}
+			}
+		}
+		var rd *cmaPeer
+		if err == nil {
+			if pid := q.seg.pid(1 - q.side); pid != q.peerPid {
+				err = fmt.Errorf("the segment names pid %d, the socket pid %d", pid, q.peerPid)
+			} else if rd, err = openCMAPeer(q.peerPid); err == nil {
+				if err = rd.probe(q.seg.peer); err != nil {
+					rd.close()
+					rd = nil
+				}
+			}
+		}
+		if err != nil {
+			q.warnNoCMA(err)
+			m.mine.reads.Store(2)
+			return
+		}
+		m.rd = rd
+		m.mine.reads.Store(1)
+	})
+	return m.rd != nil
+}
+
+// PeerReadsMine reports whether the peer has found that it can read this
+// process's memory (its ReadsPeer); false until it has asked.
+func (m *Mailbox) PeerReadsMine() bool { return m.peer.reads.Load() == 1 }
+
+// Lend says, for call k of more than MailboxInline bytes, that its data
+// lies at addr in this process rather than in the slot; call it before
+// Publish(k), and keep the data there unchanged until the peer has said
+// (by the caller's protocol) that it read it, or until Withdraw(k). A call
+// that does not lend calls Lend(k, 0): a mark left from an earlier call is
+// never taken for this one's, but a cleared one costs the peer nothing to
+// check.
+func (m *Mailbox) Lend(k uint32, addr uintptr) {
+	if addr == 0 {
+		m.mine.lent[k&1].Store(0)
+		return
+	}
+	m.mine.addr[k&1].Store(uint64(addr))
+	m.mine.lent[k&1].Store(uint64(k)<<32 | 1)
+}
+
+// Withdraw takes back call k's lent buffer: a peer's read that has not
+// finished by now fails (ReadLent) instead of returning what the buffer
+// holds next.
+func (m *Mailbox) Withdraw(k uint32) { m.mine.lent[k&1].CompareAndSwap(uint64(k)<<32|1, 0) }
+
+// PeerLent reports whether the peer's call k (of more than MailboxInline
+// bytes, published) lent its data; read it with ReadLent then, not from
+// the slot.
+func (m *Mailbox) PeerLent(k uint32) bool { return m.peer.lent[k&1].Load() == uint64(k)<<32|1 }
+
+// errWithdrawn: a lent buffer was taken back while it was read.
+var errWithdrawn = errors.New("the peer withdrew its buffer (its call failed) while it was read")
+
+// ReadLent copies len(dst) bytes at offset off of the buffer the peer lent
+// with call k into dst. It fails if this side cannot read the peer, if the
+// peer did not lend call k, or withdrew it before the copy ended, or is
+// gone.
+func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error {
+	if m.rd == nil {
+		return errNoCMA
+	}
+	if !m.PeerLent(k) {
+		return fmt.Errorf("shm: call %d of pid %d lent no buffer", k, m.q.peerPid)
+	}
+	if len(dst) == 0 {
+		return nil
+	}
+	if err := m.rd.read(dst, m.peer.addr[k&1].Load()+uint64(off)); err != nil {
+		if err == errPeerExited {
+			return fmt.Errorf("%w: shm peer (pid %d) left during a single-copy read", transport.ErrPeerDead, m.q.peerPid)
+		}
+		return fmt.Errorf("shm: reading call %d's lent buffer: %w", k, err)
+	}
+	if !m.PeerLent(k) {
+		return fmt.Errorf("shm: call %d of pid %d: %w", k, m.q.peerPid, errWithdrawn)
+	}
+	return nil
+}
+
+// closeReader releases the single-copy handle on the peer (QP.release).
+func (m *Mailbox) closeReader() {
+	if m.rd != nil {
+		m.rd.close()
+	}
 }

@@ -7,6 +7,7 @@ import (
 	"errors"
 	"testing"
 	"time"
+	"unsafe"
 
 	"github.com/vccl-go/vccl/transport"
 	"github.com/vccl-go/vccl/transport/transporttest"
@@ -194,5 +195,76 @@ func TestMailboxStreamSlot(t *testing.T) {
 		if n < len(got) && got[n] != 0xee {
 			t.Fatalf("%d bytes: byte %d past the end was overwritten", n, n)
 		}
+	}
+}
+
+// A lent call is read straight out of the lender's memory, at any offset;
+// a mark left from an earlier call of the same parity is not taken for the
+// next one's; a withdrawn loan, or one never made, cannot be read.
+func TestMailboxLend(t *testing.T) {
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	if a.PeerReadsMine() {
+		t.Fatal("the peer said it reads this end before it probed")
+	}
+	if !b.ReadsPeer() || !a.PeerReadsMine() {
+		t.Fatalf("b reads a: %v, a sees it: %v; want both", b.ReadsPeer(), a.PeerReadsMine())
+	}
+	if b.PeerReadsMine() {
+		t.Fatal("a said it reads b without probing")
+	}
+	buf := patternOf(3*MailboxSlot, 9) // larger than a slot: a loan is not bound by it
+	const k = 5
+	a.Lend(k, uintptr(unsafe.Pointer(&buf[0])))
+	a.Publish(k, 1<<31)
+	if !b.PeerLent(k) || b.PeerLent(k+2) || b.PeerLent(k+1) {
+		t.Fatalf("lent: call %d %v, call %d %v, call %d %v; want only call %d", k, b.PeerLent(k), k+1, b.PeerLent(k+1), k+2, b.PeerLent(k+2), k)
+	}
+	got := make([]byte, len(buf))
+	if err := b.ReadLent(k, got[:1000], 0); err != nil {
+		t.Fatal(err)
+	}
+	if err := b.ReadLent(k, got[1000:], 1000); err != nil {
+		t.Fatal(err)
+	}
+	if !bytes.Equal(got, buf) {
+		t.Fatal("the loan read back differs")
+	}
+	// Call k+2 of the same parity, not lent: its mark says so.
+	a.Lend(k+2, 0)
+	a.Publish(k+2, 1<<31)
+	if b.PeerLent(k+2) || b.PeerLent(k) {
+		t.Fatal("a call that did not lend reads as lent")
+	}
+	if err := b.ReadLent(k+2, got[:8], 0); err == nil {
+		t.Fatal("read a call that lent nothing")
+	}
+	a.Lend(k+4, uintptr(unsafe.Pointer(&buf[0])))
+	a.Withdraw(k + 2) // not the current loan: nothing changes
+	if !b.PeerLent(k + 4) {
+		t.Fatal("withdrawing an older call took back the current loan")
+	}
+	a.Withdraw(k + 4)
+	if b.PeerLent(k+4) || b.ReadLent(k+4, got[:8], 0) == nil {
+		t.Fatal("a withdrawn loan still reads")
+	}
+}
+
+// An end whose probe of the peer fails says so: the peer never lends to it,
+// and its reads fail.
+func TestMailboxLendRefused(t *testing.T) {
+	captureWarnings(t)
+	cmaFault.Store(true)
+	defer cmaFault.Store(false)
+	p := transporttest.Connect(t, transporttest.Factory{Backend: Backend{}})
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	if b.ReadsPeer() || a.PeerReadsMine() {
+		t.Fatal("an end that cannot read its peer says it can")
+	}
+	buf := patternOf(4096, 1)
+	a.Lend(1, uintptr(unsafe.Pointer(&buf[0])))
+	a.Publish(1, 1<<31)
+	if err := b.ReadLent(1, make([]byte, 8), 0); err == nil {
+		t.Fatal("read a loan without being able to read the peer")
 	}
 }

@@ -1765,4 +1765,5 @@ func (q *QP) release() {
 	unix.Munmap(q.seg.mem)
 	q.live.Unlock()
 	q.cma.close()
+	q.mbox.closeReader()
 }
