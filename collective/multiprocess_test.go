@@ -382,3 +382,42 @@ func processStopped(pid int) bool {
 	i := strings.LastIndexByte(string(b), ')')
 	return i >= 0 && i+2 < len(b) && b[i+2] == 'T'
 }
+
+const envLendRank = "VCCL_TEST_LEND_RANK"
+
+// Ranks in processes of their own lend their all-gathers' and broadcasts'
+// data to each other (Mailbox.Lend), each read by process_vm_readv, beside
+// ranks that write their slots: lendCases across processes.
+func TestLendMultiProcess(t *testing.T) {
+	launcher := buildVcclrun(t)
+	for i, tc := range lendCases {
+		t.Run(tc.name, func(t *testing.T) {
+			ctx := testCtx(t, 2*time.Minute)
+			env := append(os.Environ(), envLendRank+"="+strconv.Itoa(i), EnvTransport+"=shm")
+			out, err := rankJob(ctx, launcher, []string{"-n", strconv.Itoa(len(tc.ways)), "--"}, "TestLendRank", env).CombinedOutput()
+			if err != nil {
+				t.Fatalf("job: %v\n%s", err, out)
+			}
+			wantRanksOK(t, string(out), "lend rank ok", len(tc.ways))
+		})
+	}
+}
+
+// TestLendRank is one rank of TestLendMultiProcess's jobs.
+func TestLendRank(t *testing.T) {
+	i, err := strconv.Atoi(os.Getenv(envLendRank))
+	if err != nil {
+		t.Skip("runs as a rank of TestLendMultiProcess")
+	}
+	ctx := testCtx(t, time.Minute)
+	c, err := NewFromEnv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	tc := lendCases[i]
+	if err := lendCalls(ctx, c, tc.bytes, tc.ways); err != nil {
+		t.Fatal(err)
+	}
+	fmt.Printf("lend rank ok: rank %d\n", c.Rank())
+}

@@ -151,7 +151,7 @@ func (c *Comm) slicesStart(k uint32, rq *request) {
 // broadcast root's buffer, into every peer's slot of part i; of a
 // reduce-scatter, bytes [a, b) of peer q's block into peer q's.
 func (c *Comm) piecesWrite(k, part uint32, rq *request, a, b int) {
-	if rq.call.op == OpBroadcast && c.rank != rq.call.root {
+	if rq.call.op == OpBroadcast && c.rank != rq.call.root || c.small.way == wayLend {
 		return
 	}
 	if rq.call.op == OpReduceScatter {
@@ -171,35 +171,69 @@ func (c *Comm) piecesWrite(k, part uint32, rq *request, a, b int) {
 }
 
 // piecesRead copies bytes [a, b) of the peers' blocks (all-gather), or of
-// the root's buffer (broadcast), from their slots of part i into the
-// output, and this rank's own from its input where they differ; a
-// reduce-scatter reduces its own block's bytes [a, b) from its input and
-// the peers' slots, in rank order, into its output.
-func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) {
+// the root's buffer (broadcast), from their slots of part i, or from the
+// buffers they lent, into the output, and this rank's own from its input
+// where they differ; a reduce-scatter reduces its own block's bytes
+// [a, b) from its input and the peers' slots, in rank order, into its
+// output.
+func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) error {
 	s := c.small
+	from := func(q int, dst []byte) error {
+		if s.lent[q] {
+			return s.boxes[q].ReadLent(k, dst, a)
+		}
+		copy(dst, s.boxes[q].PeerSlot(k+part, b-a))
+		return nil
+	}
 	if rq.call.op == OpReduceScatter {
 		n := len(rq.out)
 		c.reduceSlots(k, part, rq, rq.out[a:b], rq.in[c.rank*n+a:c.rank*n+b])
-		return
+		return nil
 	}
 	if rq.call.op == OpBroadcast {
 		switch root := rq.call.root; {
 		case root != c.rank:
-			copy(rq.out[a:b], s.boxes[root].PeerSlot(k+part, b-a))
+			return from(root, rq.out[a:b])
 		case !rq.call.inPlace:
 			copy(rq.out[a:b], rq.in[a:b])
 		}
-		return
+		return nil
 	}
 	n := len(rq.in)
 	for q, box := range s.boxes {
 		switch {
 		case box != nil:
-			copy(rq.out[q*n+a:q*n+b], box.PeerSlot(k+part, b-a))
+			if err := from(q, rq.out[q*n+a:q*n+b]); err != nil {
+				return err
+			}
 		case !rq.call.inPlace:
 			copy(rq.out[q*n+a:q*n+b], rq.in[a:b])
 		}
 	}
+	return nil
+}
+
+// allLent reports whether every rank that hands data over in call rq lent
+// it (noteLent has run): then every rank reads the loans whole at once
+// and the call ends with part 1 (lentDone), its slots unread. Every rank
+// sees the same loans, so all agree.
+func (c *Comm) allLent(rq *request) bool {
+	s := c.small
+	if rq.call.op == OpBroadcast {
+		if root := rq.call.root; root != c.rank {
+			return s.lent[root]
+		}
+		return s.way == wayLend
+	}
+	if s.way != wayLend {
+		return false
+	}
+	for p, b := range s.boxes {
+		if b != nil && !s.lent[p] {
+			return false
+		}
+	}
+	return true
 }
 
 // piecesRun runs a sliced all-gather, broadcast or reduce-scatter whose
@@ -207,6 +241,16 @@ func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) {
 // the last part.
 func (c *Comm) piecesRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	total, piece := slicesSize(rq), slicesPiece(rq)
+	if lends(rq.call.op, total) {
+		if c.noteLent(k, rq); c.allLent(rq) {
+			if err := c.readWhole(k, rq); err != nil {
+				return err
+			}
+			return c.lentDone(ctx, k, seq, deadline, rq)
+		}
+	} else {
+		clear(c.small.lent)
+	}
 	part := uint32(0)
 	for a := 0; a < total; a += piece {
 		b := min(a+piece, total)
@@ -216,7 +260,9 @@ func (c *Comm) piecesRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 				return err
 			}
 		}
-		c.piecesRead(k, part, rq, a, b)
+		if err := c.piecesRead(k, part, rq, a, b); err != nil {
+			return err
+		}
 		part++
 	}
 	return c.slicesPublishWait(ctx, k, part, seq, deadline, rq) // the last part: every peer's slots read

@@ -2,35 +2,55 @@ package collective
 
 import "math/bits"
 
-// slotWrites chooses, per size class, how a rank writes the mailbox slots
-// that its peers read and it does not read back: past its caches
-// (Mailbox.StreamSlot) or plainly. Which is faster depends on how far
-// apart the cores are, which neither the rank nor the topology the kernel
-// shows tells: between far cores (a cache line passing in 200-300 ns) a
-// plain store first takes back the line the peer read two calls before,
-// and streaming won 1.3-2x (decision 0046); between cores that share their
-// last-level cache (60-110 ns) the peer then reads the slot from memory
-// instead of that cache, and plain stores won 10-25% (decision 0054). The
-// same VM drew either kind from run to run, so the rank measures: a
-// measurement of a class alternates blocks of probeBlock calls written
-// each way, probePairs pairs of them; each pair scores for its faster
-// block, and the class keeps the winner for reprobeEvery calls, then
-// measures again. A block's first call is not counted: a broadcast root's
-// call waits for the peer's read of the call before, written the other
-// way. Neighbouring blocks compare under the same load, and a call
-// preempted in the middle costs one pair, not the verdict. Under the small
-// path's turn: its calls run one at a time.
+// slotWrites chooses, per size class, how a rank hands its peers the data
+// of a call whose slots they alone read: written into the slots past its
+// caches (Mailbox.StreamSlot), written plainly, or not written at all but
+// lent (Mailbox.Lend: each peer copies it straight out of the rank's
+// buffer with one single-copy read, as Open MPI's vader does). Which is
+// faster depends on how far apart the cores are, which neither the rank
+// nor the topology the kernel shows tells: between far cores (a cache line
+// passing in 200-300 ns) a plain store first takes back the line the peer
+// read two calls before, and streaming won 1.3-2x (decision 0046); between
+// cores that share their last-level cache (60-110 ns) the peer then reads
+// the slot from memory instead of that cache, and plain stores won 10-25%
+// (decision 0054); there one copy by the reader, for a system call and one
+// more hand-off, beat the slots' two copies by a quarter to a half
+// (decision 0055). The same VM drew either kind from run to run, so the
+// rank measures: a measurement of a class runs probeBlock calls each way
+// in turn, probeRounds rounds of them; each round scores for its fastest
+// block, and the class keeps the way with most wins (ties in the order of
+// slotWay) for reprobeEvery calls, then measures again. A block's first
+// call is not counted: a broadcast root's call waits for the peer's read
+// of the call before, written another way. Neighbouring blocks compare
+// under the same load, and a call preempted in the middle costs one round,
+// not the verdict. Lending is measured only where the call may lend (every
+// peer reads this rank's memory, and the operation reads what is lent:
+// slotWrites.lends). Under the small path's turn: its calls run one at a
+// time.
 type slotWrites struct {
+	lends bool // the calls of this table may lend
 	class [slotClasses]slotClass
 }
 
+// slotWay is a way of handing over a call's data, in the order ties go.
+type slotWay uint8
+
+const (
+	wayStream slotWay = iota // into the slots past the caches: what far cores need most
+	wayLend                  // lent: one copy, by the reader
+	wayPlain                 // into the slots plainly
+	nWays
+)
+
 type slotClass struct {
-	calls  uint32 // calls since the class last chose (or since the start)
-	plain  bool   // the choice: plain stores
-	sum    int64  // ns of the counted calls of the block being measured
-	first  int64  // the streamed block's sum in the pair being measured
-	wins   int    // pairs the plain block won, in this measurement
-	chosen bool   // a measurement has ended
+	calls  uint32        // calls since the class last chose (or since the start)
+	way    slotWay       // the choice
+	ways   slotWay       // how many ways the measurement compares (0: not started)
+	sum    int64         // ns of the counted calls of the block being measured
+	best   int64         // the fastest block's sum in the round being measured
+	bestW  slotWay       // its way
+	wins   [nWays]uint16 // rounds each way won, in this measurement
+	chosen bool          // a measurement has ended
 }
 
 const (
@@ -38,59 +58,94 @@ const (
 	// and more, one a power of two.
 	slotClasses = 8
 	probeBlock  = 4
-	probePairs  = 8
-	// measureCalls is a measurement's length in calls.
-	measureCalls = 2 * probeBlock * probePairs
+	probeRounds = 8
 	// reprobeEvery calls of a class between measurements: a measurement's
-	// plain or streamed half costs, where it loses, up to half of its
-	// calls' time, 1/256 of the class's calls at most.
+	// losing blocks cost, where they lose, up to half of their calls'
+	// time, 1/128 of the class's calls at most.
 	reprobeEvery = 8192
 )
+
+// measureCalls is a measurement's length in calls, comparing ways ways.
+func measureCalls(ways slotWay) int { return probeBlock * probeRounds * int(ways) }
 
 func slotClassOf(n int) int {
 	c := bits.Len(uint(n/streamSlotMin)) - 1
 	return min(max(c, 0), slotClasses-1)
 }
 
-// stream reports how a call whose rank writes n bytes into each peer's
-// slot writes them, and whether the call is timed (then done reports its
-// duration).
-func (w *slotWrites) stream(n int) (stream, timed bool) {
+// way reports how a call whose rank hands n bytes to each peer hands
+// them, and whether the call is timed (then done reports its duration).
+// lend says whether this call may lend (its peers can read it); a class
+// whose measurement began while it could not compares the other two ways.
+func (w *slotWrites) way(n int, lend bool) (way slotWay, timed bool) {
 	cl := &w.class[slotClassOf(n)]
 	if cl.chosen && cl.calls < reprobeEvery {
 		cl.calls++
-		return !cl.plain, false
+		if cl.way == wayLend && !lend {
+			return wayStream, false
+		}
+		return cl.way, false
 	}
 	if cl.chosen {
-		*cl = slotClass{plain: cl.plain} // measure again
+		*cl = slotClass{} // measure again
 	}
-	// Even blocks of the measurement stream, odd ones write plainly.
-	return (cl.calls/probeBlock)&1 == 0, true
+	if cl.ways == 0 {
+		// Ways are compared in slotWay's order, wayLend dropped where it
+		// may not lend: plain is always the last.
+		cl.ways = 2
+		if w.lends && lend {
+			cl.ways = 3
+		}
+	}
+	way = cl.measuring()
+	if way == wayLend && !lend {
+		// This one call cannot lend: it is not counted, and the next one
+		// is timed in its place.
+		return wayStream, false
+	}
+	return way, true
 }
 
-// done takes the duration in ns of a timed call of n bytes (stream said
+// measuring is the way of the block being measured.
+func (cl *slotClass) measuring() slotWay {
+	b := slotWay(cl.calls / probeBlock % uint32(cl.ways))
+	if b == cl.ways-1 {
+		return wayPlain
+	}
+	return b
+}
+
+// done takes the duration in ns of a timed call of n bytes (way said
 // timed). A failed call is not reported: the next call of the class then
-// writes its slots the same way and is timed in its place.
+// goes the same way and is timed in its place.
 func (w *slotWrites) done(n int, ns int64) {
 	cl := &w.class[slotClassOf(n)]
-	if cl.chosen {
+	if cl.chosen || cl.ways == 0 {
 		return
 	}
 	if cl.calls%probeBlock != 0 {
 		cl.sum += max(ns, 1)
 	}
+	way := cl.measuring()
 	cl.calls++
 	if cl.calls%probeBlock != 0 {
 		return
 	}
-	if (cl.calls/probeBlock)&1 == 1 {
-		cl.first = cl.sum // a streamed block ended
-	} else if cl.sum < cl.first {
-		cl.wins++
+	// A block ended.
+	if first := cl.calls/probeBlock%uint32(cl.ways) == 1; first || cl.sum < cl.best {
+		cl.best, cl.bestW = cl.sum, way
 	}
 	cl.sum = 0
-	if cl.calls == measureCalls {
-		// Streaming stays on a tie: it is what far cores need most.
-		*cl = slotClass{plain: cl.wins > probePairs/2, chosen: true}
+	if cl.calls/probeBlock%uint32(cl.ways) == 0 {
+		cl.wins[cl.bestW]++ // a round ended
+	}
+	if int(cl.calls) == measureCalls(cl.ways) {
+		pick := wayStream
+		for wy := range nWays {
+			if cl.wins[wy] > cl.wins[pick] {
+				pick = wy
+			}
+		}
+		*cl = slotClass{way: pick, chosen: true}
 	}
 }

@@ -1,69 +1,105 @@
 package collective
 
 import (
+	"context"
+	"errors"
 	"fmt"
 	"slices"
 	"testing"
 	"time"
 )
 
-// slotWrites keeps the way that won most pairs of its measurement, a tie
-// going to streaming, per size class, and measures again after
-// reprobeEvery calls.
+// slotWrites keeps the way that won most rounds of its measurement, ties
+// going in slotWay's order, per size class, and measures again after
+// reprobeEvery calls; it measures lending only where the table's calls
+// may lend and this call could.
 func TestSlotWritesChoose(t *testing.T) {
 	const n = 64 << 10
+	flat := func(ns int64) func(int) int64 { return func(int) int64 { return ns } }
 	for _, tc := range []struct {
-		name           string
-		streamNs       int64
-		plainNs        func(pair int) int64
-		wantPlain      bool
-		failEveryThird bool // every third streamed call fails: not reported
+		name     string
+		lends    bool                // the table's calls may lend
+		canLend  func(call int) bool // nil: every call can
+		ns       [nWays]func(round int) int64
+		want     slotWay
+		ways     slotWay
+		failEach int // every failEach-th call fails (not reported); 0: none
 	}{
-		{name: "plain faster", streamNs: 100, plainNs: func(int) int64 { return 80 }, wantPlain: true},
-		{name: "stream faster", streamNs: 100, plainNs: func(int) int64 { return 120 }},
-		{name: "tie", streamNs: 100, plainNs: func(p int) int64 { return 100 + int64(p%2)*40 - 20 }}, // plain blocks win half
-		{name: "plain faster, calls failing", streamNs: 100, plainNs: func(int) int64 { return 80 }, wantPlain: true, failEveryThird: true},
+		{name: "plain faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2},
+		{name: "stream faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(120)}, want: wayStream, ways: 2},
+		{name: "tie", ns: [nWays]func(int) int64{flat(100), flat(1), func(r int) int64 { return 80 + int64(r%2)*40 }}, want: wayStream, ways: 2},
+		{name: "plain faster, calls failing", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, failEach: 3},
+		{name: "lend faster", lends: true, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3},
+		{name: "plain faster than lending", lends: true, ns: [nWays]func(int) int64{flat(100), flat(90), flat(80)}, want: wayPlain, ways: 3},
+		{name: "lend and plain tie", lends: true, ns: [nWays]func(int) int64{flat(100), flat(70), func(r int) int64 { return 50 + int64(r%2)*40 }}, want: wayLend, ways: 3},
+		{name: "peers cannot read", lends: true, canLend: func(int) bool { return false }, ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2},
+		{name: "a call that cannot lend", lends: true, canLend: func(call int) bool { return call%5 != 0 }, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
-			var w slotWrites
-			calls, plainCalls := 0, 0
+			w := slotWrites{lends: tc.lends}
+			can := tc.canLend
+			if can == nil {
+				can = func(int) bool { return true }
+			}
+			calls := 0
+			var counted [nWays]int
 			for !w.class[slotClassOf(n)].chosen {
-				if calls > 10*measureCalls {
+				if calls > 10*measureCalls(3) {
 					t.Fatalf("no choice after %d calls", calls)
 				}
 				calls++
-				stream, timed := w.stream(n)
-				if !timed {
-					t.Fatalf("call %d of the measurement not timed", calls)
+				lend := can(calls)
+				way, timed := w.way(n, lend)
+				if way == wayLend && !lend {
+					t.Fatalf("call %d lends where it cannot", calls)
 				}
-				if stream {
-					if tc.failEveryThird && calls%3 == 0 {
-						continue
+				if !timed {
+					if lend || !tc.lends {
+						t.Fatalf("call %d of the measurement not timed", calls)
 					}
-					w.done(n, tc.streamNs)
 					continue
 				}
-				w.done(n, tc.plainNs(plainCalls/probeBlock))
-				plainCalls++
+				if tc.failEach > 0 && calls%tc.failEach == 0 {
+					continue
+				}
+				w.done(n, tc.ns[way](counted[way]/probeBlock))
+				counted[way]++
 			}
-			pairs := plainCalls / probeBlock
-			if pairs != probePairs {
-				t.Errorf("chose after %d pairs, want %d", pairs, probePairs)
-			}
-			for i := range reprobeEvery {
-				stream, timed := w.stream(n)
-				if timed || stream == tc.wantPlain {
-					t.Fatalf("call %d after the choice: stream %v timed %v, want stream %v untimed", i, stream, timed, !tc.wantPlain)
+			for way, got := range counted {
+				want := probeBlock * probeRounds
+				if slotWay(way) == wayLend && tc.ways == 2 {
+					want = 0
+				}
+				if got != want {
+					t.Errorf("measured %d calls of way %d, want %d", got, way, want)
 				}
 			}
-			if _, timed := w.stream(n); !timed {
+			for i := range reprobeEvery {
+				way, timed := w.way(n, true)
+				if timed || way != tc.want {
+					t.Fatalf("call %d after the choice: way %d timed %v, want way %d untimed", i, way, timed, tc.want)
+				}
+			}
+			if _, timed := w.way(n, true); !timed {
 				t.Fatalf("no new measurement after %d calls", reprobeEvery)
 			}
 			// The other classes are still measuring.
-			if _, timed := w.stream(streamSlotMin); !timed {
+			if _, timed := w.way(streamSlotMin, true); !timed {
 				t.Fatal("another size class shares the choice")
 			}
 		})
+	}
+}
+
+// A class that chose to lend streams its slots in a call that cannot lend.
+func TestSlotWritesLendChosenCannot(t *testing.T) {
+	w := slotWrites{lends: true}
+	w.class[0] = slotClass{way: wayLend, chosen: true}
+	if way, timed := w.way(streamSlotMin, false); way != wayStream || timed {
+		t.Fatalf("way %d timed %v, want streaming untimed", way, timed)
+	}
+	if way, _ := w.way(streamSlotMin, true); way != wayLend {
+		t.Fatalf("way %d, want lending", way)
 	}
 }
 
@@ -97,7 +133,7 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 		{OpBroadcast, 4 * slotMax},
 	} {
 		n := tc.bytes / 4
-		for call := range measureCalls {
+		for call := range measureCalls(3) {
 			err := runOnAll(comms, func(c *Comm) error {
 				fill := func(b []float32, rank int) {
 					for i := range b {
@@ -137,13 +173,120 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 				t.Fatalf("%v of %d bytes a rank: %v", tc.op, tc.bytes, err)
 			}
 		}
-		// The root alone writes a broadcast's slots.
+		// The root alone writes a broadcast's slots (this one in place).
 		writer := comms[0]
 		if tc.op == OpBroadcast {
 			writer = comms[1]
 		}
-		if !writer.small.writes.class[slotClassOf(tc.bytes)].chosen {
-			t.Errorf("%v of %d bytes a rank: rank %d measured no choice in %d calls", tc.op, tc.bytes, writer.Rank(), measureCalls)
+		if !writer.small.writesFor(tc.op, tc.op == OpBroadcast).class[slotClassOf(tc.bytes)].chosen {
+			t.Errorf("%v of %d bytes a rank: rank %d measured no choice in %d calls", tc.op, tc.bytes, writer.Rank(), measureCalls(3))
 		}
 	}
+}
+
+// Ranks that lend their data (Mailbox.Lend), beside ranks that write their
+// slots, give every result whole: all-gathers and broadcasts, whole and
+// sliced, in place and apart, on 2 and 3 ranks; and the readers did read
+// the loans. TestLendMultiProcess runs the same across processes.
+func TestSlotWritesLentOverShm(t *testing.T) {
+	ctx := testCtx(t, 2*time.Minute)
+	for _, tc := range lendCases {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := newLocal(t, len(tc.ways), WithTransport("shm"))
+			if err := runOnAll(comms, func(c *Comm) error { return lendCalls(ctx, c, tc.bytes, tc.ways) }); err != nil {
+				t.Fatal(err)
+			}
+		})
+	}
+}
+
+// lendCases are the ways each rank hands its data over (by rank) in
+// lendCalls.
+var lendCases = []struct {
+	name  string
+	bytes int // a rank's block, or the broadcast's buffer
+	ways  []slotWay
+}{
+	{"2 ranks both lend", 64 << 10, []slotWay{wayLend, wayLend}},
+	{"2 ranks one lends", 64 << 10, []slotWay{wayLend, wayStream}},
+	{"2 ranks the other lends", 64 << 10, []slotWay{wayPlain, wayLend}},
+	{"2 ranks sliced both lend", 3*slotMax + 4096, []slotWay{wayLend, wayLend}},
+	{"2 ranks sliced one lends", 3*slotMax + 4096, []slotWay{wayStream, wayLend}},
+	{"3 ranks", 24 << 10, []slotWay{wayLend, wayPlain, wayLend}},
+}
+
+// lendCalls makes c's rank hand its data over ways[rank] in every
+// all-gather and broadcast, runs them in place and apart with bytes a
+// rank (the broadcast's buffer), checks every result, and that this rank
+// read the loans of the ranks that lent.
+func lendCalls(ctx context.Context, c *Comm, bytes int, ways []slotWay) error {
+	ranks := c.Size()
+	if c.small == nil {
+		return errors.New("a communicator joined over shm has no mailbox path")
+	}
+	if !c.small.peersReadMe() {
+		return fmt.Errorf("rank %d: its peers cannot read it", c.Rank())
+	}
+	for _, op := range []Op{OpAllGather, OpBroadcast} {
+		for _, inPlace := range []bool{false, true} {
+			for i := range slotClasses {
+				c.small.writesFor(op, inPlace).class[i] = slotClass{way: ways[c.Rank()], chosen: true}
+			}
+		}
+	}
+	n := bytes / 4
+	for call := range 6 {
+		inPlace := call%2 == 1
+		op := OpAllGather
+		if call >= 4 {
+			op = OpBroadcast
+		}
+		root := call % ranks
+		fill := func(b []float32, rank int) {
+			for i := range b {
+				b[i] = float32(rank*1000003 + call*7919 + i)
+			}
+		}
+		if op == OpBroadcast {
+			buf, want := make([]float32, n), make([]float32, n)
+			fill(want, root)
+			in := buf
+			if c.Rank() == root {
+				copy(buf, want)
+				if !inPlace {
+					in = slices.Clone(want)
+				}
+			}
+			if err := c.Broadcast(ctx, Buf(in), Buf(buf), root); err != nil {
+				return err
+			}
+			if !slices.Equal(buf, want) {
+				return fmt.Errorf("rank %d, call %d: broadcast from %d wrong", c.Rank(), call, root)
+			}
+		} else {
+			out := make([]float32, ranks*n)
+			in := make([]float32, n)
+			if inPlace {
+				in = out[c.Rank()*n : (c.Rank()+1)*n]
+			}
+			fill(in, c.Rank())
+			if err := c.AllGather(ctx, Buf(in), Buf(out)); err != nil {
+				return err
+			}
+			for r := range ranks {
+				want := make([]float32, n)
+				fill(want, r)
+				if !slices.Equal(out[r*n:(r+1)*n], want) {
+					return fmt.Errorf("rank %d, call %d (in place %v): rank %d's block wrong", c.Rank(), call, inPlace, r)
+				}
+			}
+		}
+		for p := range ranks {
+			writes := op == OpAllGather || p == root
+			if want := writes && p != c.Rank() && ways[p] == wayLend; c.small.lent[p] != want {
+				return fmt.Errorf("%v call %d: rank %d read rank %d's loan: %v, want %v", op, call, c.Rank(), p, c.small.lent[p], want)
+			}
+		}
+	}
+	return nil
 }
