@@ -23,17 +23,18 @@ func TestSlotWritesChoose(t *testing.T) {
 		ns       [nWays]func(round int) int64
 		want     slotWay
 		ways     slotWay
+		rounds   int // the measurement's length: a leader no one can catch ends it
 		failEach int // every failEach-th call fails (not reported); 0: none
 	}{
-		{name: "plain faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2},
-		{name: "stream faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(120)}, want: wayStream, ways: 2},
-		{name: "tie", ns: [nWays]func(int) int64{flat(100), flat(1), func(r int) int64 { return 80 + int64(r%2)*40 }}, want: wayStream, ways: 2},
-		{name: "plain faster, calls failing", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, failEach: 3},
-		{name: "lend faster", lends: true, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3},
-		{name: "plain faster than lending", lends: true, ns: [nWays]func(int) int64{flat(100), flat(90), flat(80)}, want: wayPlain, ways: 3},
-		{name: "lend and plain tie", lends: true, ns: [nWays]func(int) int64{flat(100), flat(70), func(r int) int64 { return 50 + int64(r%2)*40 }}, want: wayLend, ways: 3},
-		{name: "peers cannot read", lends: true, canLend: func(int) bool { return false }, ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2},
-		{name: "a call that cannot lend", lends: true, canLend: func(call int) bool { return call%5 != 0 }, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3},
+		{name: "plain faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, rounds: 5},
+		{name: "stream faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(120)}, want: wayStream, ways: 2, rounds: 5},
+		{name: "tie", ns: [nWays]func(int) int64{flat(100), flat(1), func(r int) int64 { return 80 + int64(r%2)*40 }}, want: wayStream, ways: 2, rounds: probeRounds},
+		{name: "plain faster, calls failing", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, failEach: 3, rounds: 5},
+		{name: "lend faster", lends: true, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3, rounds: 5},
+		{name: "plain faster than lending", lends: true, ns: [nWays]func(int) int64{flat(100), flat(90), flat(80)}, want: wayPlain, ways: 3, rounds: 5},
+		{name: "lend and plain tie", lends: true, ns: [nWays]func(int) int64{flat(100), flat(70), func(r int) int64 { return 50 + int64(r%2)*40 }}, want: wayLend, ways: 3, rounds: probeRounds},
+		{name: "peers cannot read", lends: true, canLend: func(int) bool { return false }, ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, rounds: 5},
+		{name: "a call that cannot lend", lends: true, canLend: func(call int) bool { return call%5 != 0 }, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3, rounds: 5},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := slotWrites{lends: tc.lends}
@@ -66,7 +67,7 @@ func TestSlotWritesChoose(t *testing.T) {
 				counted[way]++
 			}
 			for way, got := range counted {
-				want := probeBlock * probeRounds
+				want := probeBlock * tc.rounds
 				if slotWay(way) == wayLend && tc.ways == 2 {
 					want = 0
 				}
@@ -88,6 +89,26 @@ func TestSlotWritesChoose(t *testing.T) {
 				t.Fatal("another size class shares the choice")
 			}
 		})
+	}
+}
+
+// A class's first call adopts the nearest smaller class's choice, and the
+// class measures itself after inheritCheck calls.
+func TestSlotWritesInherit(t *testing.T) {
+	w := slotWrites{lends: true}
+	w.class[1] = slotClass{way: wayLend, chosen: true}
+	big := streamSlotMin << 5
+	for i := range inheritCheck {
+		if way, timed := w.way(big, true); way != wayLend || timed {
+			t.Fatalf("call %d: way %d timed %v, want lending untimed (class 1's choice)", i, way, timed)
+		}
+	}
+	if _, timed := w.way(big, true); !timed {
+		t.Fatalf("no measurement of its own after %d calls", inheritCheck)
+	}
+	// Nothing smaller chose: the class measures at once.
+	if _, timed := w.way(streamSlotMin, true); !timed {
+		t.Fatal("the smallest class did not measure")
 	}
 }
 
@@ -114,9 +135,10 @@ func TestSlotClassOf(t *testing.T) {
 	}
 }
 
-// 2 ranks over shm measure both ways of writing their slots (all-gather,
-// broadcast, and both sliced beyond a slot) with every result whole, and
-// reach a choice.
+// 2 ranks over shm measure every way of handing over their data
+// (all-gather, broadcast, and both sliced beyond a slot) with every result
+// whole, and reach a choice, the sliced classes one of their own after
+// adopting the smaller class's.
 func TestSlotWritesBothWaysOverShm(t *testing.T) {
 	ctx := testCtx(t, 2*time.Minute)
 	comms := newLocal(t, 2, WithTransport("shm"))
@@ -129,11 +151,13 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 	}{
 		{OpAllGather, 64 << 10},
 		{OpBroadcast, 64 << 10},
-		{OpAllGather, 4 * slotMax}, // sliced
-		{OpBroadcast, 4 * slotMax},
+		{OpAllGather, slotMax + 4096}, // sliced
+		{OpBroadcast, slotMax + 4096},
 	} {
 		n := tc.bytes / 4
-		for call := range measureCalls(3) {
+		// A larger class first adopts a smaller one's choice, then
+		// measures its own.
+		for call := range inheritCheck + measureCalls(3) {
 			err := runOnAll(comms, func(c *Comm) error {
 				fill := func(b []float32, rank int) {
 					for i := range b {
@@ -178,8 +202,8 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 		if tc.op == OpBroadcast {
 			writer = comms[1]
 		}
-		if !writer.small.writesFor(tc.op, tc.op == OpBroadcast).class[slotClassOf(tc.bytes)].chosen {
-			t.Errorf("%v of %d bytes a rank: rank %d measured no choice in %d calls", tc.op, tc.bytes, writer.Rank(), measureCalls(3))
+		if cl := writer.small.writesFor(tc.op, tc.op == OpBroadcast).class[slotClassOf(tc.bytes)]; !cl.chosen || cl.calls >= reprobeEvery-inheritCheck {
+			t.Errorf("%v of %d bytes a rank: rank %d measured no choice of its own in %d calls", tc.op, tc.bytes, writer.Rank(), inheritCheck+measureCalls(3))
 		}
 	}
 }
