@@ -11,6 +11,7 @@ import (
 
 	"github.com/vccl-go/vccl/collective/bootstrap"
 	"github.com/vccl-go/vccl/flowtel"
+	"github.com/vccl-go/vccl/transport"
 )
 
 // Failure propagation. A call that fails after its transfers went out
@@ -131,6 +132,10 @@ type abortBoard interface {
 	// stuckOn returns the rank that rank's call timed out waiting on, as
 	// far as it has said so (post records it before the race for first).
 	stuckOn(ctx context.Context, rank int) (peer int, ok bool)
+	// seen tells the board that this rank has learned the failure posted
+	// (by another rank); waitSeen waits until n ranks have, or ctx ends.
+	seen()
+	waitSeen(ctx context.Context, n int) bool
 }
 
 // postTimeout bounds posting a failure to the store; peekTimeout bounds a
@@ -211,6 +216,29 @@ func (b storeBoard) peek(ctx context.Context) (abortPost, bool) {
 	return b.watch(ctx) // posted: the poster writes the key next
 }
 
+func (b storeBoard) seen() {
+	ctx, cancel := context.WithTimeout(context.Background(), postTimeout)
+	defer cancel()
+	b.store.Add(ctx, b.key+"/seen", 1)
+}
+
+func (b storeBoard) waitSeen(ctx context.Context, n int) bool {
+	for {
+		if got, err := b.store.Add(ctx, b.key+"/seen", 0); err != nil || got >= int64(n) {
+			return err == nil
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(seenPoll):
+		}
+	}
+}
+
+// seenPoll is how often a rank that failed its set-up looks whether its
+// peers have learned why.
+const seenPoll = 2 * time.Millisecond
+
 func (b storeBoard) stuckOn(ctx context.Context, rank int) (int, bool) {
 	n, err := b.store.Add(ctx, b.stuckKey(rank), 0)
 	return int(n) - 1, err == nil && n > 0
@@ -244,6 +272,29 @@ type localBoard struct {
 	first abortPost
 	mu    sync.Mutex
 	stuck map[int]int
+	nseen int
+}
+
+func (b *localBoard) seen() {
+	b.mu.Lock()
+	b.nseen++
+	b.mu.Unlock()
+}
+
+func (b *localBoard) waitSeen(ctx context.Context, n int) bool {
+	for {
+		b.mu.Lock()
+		got := b.nseen
+		b.mu.Unlock()
+		if got >= n {
+			return true
+		}
+		select {
+		case <-ctx.Done():
+			return false
+		case <-time.After(seenPoll):
+		}
+	}
 }
 
 func (b *localBoard) post(p abortPost) {
@@ -317,6 +368,24 @@ func (c *Comm) watchAborts(boards func(uid string) abortBoard) {
 	}()
 }
 
+// causeWait bounds how long a rank whose set-up failed after its peers'
+// (an attacher's error) waits for them to learn why before it tears the
+// connections down: closed first, they would only see a dead peer.
+const causeWait = 2 * time.Second
+
+// failSetup fails this rank's set-up with err once the communicator is
+// joined: it posts err on the board, waits (bounded) until every other
+// rank has read it, and aborts. It returns err joined with the abort's.
+func (c *Comm) failSetup(ctx context.Context, err error) error {
+	if c.board != nil {
+		c.board.post(abortPost{reporter: c.rank, culprit: c.rank, cause: err.Error(), kinds: kindsOf(err)})
+		wctx, cancel := context.WithTimeout(ctx, causeWait)
+		c.board.waitSeen(wctx, c.size-1)
+		cancel()
+	}
+	return errors.Join(err, c.Abort())
+}
+
 // learn records the failure p posted on the board and fails this rank's
 // calls with it (unless this rank posted it: its calls fail already). It
 // returns the failure.
@@ -342,6 +411,7 @@ func (c *Comm) learn(ctx context.Context, p abortPost) *PeerFailedError {
 		for _, e := range c.engines {
 			e.abort(pf)
 		}
+		c.board.seen()
 	}
 	return pf
 }
@@ -364,7 +434,10 @@ func (c *Comm) verdict(seq uint64, err error) error {
 	now := flowtel.Monotonic()
 	last := c.lastEnd.Swap(now)
 	pf := c.peerFailure.Load()
-	if pf == nil && now-last > int64(verdictGap) && !errors.As(err, new(*PeerFailedError)) {
+	// A peer that vanished may have posted why first (failSetup waits
+	// for its peers to read it before it closes): look whatever the gap.
+	lost := errors.Is(err, transport.ErrPeerDead)
+	if pf == nil && (now-last > int64(verdictGap) || lost) && !errors.As(err, new(*PeerFailedError)) {
 		if p, ok := c.board.peek(context.Background()); ok {
 			ctx, cancel := context.WithTimeout(context.Background(), peekTimeout)
 			pf = c.learn(ctx, p)

@@ -74,7 +74,8 @@ type namedDetach struct {
 // startTelemetry runs the registered attachers on a communicator just set
 // up, then starts its own collector. With telemetry off it does nothing. On
 // an attacher's error the communicator is aborted (the detach funcs of the
-// attachers already run run then) and the error names the attacher.
+// attachers already run run then), after the other ranks have learned the
+// error (failSetup), and the error names the attacher.
 func (c *Comm) startTelemetry(ctx context.Context) error {
 	if c.collector == nil {
 		return nil
@@ -100,7 +101,7 @@ func (c *Comm) startTelemetry(ctx context.Context) error {
 			}
 			if err != nil {
 				err = fmt.Errorf("collective: rank %d: telemetry attacher %q: %w", c.rank, names[i], err)
-				return errors.Join(err, c.Abort())
+				return c.failSetup(ctx, err)
 			}
 		}
 	}

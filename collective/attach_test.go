@@ -235,3 +235,43 @@ func TestTelemetryAttachersSorted(t *testing.T) {
 		t.Errorf("TelemetryAttachers() = %q, want both names, sorted", got)
 	}
 }
+
+// An attacher that fails on rank 0 alone, after every rank has joined,
+// fails rank 0's New with its error, and the other ranks' first call with
+// the same cause, named as rank 0's, not as a peer that vanished.
+func TestAttacherErrorReachesPeers(t *testing.T) {
+	ctx := testCtx(t, time.Minute)
+	registerForTest(t, "bad-on-0", func(_ context.Context, c *Comm) (func(context.Context) error, error) {
+		if c.Rank() == 0 {
+			return nil, errors.New("address 127.0.0.1:9100 already in use")
+		}
+		return nil, nil
+	})
+	const n = 3
+	addr := freeAddr(t)
+	errs := make([]error, n)
+	var wg sync.WaitGroup
+	for r := range n {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			c, err := New(ctx, WithRank(r, n), WithMaster(addr), WithTelemetry(true))
+			if err != nil {
+				errs[r] = err
+				return
+			}
+			defer c.Close()
+			errs[r] = c.AllReduce(ctx, Buf([]float32{1}), Buf(make([]float32, 1)), Sum)
+		}()
+	}
+	wg.Wait()
+	if errs[0] == nil || !strings.Contains(errs[0].Error(), `telemetry attacher "bad-on-0": address 127.0.0.1:9100 already in use`) {
+		t.Fatalf("rank 0: %v, want its attacher's error", errs[0])
+	}
+	for r := 1; r < n; r++ {
+		var pf *PeerFailedError
+		if !errors.As(errs[r], &pf) || pf.Rank != 0 || !strings.Contains(errs[r].Error(), "already in use") {
+			t.Errorf("rank %d: %v, want rank 0's failure with its cause", r, errs[r])
+		}
+	}
+}
