@@ -113,7 +113,8 @@ type Mailbox struct {
 	mine, peer mbSide
 
 	probe sync.Once
-	rd    *cmaPeer // nil: this side cannot read the peer (ReadsPeer)
+	born  time.Time // when the QP was made: ReadsPeer's wait counts from it
+	rd    *cmaPeer  // nil: this side cannot read the peer (ReadsPeer)
 }
 
 func newMailbox(q *QP) *Mailbox {
@@ -132,7 +133,7 @@ func newMailbox(q *QP) *Mailbox {
 		m.tags = unsafe.Slice((*atomic.Uint64)(unsafe.Pointer(&mem[b+offMbTags])), mbTags)
 		return m
 	}
-	return &Mailbox{q: q, mine: side(q.side), peer: side(1 - q.side)}
+	return &Mailbox{q: q, mine: side(q.side), peer: side(1 - q.side), born: time.Now()}
 }
 
 var _ transport.Mailboxer = (*QP)(nil)
@@ -256,26 +257,28 @@ func (m *Mailbox) Err() error {
 	return nil
 }
 
-// probeWait bounds how long ReadsPeer waits for the peer to attach its end
-// of the segment (and publish its probe word): a peer that has not by then
-// is failing its own set-up.
+// probeWait bounds how long after the QP was made ReadsPeer waits for the
+// peer to attach its end of the segment (and publish its probe word): a
+// peer that has not by then is failing its own set-up. Counted from the
+// QP's making, so that a rank asking each of its peers in turn waits about
+// that long in all.
 const probeWait = 5 * time.Second
 
 // ReadsPeer reports whether this side can read the peer process's memory
 // (ReadLent), finding out the first time it is asked, and publishes the
 // answer for the peer (PeerReadsMine). A peer that has not attached yet is
-// waited for, up to probeWait.
+// waited for, up to probeWait after the QP was made.
 func (m *Mailbox) ReadsPeer() bool {
 	m.probe.Do(func() {
 		q := m.q
 		err := q.noCMA
 		if err == nil {
-			err = errors.New("the peer published no probe word")
-			for start := time.Now(); time.Since(start) < probeWait; time.Sleep(50 * time.Microsecond) {
-				if q.seg.peer.probe.Load() != 0 {
-					err = nil
+			for q.seg.peer.probe.Load() == 0 {
+				if time.Since(m.born) >= probeWait {
+					err = fmt.Errorf("the peer published no probe word in %v", probeWait)
 					break
 				}
+				time.Sleep(50 * time.Microsecond)
 			}
 		}
 		var rd *cmaPeer
