@@ -249,22 +249,14 @@ func TestAttacherErrorReachesPeers(t *testing.T) {
 	})
 	const n = 3
 	addr := freeAddr(t)
-	errs := make([]error, n)
-	var wg sync.WaitGroup
-	for r := range n {
-		wg.Add(1)
-		go func() {
-			defer wg.Done()
-			c, err := New(ctx, WithRank(r, n), WithMaster(addr), WithTelemetry(true))
-			if err != nil {
-				errs[r] = err
-				return
-			}
-			defer c.Close()
-			errs[r] = c.AllReduce(ctx, Buf([]float32{1}), Buf(make([]float32, 1)), Sum)
-		}()
-	}
-	wg.Wait()
+	_, errs := eachRank(n, func(r int) (*Comm, error) {
+		c, err := New(ctx, WithRank(r, n), WithMaster(addr), WithTelemetry(true))
+		if err != nil {
+			return nil, err
+		}
+		defer c.Close()
+		return nil, c.AllReduce(ctx, Buf([]float32{1}), Buf(make([]float32, 1)), Sum)
+	})
 	if errs[0] == nil || !strings.Contains(errs[0].Error(), `telemetry attacher "bad-on-0": address 127.0.0.1:9100 already in use`) {
 		t.Fatalf("rank 0: %v, want its attacher's error", errs[0])
 	}
