@@ -4,6 +4,7 @@ import (
 	"context"
 	"errors"
 	"fmt"
+	"slices"
 	"sync/atomic"
 	"time"
 	"unsafe"
@@ -445,7 +446,22 @@ func (c *Comm) startBufs(ctx context.Context, inline bool, cl call, send, recv B
 	default:
 		cl.count, cl.inPlace = send.Len(), sameData(send.Data, recv.Data)
 	}
-	return c.start(ctx, inline, request{call: cl, dt: send.Type, in: send.Data, out: recv.Data})
+	in := send.Data
+	if cl.op != OpBroadcast || cl.root == c.rank { // a broadcast's root alone reads its send buffer
+		in = inputApart(in, recv.Data, cl.inPlace)
+	}
+	return c.start(ctx, inline, request{call: cl, dt: send.Type, in: in, out: recv.Data})
+}
+
+// inputApart returns a call's input as the algorithms take it: in its
+// output's own place (inPlace) or apart from the output. An input that
+// overlaps the output elsewhere would be overwritten while it is still
+// sent, so such a call gets a copy of it (only such a call pays for one).
+func inputApart(in, out []byte, inPlace bool) []byte {
+	if inPlace || !overlap(in, out) {
+		return in
+	}
+	return slices.Clone(in)
 }
 
 // AllReduceAsync starts an all-reduce of send into recv (the same buffer for
@@ -542,8 +558,9 @@ func (c *Comm) allToAll(ctx context.Context, inline bool, send, recv Buffer) (*H
 	if len(send.Data) != len(recv.Data) || send.Len()%c.size != 0 {
 		return nil, fmt.Errorf("collective: alltoall buffers of %d and %d elements must be equal and divisible by %d ranks", send.Len(), recv.Len(), c.size)
 	}
-	return c.start(ctx, inline, request{call: call{op: OpAllToAll, count: send.Len() / c.size, inPlace: sameData(send.Data, recv.Data)},
-		dt: send.Type, in: send.Data, out: recv.Data})
+	inPlace := sameData(send.Data, recv.Data)
+	return c.start(ctx, inline, request{call: call{op: OpAllToAll, count: send.Len() / c.size, inPlace: inPlace},
+		dt: send.Type, in: inputApart(send.Data, recv.Data, inPlace), out: recv.Data})
 }
 
 // AllToAllvAsync starts an all-to-all with per-peer counts and offsets, in
@@ -580,7 +597,7 @@ func (c *Comm) allToAllv(ctx context.Context, inline bool, send Buffer, sendCoun
 		return nil, fmt.Errorf("collective: alltoallv sends %d elements to itself but receives %d", sendCounts[c.rank], recvCounts[c.rank])
 	}
 	return c.start(ctx, inline, request{call: call{op: OpAllToAllv, sendCounts: sendCounts, sendDispls: sendDispls, recvCounts: recvCounts, recvDispls: recvDispls},
-		dt: send.Type, in: send.Data, out: recv.Data})
+		dt: send.Type, in: inputApart(send.Data, recv.Data, false), out: recv.Data})
 }
 
 // GatherAsync starts a gather of every rank's send into root's recv (Size()

@@ -102,25 +102,19 @@ func smallLimit(n int, spin bool, op Op) int {
 const telLateMin = 32 << 10
 
 // streamSlotMin is the smallest input that a broadcast's root, or an
-// all-gather rank that takes its own block from its input
-// (ownFromInput), writes into its slots past its caches
-// (Mailbox.StreamSlot): each line a plain store writes is one the peer's
-// core read at the call before last, and between far cores the store
-// waits for the line to come back, which took most of a 64 KiB call.
-// Where a rank reads its own slot afterwards (an all-reduce, an all-gather
-// whose input overlaps its output elsewhere) the slot is written plainly:
-// a streamed one would be read back from memory, and all-gather streamed
-// that way ran slower (decision 0046). Below it, the few lines cost less
+// all-gather rank (which takes its own block from its input: the API hands
+// the path an input in place or apart from the output, inputApart), writes
+// into its slots past its caches (Mailbox.StreamSlot): each line a plain
+// store writes is one the peer's core read at the call before last, and
+// between far cores the store waits for the line to come back, which took
+// most of a 64 KiB call. Where a rank reads its own slot afterwards (an
+// all-reduce) the slot is written plainly: a streamed one would be read
+// back from memory, and all-gather streamed that way ran slower (decision
+// 0046). Below it, the few lines cost less
 // than the memory round trip the peer's read of them then makes. From it,
 // the rank measures which way is faster here (slotWrites, decision 0054):
 // between cores that share their last-level cache, plain stores win.
 const streamSlotMin = 16 << 10
-
-// ownFromInput reports whether an all-gather's own block of the output
-// comes from its input rather than from its slot: in place it is there
-// already, and an input apart from the output can be read while the
-// output is written.
-func ownFromInput(rq *request) bool { return rq.call.inPlace || !overlap(rq.in, rq.out) }
 
 // Waiting for a peer: poll without pause for smallSpin, then yield the core
 // between polls until smallYield, then sleep on the peer's sequence word in
@@ -594,14 +588,15 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		s.hold(seq, sent, s.rec.Now())
 	}
 	// Slots this rank does not read back (slices', a broadcast's, an
-	// all-gather's whose own block comes from its input) may stream; an
-	// all-gather's or a broadcast root's input that the rank does not
-	// overwrite while the peers read it may be lent instead.
+	// all-gather's) may stream, or an all-gather's or a broadcast root's
+	// input be lent instead: it is in place or apart from the output
+	// (inputApart), so nothing the rank writes while its peers read it
+	// overwrites it.
 	var timed bool
 	var start int64
 	s.way = wayPlain
-	if len(in) >= streamSlotMin && (rq.slices || op == OpBroadcast || op == OpAllGather && ownFromInput(rq)) {
-		canLend := lends(op, len(in)) && ownFromInput(rq) && s.peersReadMe()
+	if len(in) >= streamSlotMin && (rq.slices || op == OpBroadcast || op == OpAllGather) {
+		canLend := lends(op, len(in)) && s.peersReadMe()
 		s.way, timed = s.writesFor(op, rq.call.inPlace).way(len(in), canLend)
 		if timed {
 			start = flowtel.Monotonic()
@@ -689,7 +684,7 @@ func (c *Comm) smallCombine(ctx context.Context, k uint32, seq uint64, deadline 
 	}
 	slot := func(r int) []byte {
 		if r == c.rank {
-			return s.own.Slot(k, n) // a copy of the input, whatever the output overlaps
+			return s.own.Slot(k, n) // a copy of the input, which an all-reduce in place overwrites
 		}
 		return s.boxes[r].PeerSlot(k, n)
 	}
@@ -705,10 +700,9 @@ func (c *Comm) smallCombine(ctx context.Context, k uint32, seq uint64, deadline 
 			scaleDiv(dt, rq.out, c.size)
 		}
 	case OpAllGather:
-		own := ownFromInput(rq)
 		for r := range c.size {
 			switch {
-			case r != c.rank || !own:
+			case r != c.rank:
 				copy(rq.out[r*n:], slot(r))
 			case !rq.call.inPlace:
 				copy(rq.out[r*n:], in)
@@ -766,10 +760,6 @@ func (c *Comm) readWhole(k uint32, rq *request) error {
 			if err := from(p, rq.out[p*n:(p+1)*n]); err != nil {
 				return err
 			}
-		case !ownFromInput(rq):
-			// The input overlaps the output elsewhere: its copy in the
-			// slot (such a rank writes its slots, it does not lend).
-			copy(rq.out[p*n:], s.own.Slot(k, n))
 		case !rq.call.inPlace:
 			copy(rq.out[p*n:], rq.in)
 		}

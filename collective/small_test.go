@@ -429,8 +429,8 @@ func TestSmallLimit(t *testing.T) {
 }
 
 // A mailbox all-gather whose input lies inside its output but not at its
-// own block (so its slot, not its input, supplies that block) gets the
-// right answer, in place and apart as well, on 2 and 3 ranks, below and
+// own block (the API copies it aside first: inputApart) gets the right
+// answer, in place and apart as well, on 2 and 3 ranks, below and
 // above the size from which the slots are streamed (streamSlotMin).
 func TestSmallAllGatherOverlap(t *testing.T) {
 	for _, n := range []int{2, 3} {
