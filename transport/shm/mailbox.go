@@ -283,10 +283,8 @@ func (m *Mailbox) ReadsPeer() bool {
 		}
 		var rd *cmaPeer
 		if err == nil {
-			if pid := q.seg.pid(1 - q.side); pid != q.peerPid {
-				err = fmt.Errorf("the segment names pid %d, the socket pid %d", pid, q.peerPid)
-			} else if rd, err = openCMAPeer(q.peerPid); err == nil {
-				if err = rd.probe(q.seg.peer); err != nil {
+			if rd, err = openCMAPeer(q.peerPid); err == nil {
+				if err = q.probePeer(rd); err != nil {
 					rd.close()
 					rd = nil
 				}

@@ -796,19 +796,20 @@ func (q *QP) probe() {
 		return // the acceptor has not attached yet
 	}
 	q.probed = true
-	// Read only the process the socket's credentials name, and only if
-	// the segment names the same one.
-	var err error
-	if pid := q.seg.pid(1 - q.side); pid != q.peerPid {
-		err = fmt.Errorf("the segment names pid %d, the socket pid %d", pid, q.peerPid)
-	} else {
-		err = q.cma.probe(q.seg.peer)
-	}
-	if err != nil {
+	if err := q.probePeer(q.cma); err != nil {
 		q.cma.close()
 		q.cma = nil
 		q.warnNoCMA(err)
 	}
+}
+
+// probePeer returns nil if c reads the peer: only the process the socket's
+// credentials name, and only if the segment names the same one.
+func (q *QP) probePeer(c *cmaPeer) error {
+	if pid := q.seg.pid(1 - q.side); pid != q.peerPid {
+		return fmt.Errorf("the segment names pid %d, the socket pid %d", pid, q.peerPid)
+	}
+	return c.probe(q.seg.peer)
 }
 
 // publishCredits announces posted receives to the peer: their sizes in the
