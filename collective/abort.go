@@ -223,8 +223,18 @@ func (b storeBoard) seen() {
 }
 
 func (b storeBoard) waitSeen(ctx context.Context, n int) bool {
+	return pollSeen(ctx, n, func() (int64, error) { return b.store.Add(ctx, b.key+"/seen", 0) })
+}
+
+// seenPoll is how often a rank that failed its set-up looks whether its
+// peers have learned why.
+const seenPoll = 2 * time.Millisecond
+
+// pollSeen polls count every seenPoll until it reaches n (true), fails or
+// ctx ends.
+func pollSeen(ctx context.Context, n int, count func() (int64, error)) bool {
 	for {
-		if got, err := b.store.Add(ctx, b.key+"/seen", 0); err != nil || got >= int64(n) {
+		if got, err := count(); err != nil || got >= int64(n) {
 			return err == nil
 		}
 		select {
@@ -234,10 +244,6 @@ func (b storeBoard) waitSeen(ctx context.Context, n int) bool {
 		}
 	}
 }
-
-// seenPoll is how often a rank that failed its set-up looks whether its
-// peers have learned why.
-const seenPoll = 2 * time.Millisecond
 
 func (b storeBoard) stuckOn(ctx context.Context, rank int) (int, bool) {
 	n, err := b.store.Add(ctx, b.stuckKey(rank), 0)
@@ -282,19 +288,11 @@ func (b *localBoard) seen() {
 }
 
 func (b *localBoard) waitSeen(ctx context.Context, n int) bool {
-	for {
+	return pollSeen(ctx, n, func() (int64, error) {
 		b.mu.Lock()
-		got := b.nseen
-		b.mu.Unlock()
-		if got >= n {
-			return true
-		}
-		select {
-		case <-ctx.Done():
-			return false
-		case <-time.After(seenPoll):
-		}
-	}
+		defer b.mu.Unlock()
+		return int64(b.nseen), nil
+	})
 }
 
 func (b *localBoard) post(p abortPost) {

@@ -214,7 +214,7 @@ func (c *Comm) piecesRead(k, part uint32, rq *request, a, b int) error {
 }
 
 // allLent reports whether every rank that hands data over in call rq lent
-// it (noteLent has run): then every rank reads the loans whole at once
+// it (takeLoans has run): then every rank reads the loans whole at once
 // and the call ends with part 1 (lentDone), its slots unread. Every rank
 // sees the same loans, so all agree.
 func (c *Comm) allLent(rq *request) bool {
@@ -241,15 +241,11 @@ func (c *Comm) allLent(rq *request) bool {
 // the last part.
 func (c *Comm) piecesRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	total, piece := slicesSize(rq), slicesPiece(rq)
-	if lends(rq.call.op, total) {
-		if c.noteLent(k, rq); c.allLent(rq) {
-			if err := c.readWhole(k, rq); err != nil {
-				return err
-			}
-			return c.lentDone(ctx, k, seq, deadline, rq)
+	if c.takeLoans(k, rq); c.allLent(rq) {
+		if err := c.readWhole(k, rq); err != nil {
+			return err
 		}
-	} else {
-		clear(c.small.lent)
+		return c.lentDone(ctx, k, seq, deadline, rq)
 	}
 	part := uint32(0)
 	for a := 0; a < total; a += piece {

@@ -675,66 +675,61 @@ func (s *smallPath) putSlot(b transport.Mailbox, k uint32, src []byte) {
 // the caller's again only then.
 func (c *Comm) smallCombine(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request, in []byte) error {
 	s := c.small
-	n := len(in)
-	if lends(rq.call.op, slicesSize(rq)) && (c.noteLent(k, rq) || s.way == wayLend) {
+	switch rq.call.op {
+	case OpBarrier:
+		return nil
+	case OpAllGather, OpBroadcast:
+		lent := c.takeLoans(k, rq)
 		if err := c.readWhole(k, rq); err != nil {
 			return err
 		}
-		return c.lentDone(ctx, k, seq, deadline, rq)
+		if lent || s.way == wayLend {
+			return c.lentDone(ctx, k, seq, deadline, rq)
+		}
+		return nil
 	}
+	// An all-reduce.
+	n := len(in)
 	slot := func(r int) []byte {
 		if r == c.rank {
 			return s.own.Slot(k, n) // a copy of the input, which an all-reduce in place overwrites
 		}
 		return s.boxes[r].PeerSlot(k, n)
 	}
-	switch rq.call.op {
-	case OpAllReduce:
-		// In rank order, so that every rank computes the same bits.
-		dt, redop, acc := rq.dt, rq.call.redop, slot(0)
-		for r := 1; r < c.size; r++ {
-			reduceInto(dt, redop, rq.out, acc, slot(r))
-			acc = rq.out
-		}
-		if redop == Avg {
-			scaleDiv(dt, rq.out, c.size)
-		}
-	case OpAllGather:
-		for r := range c.size {
-			switch {
-			case r != c.rank:
-				copy(rq.out[r*n:], slot(r))
-			case !rq.call.inPlace:
-				copy(rq.out[r*n:], in)
-			}
-		}
-	case OpBroadcast:
-		if root := rq.call.root; root != c.rank {
-			copy(rq.out, s.boxes[root].PeerSlot(k, len(rq.out)))
-		} else if !rq.call.inPlace {
-			copy(rq.out, rq.in)
-		}
+	// In rank order, so that every rank computes the same bits.
+	dt, redop, acc := rq.dt, rq.call.redop, slot(0)
+	for r := 1; r < c.size; r++ {
+		reduceInto(dt, redop, rq.out, acc, slot(r))
+		acc = rq.out
+	}
+	if redop == Avg {
+		scaleDiv(dt, rq.out, c.size)
 	}
 	return nil
 }
 
-// noteLent notes, in smallPath.lent, which peers lent their data for call
-// k (an all-gather's, a broadcast's of lendMin bytes or more, published),
-// and reports whether any did.
-func (c *Comm) noteLent(k uint32, rq *request) bool {
+// takeLoans notes, in smallPath.lent, which peers lent their data for
+// call k (published), and reports whether any did. Only an all-gather's or
+// a broadcast's of lendMin bytes or more may have lent: below, the words a
+// loan uses may hold the call's data (Mailbox.Lend).
+func (c *Comm) takeLoans(k uint32, rq *request) bool {
 	s := c.small
-	any := false
+	if !lends(rq.call.op, slicesSize(rq)) {
+		clear(s.lent)
+		return false
+	}
+	lent := false
 	for p, b := range s.boxes {
 		s.lent[p] = b != nil && (rq.call.op == OpAllGather || p == rq.call.root) && b.PeerLent(k)
-		any = any || s.lent[p]
+		lent = lent || s.lent[p]
 	}
-	return any
+	return lent
 }
 
 // readWhole makes the whole output of an all-gather or a broadcast of
 // call k in one pass: the peers' lent data read out of their memory, the
 // rest copied from their slots (peer order), this rank's own from its
-// input. noteLent has run.
+// input. takeLoans has run.
 func (c *Comm) readWhole(k uint32, rq *request) error {
 	s := c.small
 	from := func(p int, dst []byte) error {
