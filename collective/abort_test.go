@@ -145,3 +145,38 @@ func TestDriverPanicDoesNotHangClose(t *testing.T) {
 		t.Fatal("all-reduce on the closed communicator succeeded")
 	}
 }
+
+// The same for a mailbox call: the panic unwinds through Close, which used
+// to wait forever for the path's live lock the call held, so the process
+// hung instead of crashing with the panic.
+func TestMailboxPanicDoesNotHangClose(t *testing.T) {
+	comms := newLocal(t, 2, WithTransport("shm"))
+	c := comms[0]
+	if c.small == nil {
+		t.Skip("no mailbox path here (shm not shared by every pair)")
+	}
+	c.small.testFault = func() { panic("injected") }
+	recovered := make(chan any, 1)
+	closed := make(chan error, 1)
+	go func() {
+		defer func() { recovered <- recover() }()
+		defer func() { closed <- c.Close() }()
+		buf := make([]float32, 4) // the mailbox's
+		_ = AllReduce(context.Background(), c, buf, buf, Sum)
+	}()
+	select {
+	case p := <-recovered:
+		if p != "injected" {
+			t.Fatalf("recovered %v, want the injected panic", p)
+		}
+	case <-time.After(20 * time.Second):
+		t.Fatal("Close did not return after a mailbox call panicked")
+	}
+	if err := <-closed; err != nil {
+		t.Fatalf("Close: %v", err)
+	}
+	buf := make([]float32, 4)
+	if err := AllReduce(context.Background(), c, buf, buf, Sum); err == nil {
+		t.Fatal("all-reduce on the closed communicator succeeded")
+	}
+}

@@ -160,6 +160,8 @@ type smallPath struct {
 	live     sync.Mutex
 	dead     bool
 	stopping atomic.Bool
+
+	testFault func() // tests only: called as a call starts, to make it panic
 }
 
 // newSmallPath returns the path of a communicator whose every pair of ranks
@@ -459,6 +461,12 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 	s.await(k - 1)
 	err := c.smallPrev(ctx, prev, seq)
 	s.live.Lock()
+	returned := false
+	defer func() {
+		if !returned {
+			s.unwind(c, k, seq, rq, w)
+		}
+	}()
 	switch {
 	case s.dead:
 		err = ErrAborted
@@ -488,6 +496,7 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 		}
 	}
 	s.pass(k, !s.dead)
+	returned = true
 	s.live.Unlock()
 	if h != nil {
 		err = h.Wait(ctx)
@@ -498,6 +507,30 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 	}
 	return err
 }
+
+// unwind ends call k when it panicked (a bug, here or in a transport),
+// as driveHolding does for an engine: the communicator fails, a handle
+// waiting on the call gets the failure, the turn passes and live is let go,
+// so that the caller's deferred Close returns and the process crashes with
+// the panic rather than hanging on live. The caller holds live.
+func (s *smallPath) unwind(c *Comm, k uint32, seq uint64, rq *request, w *smallWait) {
+	s.dead = true
+	err := fmt.Errorf("collective: %v seq %d: %w", rq.call.op, seq, errMailboxPanicked)
+	c.poison(seq, err)
+	if w != nil {
+		select {
+		case <-w.done:
+		default:
+			w.err = err
+			close(w.done)
+		}
+	}
+	s.pass(k, false)
+	s.live.Unlock()
+}
+
+// errMailboxPanicked fails a communicator whose mailbox call panicked.
+var errMailboxPanicked = errors.New("collective: a mailbox call panicked; the communicator is unusable")
 
 // smallPrev waits for the async engine calls made before call seq.
 func (c *Comm) smallPrev(ctx context.Context, prev []*Handle, seq uint64) error {
@@ -551,6 +584,9 @@ func smallTag(rq *request) uint32 {
 // turn.
 func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	s := c.small
+	if s.testFault != nil {
+		s.testFault()
+	}
 	if err := c.failed(); err != nil {
 		return err
 	}
