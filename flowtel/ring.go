@@ -109,7 +109,7 @@ func (r *Ring) room(t, w uint64) bool {
 // publish moves tail from t0 to t and wakes the consumer when that crosses
 // half full.
 func (r *Ring) publish(t0, t uint64) {
-	r.tail.Store(t)
+	r.storeTail(t)
 	if r.wake != nil {
 		// Wake the consumer when the ring crosses half full. The producer's
 		// view of head is stale (it overestimates the fill), so on an
