@@ -237,7 +237,25 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 		t.eng.enqueue(t, inline)
 	}
 	c.mu.Unlock()
+	if !p2p && rq.seq == 0 {
+		c.settle(seq)
+	}
 	return h, nil
+}
+
+// settleEvery is how often, in calls, a rank lends its processor to its
+// telemetry's consumers (settle): at 16 ranks of 16 KiB all-reduces on the
+// 16-core host, a pass of about 5000 records every 2 ms.
+const settleEvery = 64
+
+// settle lends this rank's processor to its telemetry's collector and sinks
+// at every settleEvery-th call, the same call on every rank, where the rank
+// has a single one (flowtel's Recorder.Settle): their pauses then overlap,
+// where each rank's used to stall the others at a moment of its own.
+func (c *Comm) settle(seq uint64) {
+	if seq%settleEvery == 0 {
+		c.engines[0].rec.Settle()
+	}
 }
 
 // failed returns the first channel failure, which ends the communicator.

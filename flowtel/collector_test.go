@@ -557,3 +557,41 @@ func TestCollectorOneP(t *testing.T) {
 	}
 	checkStreams(t, sink.Records(), []uint64{n})
 }
+
+// On one P, Settle lends the processor until the collector drained the
+// rings and every sink consumed what it was handed: right after it, the
+// sink holds every record made before it, though the producer never
+// blocked. A recorder without a collector settles nothing.
+func TestRecorderSettleOneP(t *testing.T) {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	c := flowtel.NewCollector(flowtel.WithMaxIdle(time.Hour))
+	sink := flowteltest.NewMemorySink()
+	c.AddSink(sink)
+	c.Start()
+	r := c.NewRecorder()
+	var seq uint64
+	for round := range 5 {
+		for range 1000 + 700*round { // under half the ring: no wake-up of its own
+			r.Record(post(0, seq))
+			seq++
+		}
+		r.Settle()
+		if got := sink.Len(); got != int(seq) {
+			t.Fatalf("round %d: after Settle the sink holds %d of %d records", round, got, seq)
+		}
+	}
+	if err := c.Shutdown(deadlineCtx(t)); err != nil {
+		t.Fatal(err)
+	}
+	checkStreams(t, sink.Records(), []uint64{seq})
+
+	ring, err := flowtel.NewRing(8)
+	if err != nil {
+		t.Fatal(err)
+	}
+	alone := flowtel.NewRecorder(ring, nil)
+	alone.Record(post(0, 0))
+	alone.Settle()
+	var nilRec *flowtel.Recorder
+	nilRec.Settle()
+}

@@ -40,6 +40,7 @@ type Recorder struct {
 	ring   *Ring
 	clock  *Clock
 	paused atomic.Bool // SetPaused: records are not kept
+	settle func()      // the collector's (Settle); nil: none
 
 	// Owner only: the open pass (BeginPass), its time once read, and
 	// whether it holds records committed but not yet published.
@@ -66,6 +67,20 @@ func (r *Recorder) Enabled() bool { return r != nil && !r.paused.Load() }
 func (r *Recorder) SetPaused(paused bool) {
 	if r != nil {
 		r.paused.Store(paused)
+	}
+}
+
+// Settle lends the consumers of the recorder's records (its collector and
+// the collector's sinks) the caller's processor now, where the runtime has
+// only one (a process bound to one CPU) and they have work waiting; else it
+// returns at once. A producer that spins through short operations calls it
+// at points of its choosing: the collective layer at the same call on every
+// rank, so that the ranks' telemetry pauses overlap rather than each
+// rank's stalling the others at its own moments. A recorder not made by a
+// Collector has nothing to settle.
+func (r *Recorder) Settle() {
+	if r != nil && r.settle != nil {
+		r.settle()
 	}
 }
 
