@@ -202,6 +202,11 @@ func TestCollectorSlowSink(t *testing.T) {
 			case <-ctx.Done():
 				t.Fatal("the slow sink never got a batch")
 			}
+			// The fast sink's count follows its last Consume, which
+			// Wait saw: wait for the count too.
+			for c.Stats().Sinks[1].Records != total && ctx.Err() == nil {
+				runtime.Gosched()
+			}
 			st := c.Stats()
 			if slow.Consumes() != 0 || slow.Len() != 0 {
 				t.Fatalf("slow sink got records while blocked")
