@@ -254,8 +254,8 @@ func (c *Collector) NewRecorderClock(clk *Clock) *Recorder {
 }
 
 // settleYields bounds a settle's yields: one usually runs the collector's
-// pass and the sinks it fed.
-const settleYields = 16
+// pass and the sinks it fed, a slice of a batch at a time.
+const settleYields = 256
 
 // settle is the recorders' Settle. With a single P, a producer that spins
 // (an engine polling for its peers) keeps the collector and its sinks off it
@@ -577,6 +577,9 @@ var noWait = func() context.Context {
 func (c *Collector) pass(ctx context.Context) int {
 	total := 0
 	var b *batch
+	// On one P the drain gives way after each batch it hands on, as the
+	// sinks do between slices (sinkItem).
+	oneP := runtime.GOMAXPROCS(0) == 1
 	for _, rs := range *c.rings.Load() {
 		limit := rs.ring.Cap() // one ring's worth per pass: no ring starves the others
 		got := 0
@@ -604,6 +607,9 @@ func (c *Collector) pass(ctx context.Context) int {
 			if b.n == len(b.recs) {
 				c.dispatch(b, ctx)
 				b = nil
+				if oneP {
+					runtime.Gosched()
+				}
 			}
 			if k < len(space) {
 				break // the ring is empty
@@ -701,12 +707,29 @@ func (c *Collector) sinkItem(s *sinkRunner, item queued) {
 		c.consume(s, s.lostBuf[:])
 	}
 	if b.n > 0 {
-		c.consume(s, b.recs[:b.n])
+		// On one P a sink gives way between slices of its batch: a
+		// rank's driver woken from a sleep then waits for one slice, not
+		// for the batch (a sink's work is not preempted for 10 ms).
+		recs, oneP := b.recs[:b.n], runtime.GOMAXPROCS(0) == 1
+		for len(recs) > 0 {
+			n := len(recs)
+			if oneP {
+				n = min(n, onePSlice)
+			}
+			c.consume(s, recs[:n])
+			if recs = recs[n:]; oneP && len(recs) > 0 {
+				runtime.Gosched()
+			}
+		}
 		s.records.Add(uint64(b.n))
 		s.batches.Add(1)
 	}
 	c.release(b)
 }
+
+// onePSlice is how many records a sink consumes at a time where the
+// runtime has one P: tens of microseconds of a fold's or a trace's work.
+const onePSlice = 512
 
 func (c *Collector) consume(s *sinkRunner, recs []Record) {
 	if err := s.sink.Consume(c.runCtx, recs); err != nil {

@@ -566,7 +566,8 @@ func TestCollectorOneP(t *testing.T) {
 // On one P, Settle lends the processor until the collector drained the
 // rings and every sink consumed what it was handed: right after it, the
 // sink holds every record made before it, though the producer never
-// blocked. A recorder without a collector settles nothing.
+// blocked; the sink got them in slices of at most 512. A recorder without
+// a collector settles nothing.
 func TestRecorderSettleOneP(t *testing.T) {
 	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
 	c := flowtel.NewCollector(flowtel.WithMaxIdle(time.Hour))
@@ -584,6 +585,9 @@ func TestRecorderSettleOneP(t *testing.T) {
 		if got := sink.Len(); got != int(seq) {
 			t.Fatalf("round %d: after Settle the sink holds %d of %d records", round, got, seq)
 		}
+	}
+	if want := (int(seq) + 511) / 512; sink.Consumes() < want {
+		t.Fatalf("%d records in %d Consume calls: want slices of at most 512 (%d calls or more)", seq, sink.Consumes(), want)
 	}
 	if err := c.Shutdown(deadlineCtx(t)); err != nil {
 		t.Fatal(err)
