@@ -114,69 +114,52 @@ func newAbortJob(t *testing.T, ctx context.Context, how string) []*Comm {
 	return comms
 }
 
-// A panic in an engine's driver (a bug) unwinds through the caller's
-// deferred Close: Close fails the call and returns, and the panic goes on
-// up, where Close used to wait forever for the token and the call.
-func TestDriverPanicDoesNotHangClose(t *testing.T) {
-	comms := newLocal(t, 2, WithTransport("shm"))
-	c := comms[0]
-	c.engines[0].testFault = func() { panic("injected") }
-	recovered := make(chan any, 1)
-	closed := make(chan error, 1)
-	go func() {
-		defer func() { recovered <- recover() }()
-		defer func() { closed <- c.Close() }()
-		big := make([]float32, slotMax) // the engine's, not the mailbox's
-		_ = AllReduce(context.Background(), c, big, big, Sum)
-	}()
-	select {
-	case p := <-recovered:
-		if p != "injected" {
-			t.Fatalf("recovered %v, want the injected panic", p)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close did not return after the driver panicked")
-	}
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	buf := make([]float32, 4)
-	if err := AllReduce(context.Background(), c, buf, buf, Sum); err == nil {
-		t.Fatal("all-reduce on the closed communicator succeeded")
-	}
-}
-
-// The same for a mailbox call: the panic unwinds through Close, which used
-// to wait forever for the path's live lock the call held, so the process
-// hung instead of crashing with the panic.
-func TestMailboxPanicDoesNotHangClose(t *testing.T) {
-	comms := newLocal(t, 2, WithTransport("shm"))
-	c := comms[0]
-	if c.small == nil {
-		t.Skip("no mailbox path here (shm not shared by every pair)")
-	}
-	c.small.testFault = func() { panic("injected") }
-	recovered := make(chan any, 1)
-	closed := make(chan error, 1)
-	go func() {
-		defer func() { recovered <- recover() }()
-		defer func() { closed <- c.Close() }()
-		buf := make([]float32, 4) // the mailbox's
-		_ = AllReduce(context.Background(), c, buf, buf, Sum)
-	}()
-	select {
-	case p := <-recovered:
-		if p != "injected" {
-			t.Fatalf("recovered %v, want the injected panic", p)
-		}
-	case <-time.After(20 * time.Second):
-		t.Fatal("Close did not return after a mailbox call panicked")
-	}
-	if err := <-closed; err != nil {
-		t.Fatalf("Close: %v", err)
-	}
-	buf := make([]float32, 4)
-	if err := AllReduce(context.Background(), c, buf, buf, Sum); err == nil {
-		t.Fatal("all-reduce on the closed communicator succeeded")
+// A panic in a call (a bug) unwinds through the caller's deferred Close:
+// Close fails the call and returns, and the panic goes on up. Close used to
+// wait forever for the engine's token and the call (a driver's panic), or
+// for the mailbox path's live lock the call held (a mailbox call's), so
+// the process hung instead of crashing with the panic.
+func TestPanicDoesNotHangClose(t *testing.T) {
+	for _, tc := range []struct {
+		name  string
+		fault func(t *testing.T, c *Comm) *func() // the hook that makes the call panic
+		count int
+	}{
+		{"driver", func(_ *testing.T, c *Comm) *func() { return &c.engines[0].testFault }, slotMax}, // the engine's size
+		{"mailbox", func(t *testing.T, c *Comm) *func() {
+			if c.small == nil {
+				t.Skip("no mailbox path here (shm not shared by every pair)")
+			}
+			return &c.small.testFault
+		}, 4},
+	} {
+		t.Run(tc.name, func(t *testing.T) {
+			comms := newLocal(t, 2, WithTransport("shm"))
+			c := comms[0]
+			*tc.fault(t, c) = func() { panic("injected") }
+			recovered := make(chan any, 1)
+			closed := make(chan error, 1)
+			go func() {
+				defer func() { recovered <- recover() }()
+				defer func() { closed <- c.Close() }()
+				buf := make([]float32, tc.count)
+				_ = AllReduce(context.Background(), c, buf, buf, Sum)
+			}()
+			select {
+			case p := <-recovered:
+				if p != "injected" {
+					t.Fatalf("recovered %v, want the injected panic", p)
+				}
+			case <-time.After(20 * time.Second):
+				t.Fatal("Close did not return after the call panicked")
+			}
+			if err := <-closed; err != nil {
+				t.Fatalf("Close: %v", err)
+			}
+			buf := make([]float32, 4)
+			if err := AllReduce(context.Background(), c, buf, buf, Sum); err == nil {
+				t.Fatal("all-reduce on the closed communicator succeeded")
+			}
+		})
 	}
 }
