@@ -238,22 +238,37 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 	}
 	c.mu.Unlock()
 	if !p2p && rq.seq == 0 {
-		c.settle(seq)
+		c.settle(seq, &rq)
 	}
 	return h, nil
 }
 
-// settleEvery is how often, in calls, a rank lends its processor to its
-// telemetry's consumers (settle): at 16 ranks of 16 KiB all-reduces on the
-// 16-core host, a pass of about 5000 records every 2 ms.
-const settleEvery = 64
+// settleEvery is how often, in calls of a size, a rank lends its processor
+// to its telemetry's consumers (settle): every few milliseconds at 16 ranks
+// (64 calls of 16 KiB, about 5000 records, every 2-4 ms on the 16-core
+// host), well within the 10 ms after which the runtime would preempt the
+// rank for them at a moment of its own, and seldom enough that a settle's
+// round trip stays small beside 2 ranks' calls of a microsecond or two.
+// The size is the call's count, the same on every rank.
+func settleEvery(bytes int) uint64 {
+	switch {
+	case bytes <= 4<<10:
+		return 256
+	case bytes <= 64<<10:
+		return 64
+	case bytes <= 256<<10:
+		return 16
+	}
+	return 4
+}
 
 // settle lends this rank's processor to its telemetry's collector and sinks
-// at every settleEvery-th call, the same call on every rank, where the rank
-// has a single one (flowtel's Recorder.Settle): their pauses then overlap,
-// where each rank's used to stall the others at a moment of its own.
-func (c *Comm) settle(seq uint64) {
-	if seq%settleEvery == 0 {
+// at call seq of rq when it is a settleEvery-th, the same call on every
+// rank, where the rank has a single one (flowtel's Recorder.Settle): their
+// pauses then overlap, where each rank's used to stall the others at a
+// moment of its own.
+func (c *Comm) settle(seq uint64, rq *request) {
+	if seq%settleEvery(rq.call.count*rq.dt.Size()) == 0 {
 		c.engines[0].rec.Settle()
 	}
 }

@@ -299,7 +299,7 @@ func (c *Comm) smallStart(ctx context.Context, inline bool, rq request) (*Handle
 	if err != nil {
 		return nil, err
 	}
-	c.settle(seq)
+	c.settle(seq, &rq)
 	if !inline {
 		return c.smallAsync(ctx, k, seq, prev, timeout, rq), nil
 	}
