@@ -3,6 +3,7 @@ package flowtel_test
 import (
 	"context"
 	"fmt"
+	"runtime"
 	"time"
 
 	"github.com/vccl-go/vccl/flowtel"
@@ -45,6 +46,42 @@ func ExampleCollector() {
 	// Output:
 	// 0->1 ch=0 path=0 send: 4 WRs, 4.096 GB/s, latency p50 800ns max 800ns, backlog 0
 	// drained 8 records, dropped 0
+}
+
+// A producer on a single processor (a rank bound to one CPU) that spins
+// between its operations settles at points of its choosing, the same on
+// every rank of a job: the collector and its sinks run then, not when the
+// runtime preempts the producer. Here the sink has every record the moment
+// Settle returns.
+func ExampleRecorder_Settle() {
+	defer runtime.GOMAXPROCS(runtime.GOMAXPROCS(1))
+	c := flowtel.NewCollector(flowtel.WithMaxIdle(time.Hour))
+	w := flowtel.NewWindow(flowtel.WindowConfig{N: 1024, T: time.Second})
+	c.AddSink(w)
+	c.Start()
+	rec := c.NewRecorder()
+	for call := range 256 {
+		wr := flowtel.Record{TsNs: int64(call+1) * 1000, Rank: 0, Peer: 1, QP: 7, WrID: flowtel.WRID(uint64(call), false), Bytes: 1024}
+		post, done := wr, wr
+		post.Kind, post.Depth = flowtel.KindWRPost, 1
+		done.TsNs, done.Kind = wr.TsNs+500, flowtel.KindWC
+		rec.Record(&post)
+		rec.Record(&done)
+		if call%64 == 63 {
+			rec.Settle()
+			fmt.Printf("after call %d: %d WRs in the window\n", call, w.Snapshot()[0].Completions)
+		}
+	}
+	ctx, cancel := context.WithTimeout(context.Background(), 10*time.Second)
+	defer cancel()
+	if err := c.Shutdown(ctx); err != nil {
+		fmt.Println(err)
+	}
+	// Output:
+	// after call 63: 64 WRs in the window
+	// after call 127: 128 WRs in the window
+	// after call 191: 192 WRs in the window
+	// after call 255: 256 WRs in the window
 }
 
 func ExampleParseWindowEnv() {
