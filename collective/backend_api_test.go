@@ -106,6 +106,32 @@ func TestWithBackendLinks(t *testing.T) {
 	}
 }
 
+// TestEngineLinkKinds checks what the engines are told of their links,
+// which decides how they wait (yieldsWaiting) and batch their sends.
+func TestEngineLinkKinds(t *testing.T) {
+	for _, tc := range []struct {
+		transport             string
+		spin, batch, streamed bool
+	}{
+		{"loop", true, false, false},
+		{"tcp", true, true, true},
+	} {
+		t.Run(tc.transport, func(t *testing.T) {
+			ctx := testCtx(t, time.Minute)
+			comms, err := NewLocal(ctx, 2, WithTransport(tc.transport))
+			if err != nil {
+				t.Fatal(err)
+			}
+			defer runOnAll(comms, func(c *Comm) error { return c.Close() })
+			e := comms[0].engines[0]
+			if e.spin != tc.spin || e.batch != tc.batch || e.streamed != tc.streamed {
+				t.Errorf("engine over %s: spin %v, batch %v, streamed %v; want %v, %v, %v",
+					tc.transport, e.spin, e.batch, e.streamed, tc.spin, tc.batch, tc.streamed)
+			}
+		})
+	}
+}
+
 // capsOnly is a backend that exists only for its name and capabilities,
 // for chooseBackend's table: it makes no links.
 type capsOnly struct {

@@ -474,7 +474,8 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 		}
 	}
 	c.backends = make([]string, c.size)
-	spin := true // every link's Poll progresses (engine.spin)
+	spin := true     // every link's Poll progresses (engine.spin)
+	streamed := true // every link is a stream socket (engine.streamed)
 	for p := range c.size {
 		c.backends[p] = "self"
 		if p != c.rank {
@@ -483,6 +484,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 			}
 			caps := c.opts.backendNamed(c.backends[p]).Capabilities()
 			c.overStream = c.overStream || caps.StreamSocket
+			streamed = streamed && caps.StreamSocket
 			spin = spin && caps.PollProgresses
 			if _, ok := peers[p].Addrs[c.backends[p]]; !ok {
 				return fmt.Errorf("collective: rank %d offers no %s address (is VCCL_TRANSPORT the same on every rank?)", p, c.backends[p])
@@ -562,7 +564,7 @@ func (c *Comm) setup(ctx context.Context, exchange func(context.Context, peerInf
 	c.hostDirect = c.size >= 3 && cpusEach(peers) >= directCPUs && c.everyPairShares(peers)
 	c.engines = make([]*engine, c.opts.channels)
 	for ch := range c.engines {
-		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], spin, c.overStream)
+		c.engines[ch] = newEngine(ch, c.rank, c.size, len(procs), c.id, c.qps[ch], recs[ch], notifiers[ch], spin, c.overStream, streamed)
 	}
 	var smallRec *flowtel.Recorder
 	if c.collector != nil {

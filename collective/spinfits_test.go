@@ -29,20 +29,24 @@ func TestSpinFits(t *testing.T) {
 func TestYieldsWaiting(t *testing.T) {
 	sized := func(count, esize int) []*task { return []*task{{call: call{count: count, esize: esize}}} }
 	for _, c := range []struct {
-		name   string
-		spin   bool // the QPs' Poll moves data (not ft)
-		waited time.Duration
-		active []*task
-		want   bool
+		name     string
+		spin     bool // the QPs' Poll moves data (not ft)
+		streamed bool // every link is a stream socket (TCP)
+		waited   time.Duration
+		active   []*task
+		want     bool
 	}{
-		{"16 KiB float32", true, 0, sized(4096, 4), true},
-		{"256 KiB, nearly 2*spinFor", true, 2*spinFor - 1, sized(yieldMax, 1), true},
-		{"2*spinFor", true, 2 * spinFor, sized(4096, 4), false},
-		{"a byte over yieldMax", true, 0, sized(yieldMax+1, 1), false},
-		{"small beside large", true, 0, append(sized(256, 4), sized(1<<20, 4)...), false},
-		{"over ft", false, 0, sized(4096, 4), false},
+		{"16 KiB float32", true, false, 0, sized(4096, 4), true},
+		{"256 KiB, nearly 2*spinFor", true, false, 2*spinFor - 1, sized(yieldMax, 1), true},
+		{"2*spinFor", true, false, 2 * spinFor, sized(4096, 4), false},
+		{"a byte over yieldMax", true, false, 0, sized(yieldMax+1, 1), false},
+		{"small beside large", true, false, 0, append(sized(256, 4), sized(1<<20, 4)...), false},
+		{"over ft", false, false, 0, sized(4096, 4), false},
+		{"TCP, 16 MiB", true, true, 0, sized(4<<20, 4), true},
+		{"TCP, small beside large", true, true, 2*spinFor - 1, append(sized(256, 4), sized(1<<20, 4)...), true},
+		{"TCP, 2*spinFor", true, true, 2 * spinFor, sized(4096, 4), false},
 	} {
-		e := &engine{spin: c.spin, active: c.active}
+		e := &engine{spin: c.spin, streamed: c.streamed, active: c.active}
 		if got := e.yieldsWaiting(c.waited); got != c.want {
 			t.Errorf("%s: yieldsWaiting(%v) = %v, want %v", c.name, c.waited, got, c.want)
 		}
