@@ -10,6 +10,7 @@ import (
 	"os"
 	"reflect"
 	"regexp"
+	"sort"
 	"strings"
 	"testing"
 	"time"
@@ -530,6 +531,22 @@ func TestTimeHistogramBuckets(t *testing.T) {
 		}
 		if h.count != 1 || h.sum != tc.v {
 			t.Errorf("observe(%g): count %d sum %g", tc.v, h.count, h.sum)
+		}
+	}
+}
+
+// bucketOf finds the bucket sort.SearchFloat64s does, for every bound,
+// values between and around them, and values no histogram should see.
+func TestBucketOf(t *testing.T) {
+	for _, bounds := range [][]float64{timeBuckets, bwBuckets, {1}, nil} {
+		vals := []float64{math.Inf(-1), -1, 0, math.Inf(1), math.NaN(), math.MaxFloat64}
+		for _, b := range bounds {
+			vals = append(vals, b, math.Nextafter(b, 0), math.Nextafter(b, math.Inf(1)), b*1.5)
+		}
+		for _, v := range vals {
+			if got, want := bucketOf(bounds, v), sort.SearchFloat64s(bounds, v); got != want {
+				t.Errorf("bucketOf(%d bounds, %g) = %d, want %d", len(bounds), v, got, want)
+			}
 		}
 	}
 }
