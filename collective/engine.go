@@ -45,8 +45,8 @@ type engine struct {
 	// writevs of 256 KiB otherwise, one of them behind its 1 MiB copy.
 	batch bool
 	// streamed: every link is a stream socket, so what a peer sends waits
-	// in the kernel's socket buffers, not for this rank to run
-	// (yieldsWaiting).
+	// in the kernel's socket buffers, as much as they hold, not for this
+	// rank to run (yieldsWaiting).
 	streamed bool
 
 	qmu     sync.Mutex
@@ -232,10 +232,11 @@ const yieldMax = smallMax
 // and a driver polling on would hold them off its P.
 //
 // Where every link is a stream socket (TCP) calls of any size yield first:
-// a peer's send lands in the kernel's socket buffers whether or not this
-// rank runs, so a waiter polling between yields holds back no transfer,
-// while a sleeping one hands every step to its QPs' goroutines and is
-// woken through poll(2), the notifier and the scheduler. 4 ranks on 2
+// a peer's send lands in the kernel's socket buffers (as much as they hold)
+// whether or not this rank runs, so a waiter polling between yields holds
+// back little of its peers' work, while a sleeping one hands every step to
+// its QPs' goroutines and is woken through poll(2), the notifier and the
+// scheduler. 4 ranks on 2
 // cores ran TCP's all-reduce, all-gather, reduce-scatter and broadcast of
 // 1-4 MiB 1.2-2.4x faster so (decision 0057).
 func (e *engine) yieldsWaiting(w time.Duration) bool {
