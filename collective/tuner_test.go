@@ -89,6 +89,35 @@ func TestPickDirect(t *testing.T) {
 	}
 }
 
+// Where ranks outnumber cores over TCP, all-gathers and reduce-scatters up
+// to smallMessage a rank go direct; elsewhere, larger, or other operations,
+// the ring or the latency algorithms as before; a forced algorithm wins.
+func TestPickCrowdedStream(t *testing.T) {
+	t.Parallel()
+	for _, tc := range []struct {
+		op         Op
+		bytes      int
+		crowd, tcp bool
+		forced     Algorithm
+		want       Algorithm
+	}{
+		{OpAllGather, 1 << 10, true, true, AlgoAuto, AlgoDirect},
+		{OpAllGather, smallMessage, true, true, AlgoAuto, AlgoDirect},
+		{OpReduceScatter, smallMessage, true, true, AlgoAuto, AlgoDirect},
+		{OpAllGather, smallMessage + 4, true, true, AlgoAuto, AlgoRing},
+		{OpAllGather, 1 << 10, false, true, AlgoAuto, AlgoRing},
+		{OpReduceScatter, 1 << 10, true, false, AlgoAuto, AlgoRing},
+		{OpAllReduce, 1 << 10, true, true, AlgoAuto, AlgoRecursiveDoubling},
+		{OpBroadcast, 1 << 10, true, true, AlgoAuto, AlgoTree},
+		{OpAllGather, 1 << 10, true, true, AlgoRing, AlgoRing},
+	} {
+		c := &Comm{crowded: tc.crowd, overStream: tc.tcp, opts: options{algo: tc.forced}}
+		if got := c.pickAlgo(tc.op, tc.bytes); got != tc.want {
+			t.Errorf("%v of %d bytes, crowded %v, over TCP %v, forced %v: %v, want %v", tc.op, tc.bytes, tc.crowd, tc.tcp, tc.forced, got, tc.want)
+		}
+	}
+}
+
 // Direct schedules are cut into directChunk pieces up to directWide ranks
 // and directChunkWide beyond, once a block holds two of them; smaller
 // blocks keep the ring's rule, and a configured chunk size wins.
