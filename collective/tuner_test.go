@@ -46,7 +46,8 @@ func TestChunkFor(t *testing.T) {
 
 // The direct algorithms run only where every rank has directCPUs to itself
 // (cpusEach) and then from directFrom up, for the operations that have
-// them; a forced algorithm still wins.
+// them, or for small all-gathers and reduce-scatters where ranks outnumber
+// cores over TCP; a forced algorithm still wins.
 func TestPickDirect(t *testing.T) {
 	t.Parallel()
 	for _, tc := range []struct {
@@ -66,54 +67,38 @@ func TestPickDirect(t *testing.T) {
 		}
 	}
 	for _, tc := range []struct {
-		op     Op
-		bytes  int
-		direct bool // Comm.hostDirect
-		forced Algorithm
-		want   Algorithm
-	}{
-		{OpAllReduce, directFrom, true, AlgoAuto, AlgoDirect},
-		{OpAllReduce, directFrom - 4, true, AlgoAuto, AlgoRing},
-		{OpAllReduce, 64 << 20, false, AlgoAuto, AlgoRing},
-		{OpAllReduce, 64 << 20, true, AlgoRing, AlgoRing},
-		{OpReduceScatter, directFrom, true, AlgoAuto, AlgoDirect},
-		{OpAllGather, directFrom, true, AlgoAuto, AlgoDirect},
-		{OpBroadcast, directFrom, true, AlgoAuto, AlgoDirect},
-		{OpReduce, directFrom, true, AlgoAuto, AlgoDirect},
-		{OpBarrier, directFrom, true, AlgoAuto, AlgoAuto},
-	} {
-		c := &Comm{hostDirect: tc.direct, opts: options{algo: tc.forced}}
-		if got := c.pickAlgo(tc.op, tc.bytes); got != tc.want {
-			t.Errorf("%v of %d bytes, direct %v, forced %v: %v, want %v", tc.op, tc.bytes, tc.direct, tc.forced, got, tc.want)
-		}
-	}
-}
-
-// Where ranks outnumber cores over TCP, all-gathers and reduce-scatters up
-// to smallMessage a rank go direct; elsewhere, larger, or other operations,
-// the ring or the latency algorithms as before; a forced algorithm wins.
-func TestPickCrowdedStream(t *testing.T) {
-	t.Parallel()
-	for _, tc := range []struct {
 		op         Op
 		bytes      int
-		crowd, tcp bool
+		direct     bool // Comm.hostDirect
+		crowd, tcp bool // Comm.crowded, Comm.overStream
 		forced     Algorithm
 		want       Algorithm
 	}{
-		{OpAllGather, 1 << 10, true, true, AlgoAuto, AlgoDirect},
-		{OpAllGather, smallMessage, true, true, AlgoAuto, AlgoDirect},
-		{OpReduceScatter, smallMessage, true, true, AlgoAuto, AlgoDirect},
-		{OpAllGather, smallMessage + 4, true, true, AlgoAuto, AlgoRing},
-		{OpAllGather, 1 << 10, false, true, AlgoAuto, AlgoRing},
-		{OpReduceScatter, 1 << 10, true, false, AlgoAuto, AlgoRing},
-		{OpAllReduce, 1 << 10, true, true, AlgoAuto, AlgoRecursiveDoubling},
-		{OpBroadcast, 1 << 10, true, true, AlgoAuto, AlgoTree},
-		{OpAllGather, 1 << 10, true, true, AlgoRing, AlgoRing},
+		{OpAllReduce, directFrom, true, false, false, AlgoAuto, AlgoDirect},
+		{OpAllReduce, directFrom - 4, true, false, false, AlgoAuto, AlgoRing},
+		{OpAllReduce, 64 << 20, false, false, false, AlgoAuto, AlgoRing},
+		{OpAllReduce, 64 << 20, true, false, false, AlgoRing, AlgoRing},
+		{OpReduceScatter, directFrom, true, false, false, AlgoAuto, AlgoDirect},
+		{OpAllGather, directFrom, true, false, false, AlgoAuto, AlgoDirect},
+		{OpBroadcast, directFrom, true, false, false, AlgoAuto, AlgoDirect},
+		{OpReduce, directFrom, true, false, false, AlgoAuto, AlgoDirect},
+		{OpBarrier, directFrom, true, false, false, AlgoAuto, AlgoAuto},
+		// Ranks outnumbering cores over TCP: small all-gathers and
+		// reduce-scatters go direct (decision 0058).
+		{OpAllGather, 1 << 10, false, true, true, AlgoAuto, AlgoDirect},
+		{OpAllGather, smallMessage, false, true, true, AlgoAuto, AlgoDirect},
+		{OpReduceScatter, smallMessage, false, true, true, AlgoAuto, AlgoDirect},
+		{OpAllGather, smallMessage + 4, false, true, true, AlgoAuto, AlgoRing},
+		{OpAllGather, 1 << 10, false, false, true, AlgoAuto, AlgoRing},
+		{OpReduceScatter, 1 << 10, false, true, false, AlgoAuto, AlgoRing},
+		{OpAllReduce, 1 << 10, false, true, true, AlgoAuto, AlgoRecursiveDoubling},
+		{OpBroadcast, 1 << 10, false, true, true, AlgoAuto, AlgoTree},
+		{OpAllGather, 1 << 10, false, true, true, AlgoRing, AlgoRing},
 	} {
-		c := &Comm{crowded: tc.crowd, overStream: tc.tcp, opts: options{algo: tc.forced}}
+		c := &Comm{hostDirect: tc.direct, crowded: tc.crowd, overStream: tc.tcp, opts: options{algo: tc.forced}}
 		if got := c.pickAlgo(tc.op, tc.bytes); got != tc.want {
-			t.Errorf("%v of %d bytes, crowded %v, over TCP %v, forced %v: %v, want %v", tc.op, tc.bytes, tc.crowd, tc.tcp, tc.forced, got, tc.want)
+			t.Errorf("%v of %d bytes, direct %v, crowded %v, over TCP %v, forced %v: %v, want %v",
+				tc.op, tc.bytes, tc.direct, tc.crowd, tc.tcp, tc.forced, got, tc.want)
 		}
 	}
 }
