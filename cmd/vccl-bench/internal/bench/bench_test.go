@@ -94,14 +94,17 @@ func TestParseArgs(t *testing.T) {
 		"allreduce -w -1":             "-w -1: must not be negative",
 		"allreduce -r -2":             "-r -2: must not be negative",
 		"allreduce --telemetry maybe": `--telemetry "maybe": want on, off or alternate`,
-		"allreduce --telemetry alternate --device gpu": "--telemetry alternate times host buffers only",
-		"allreduce --spans":                            "--spans needs --exporters",
-		"allreduce --progress sometimes":               `--progress "sometimes"`,
-		"allreduce -x 3":                               "flag provided but not defined: -x",
-		"allreduce -n":                                 "flag needs an argument: -n",
-		"allreduce broadcast":                          "unexpected arguments: broadcast",
-		"-b 8 allreduce broadcast":                     "unexpected arguments after the collective: broadcast",
-		"allreduce -b 8 -e 64M -f 4 junk":              "unexpected arguments: junk",
+		"allreduce --telemetry alternate --device gpu":                "--telemetry alternate times host buffers only",
+		"allreduce --spans":                                           "--spans needs --exporters",
+		"allreduce --attach":                                          "--attach needs --telemetry alternate",
+		"allreduce --telemetry on --attach":                           "--attach needs --telemetry alternate",
+		"allreduce --telemetry alternate --attach --exporters /tmp/x": "--attach and --exporters: choose one",
+		"allreduce --progress sometimes":                              `--progress "sometimes"`,
+		"allreduce -x 3":                                              "flag provided but not defined: -x",
+		"allreduce -n":                                                "flag needs an argument: -n",
+		"allreduce broadcast":                                         "unexpected arguments: broadcast",
+		"-b 8 allreduce broadcast":                                    "unexpected arguments after the collective: broadcast",
+		"allreduce -b 8 -e 64M -f 4 junk":                             "unexpected arguments: junk",
 	}
 	for args, want := range bad {
 		_, err := ParseArgs(strings.Fields(args))
@@ -583,7 +586,8 @@ func TestMainJSON(t *testing.T) {
 }
 
 // --exporters runs the sweep with every exporter attached and leaves a
-// readable trace; without telemetry it is refused.
+// readable trace, --attach with what --telemetry on attaches; without
+// telemetry --exporters is refused.
 func TestMainExporters(t *testing.T) {
 	for _, v := range []string{"RANK", "WORLD_SIZE", "OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE", "SLURM_PROCID", "SLURM_NTASKS", "VCCL_RANK", "VCCL_WORLD_SIZE"} {
 		t.Setenv(v, "")
@@ -621,6 +625,23 @@ func TestMainExporters(t *testing.T) {
 	}
 	if recs, err := arrow.ReadAll(dir); err != nil || len(recs) == 0 {
 		t.Errorf("alternate with exporters: %d records in the trace, %v", len(recs), err)
+	}
+	// --attach: the "on" blocks with what --telemetry on attaches, here
+	// the live endpoint alone, and nothing where the environment asks for
+	// nothing; the table says which.
+	for _, tc := range []struct{ addr, want string }{
+		{"127.0.0.1:0", "with the exporters --telemetry on attaches: the live endpoint (its fold of every record, not scraped)"},
+		{"off", "with the exporters --telemetry on attaches: none (the environment asks for none)"},
+	} {
+		t.Setenv("VCCL_TELEMETRY_ADDR", tc.addr)
+		out.Reset()
+		if code := Main(context.Background(), strings.Fields("allreduce -b 1K -e 1K -n 4 -w 1 --telemetry alternate --attach"), &out, stderr); code != 0 {
+			msg, _ := os.ReadFile(stderr.Name())
+			t.Fatalf("--attach, VCCL_TELEMETRY_ADDR=%s: exit %d: %s", tc.addr, code, msg)
+		}
+		if !strings.Contains(out.String(), tc.want) || !strings.Contains(out.String(), "#  telem. on") {
+			t.Errorf("--attach, VCCL_TELEMETRY_ADDR=%s: the table does not say %q:\n%s", tc.addr, tc.want, out.String())
+		}
 	}
 	code := Main(context.Background(), strings.Fields("allreduce -b 1K -e 1K --telemetry off --exporters "+dir), &out, stderr)
 	msg, _ := os.ReadFile(stderr.Name())

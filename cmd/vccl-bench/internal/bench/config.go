@@ -34,6 +34,7 @@ type Config struct {
 	CPUProfile string // write a CPU profile per rank to CPUProfile.rankN
 	Exporters  string // with telemetry on or alternate, a directory: the exporters on, traces written there
 	Spans      bool   // with Exporters: OpenTelemetry spans too
+	Attach     bool   // with Telemetry "alternate": the 'on' blocks with the exporters --telemetry on attaches
 	Device     string // "host", "shared" or "gpu": where the buffers live
 	VsNCCL     bool   // with Device "gpu": NCCL on the same buffers, row by row
 	SMs        int    // with Device "gpu": the reduction kernel's grid (0: gpu/ce's default)
@@ -158,13 +159,14 @@ func flags(cfg *Config) (*flag.FlagSet, *flagVals) {
 	fs.IntVar(&cfg.Root, "r", cfg.Root, "root rank of broadcast and reduce")
 	fs.BoolVar(&cfg.JSON, "json", false, "print one JSON document instead of the table")
 	fs.StringVar(&cfg.JSONFile, "json-file", "", "also write the --json document to `FILE` (rank 0), with the table on stdout: one run, both forms")
-	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch (each the median over its blocks), both printed with their busbw ratio; on, the exporters VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for are attached, but for alternate, which times the records alone unless --exporters is given")
+	fs.StringVar(&v.telemetry, "telemetry", "", "flow telemetry on or off (default: VCCL_TELEMETRY), or alternate: every size timed with telemetry off and on in alternating blocks of one launch (each the median over its blocks), both printed with their busbw ratio; on, the exporters VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for are attached, but for alternate, which times the records alone unless --exporters or --attach is given")
 	fs.StringVar(&v.progress, "progress", v.progress, "progress bar on stderr: auto (when stderr is a terminal, or under vcclrun on a terminal, which shows it below the table) or off")
 	fs.StringVar(&cfg.CPUProfile, "cpuprofile", "", "write each rank's CPU profile of the sweep to `PREFIX`.rankN (go tool pprof)")
 	fs.StringVar(&cfg.Device, "device", cfg.Device, "where the buffers live: host (the Go heap), shared (host memory from shm.AllocShared, which peers on the host read without a system call), or gpu (device memory through the collective API, one GPU per rank; needs a GPU)")
 	fs.BoolVar(&cfg.VsNCCL, "vs-nccl", false, "with --device gpu: run NCCL (libnccl.so.2 via $VCCL_NCCL_LIB or the torch pip package) on the same buffers and print its row and the ratio")
 	fs.IntVar(&cfg.SMs, "sms", 0, "with --device gpu: thread blocks (so at most SMs) of the reduction kernel (0: default)")
 	fs.StringVar(&cfg.Exporters, "exporters", "", "with --telemetry on or alternate, turn the exporters on (Arrow traces into `DIR`, Prometheus /metrics on the live endpoint, scraped every second), to measure what they cost; with alternate the 'on' blocks run with them writing")
+	fs.BoolVar(&cfg.Attach, "attach", false, "with --telemetry alternate, the 'on' blocks run with the exporters --telemetry on attaches (what VCCL_TELEMETRY_DIR, VCCL_TELEMETRY_ADDR and OTEL_* ask for; with none of them set, the live endpoint, which folds every record), to measure what telemetry costs as a job turns it on")
 	fs.BoolVar(&cfg.Spans, "spans", false, "with --exporters, OpenTelemetry spans too (built, encoded by the stdout exporter and discarded)")
 	return fs, v
 }
@@ -191,6 +193,10 @@ func (c *Config) validate() error {
 		return fmt.Errorf("--sms %d: must not be negative", c.SMs)
 	case c.Spans && c.Exporters == "":
 		return errors.New("--spans needs --exporters")
+	case c.Attach && c.Telemetry != "alternate":
+		return errors.New("--attach needs --telemetry alternate (--telemetry on attaches the exporters itself)")
+	case c.Attach && c.Exporters != "":
+		return errors.New("--attach and --exporters: choose one (--exporters attaches its own)")
 	case c.Telemetry == "alternate" && c.Device == "gpu":
 		return errors.New("--telemetry alternate times host buffers only (--device host or shared)")
 	}

@@ -1,10 +1,12 @@
 package bench
 
 import (
+	"cmp"
 	"context"
 	"errors"
 	"io"
 	"net/http"
+	"strings"
 	"time"
 
 	"github.com/vccl-go/vccl/collective"
@@ -28,13 +30,18 @@ const scrapeEvery = time.Second
 // starts. It returns what shuts everything down, what settles the
 // pipeline (every record so far delivered to every exporter and the trace
 // handed to the OS: Options.Settle), and the exporters' names for the
-// report.
+// report. With dir "" (--attach) it attaches what the environment asks
+// for, as --telemetry on does, and scrapes nothing: telemetry as a job
+// turns it on, with nobody watching.
 func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Collector, dir string, spans bool) (stop, settle func(context.Context) error, names string, err error) {
 	cfg, err := telemetry.ConfigFromEnv()
 	if err != nil {
 		return nil, nil, "", err
 	}
-	cfg.Dir = dir
+	asked := dir == ""
+	if !asked {
+		cfg.Dir = dir
+	}
 	if spans {
 		cfg.Spans, cfg.SpanOptions = true, append(cfg.SpanOptions, otel.WithProtocol("stdout"), otel.WithStdout(io.Discard))
 	}
@@ -44,13 +51,24 @@ func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Col
 	}
 	col.Start()
 	stopScrape := func() {}
-	names = "trace (" + ex.Arrow.Format().String() + " format)"
+	var list []string
+	if ex.Arrow != nil {
+		list = append(list, "trace ("+ex.Arrow.Format().String()+" format)")
+	}
 	if ex.Live != nil {
-		stopScrape = scrape(ex.Live.URL() + "/metrics")
-		names += ", /metrics scraped every " + scrapeEvery.String()
+		if asked {
+			list = append(list, "the live endpoint (its fold of every record, not scraped)")
+		} else {
+			stopScrape = scrape(ex.Live.URL() + "/metrics")
+			list = append(list, "/metrics scraped every "+scrapeEvery.String())
+		}
 	}
 	if ex.Spans != nil {
-		names += ", OpenTelemetry spans"
+		list = append(list, "OpenTelemetry spans")
+	}
+	names = "exporters writing: " + strings.Join(list, ", ")
+	if asked {
+		names = "the exporters --telemetry on attaches: " + cmp.Or(strings.Join(list, ", "), "none (the environment asks for none)")
 	}
 	stop = func(ctx context.Context) error {
 		stopScrape()
@@ -60,6 +78,9 @@ func startExporters(ctx context.Context, comm *collective.Comm, col *flowtel.Col
 	settle = func(ctx context.Context) error {
 		if err := col.Flush(ctx); err != nil {
 			return err
+		}
+		if ex.Arrow == nil {
+			return nil
 		}
 		return ex.Arrow.Flush(ctx)
 	}

@@ -48,14 +48,16 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 	// attacher) come with telemetry on, but for the measuring modes:
 	// --telemetry alternate times the records alone, and --exporters
 	// attaches the exporters itself (with alternate, they write in the
-	// "on" blocks and sit idle in the "off" ones).
+	// "on" blocks and sit idle in the "off" ones), as does --attach with
+	// what the attacher would have attached: each block then ends with
+	// its records delivered (Options.Settle).
 	if cfg.Telemetry == "alternate" || cfg.Exporters != "" {
 		copts = append(copts, collective.WithTelemetryAttachers(false))
 	}
 	var col *flowtel.Collector
 	var exporters string // the ones attached, for the report
 	var settle func(context.Context) error
-	if cfg.Exporters != "" {
+	if cfg.Exporters != "" || cfg.Attach {
 		col = flowtel.NewCollector()
 		copts = append(copts, collective.WithCollector(col))
 	}
@@ -69,7 +71,11 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		var stop func(context.Context) error
 		stop, settle, exporters, err = startExporters(ctx, comm, col, cfg.Exporters, cfg.Spans)
 		if err != nil {
-			fmt.Fprintf(stderr, "vccl-bench: --exporters: %v\n", err)
+			flag := "--exporters"
+			if cfg.Attach {
+				flag = "--attach"
+			}
+			fmt.Fprintf(stderr, "vccl-bench: %s: %v\n", flag, err)
 			return 1
 		}
 		defer func() {

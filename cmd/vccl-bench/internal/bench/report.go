@@ -117,7 +117,7 @@ func writeTelemetryRow(w io.Writer, r Result) {
 func telemetryMode(r *Report) string {
 	with := "records alone"
 	if r.Exporters != "" {
-		with = "with exporters writing: " + r.Exporters
+		with = "with " + r.Exporters
 	}
 	if r.Alternate {
 		return "alternate (rows: off; '# telem. on' rows: on, " + with + ", busbw on/off)"

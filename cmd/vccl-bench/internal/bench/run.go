@@ -71,8 +71,8 @@ type Report struct {
 	Check      bool    `json:"check"`
 	Telemetry  bool    `json:"telemetry"`
 	Alternate  bool    `json:"telemetry_alternate,omitempty"` // off and on alternately: see Measure.TelemetryOn
-	// Exporters names the exporters writing while telemetry was on
-	// (--exporters), "" for the records alone.
+	// Exporters says which exporters wrote while telemetry was on
+	// (--exporters, --attach), "" for the records alone.
 	Exporters string     `json:"telemetry_exporters,omitempty"`
 	Date      string     `json:"date"`
 	Host      string     `json:"host"`
@@ -124,7 +124,8 @@ type Options struct {
 	// Alternate times every variant with telemetry off and on in
 	// alternating blocks (comm made with telemetry on; host buffers).
 	Alternate bool
-	// Exporters names the exporters attached (--exporters), for the report.
+	// Exporters says which exporters are attached (--exporters, --attach),
+	// for the report.
 	Exporters string
 	// Settle, when not nil, ends every block of Alternate inside the
 	// block's timing: it delivers what telemetry the block's calls made
