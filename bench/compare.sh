@@ -219,10 +219,15 @@ for rep in $(seq 1 "$REPEAT"); do
 				# The same with the exporters writing in the "on" blocks (an
 				# Arrow trace, /metrics scraped): over shared memory, where
 				# ranks fit (the target's setting). The trace is not kept.
+				# And with what --telemetry on attaches by default (the live
+				# endpoint, folding every record): telemetry as a job turns
+				# it on.
 				if [ "$tr" = shm ] && ((n <= $(nproc))); then
 					# shellcheck disable=SC2086
 					run "allreduce.n$n.vccl-$tr-altx.s$i" vccl "$n" "$tr" alternate allreduce $alt --exporters "$RAW/trace"
 					rm -rf "$RAW/trace"
+					# shellcheck disable=SC2086
+					run "allreduce.n$n.vccl-$tr-altd.s$i" vccl "$n" "$tr" alternate allreduce $alt --attach
 				fi
 			done
 		done

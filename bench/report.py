@@ -255,14 +255,15 @@ def alt_extra_ns(data, n, impl, size):
 
 
 def telemetry_table(data, n, targets):
-    """Records alone (vccl-TR-alt) on both transports, and with the
-    exporters writing (vccl-shm-altx: an Arrow trace and /metrics served)
-    over shared memory. Targets (issue 34): the records alone add ≤40 ns to
+    """Records alone (vccl-TR-alt) on both transports, and over shared
+    memory with the exporters writing (vccl-shm-altx: an Arrow trace and
+    /metrics served) and as --telemetry on attaches them (vccl-shm-altd:
+    the live endpoint). Targets (issue 34): the records alone add ≤40 ns to
     a call below 64 KiB and ≤3% above; with the exporters ≤10% below 1 MiB
     and ≤3% from 1 MiB."""
     lines = ["| bytes | shm off GB/s | shm on GB/s | shm on/off | shm on−off ns/call | shm with exporters on/off "
-             "| tcp off GB/s | tcp on GB/s | tcp on/off |" + (" target |" if targets else ""),
-             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if targets else "")]
+             "| shm as turned on, on/off | tcp off GB/s | tcp on GB/s | tcp on/off |" + (" target |" if targets else ""),
+             "| ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: | ---: |" + (" --- |" if targets else "")]
     pct = lambda r: "—" if r is None else f"{(r - 1) * 100:+.1f}%"
     for size in sorted(set(sizes_of(data, "allreduce", n, "vccl-shm-alt")) | set(sizes_of(data, "allreduce", n, "vccl-shm-altx"))):
         cells, tg = [hsize(size)], []
@@ -275,7 +276,7 @@ def telemetry_table(data, n, targets):
             ns = alt_extra_ns(data, n, impl, size)
             if tr == "shm":
                 rx = alt_ratio(data, n, "vccl-shm-altx", size)
-                cells += ["—" if ns is None else f"{ns:+.0f}", pct(rx)]
+                cells += ["—" if ns is None else f"{ns:+.0f}", pct(rx), pct(alt_ratio(data, n, "vccl-shm-altd", size))]
             if not targets:
                 continue
             if size < 64 * KIB:
@@ -379,7 +380,7 @@ def section(a, data, failures):
         out += [f"All-reduce over shared memory (Open MPI vader, VCCL shm):", ""] + allreduce_table(data, n, "shm", tg) + [""]
         out += [f"All-reduce over TCP on loopback:", ""] + allreduce_table(data, n, "tcp", tg) + [""]
         out += [f"All-reduce against Gloo:", ""] + gloo_table(data, n, tg) + [""]
-        out += [f"Telemetry on against off (VCCL all-reduce, out of place; `vccl-bench --telemetry alternate`: off and on in alternating blocks of each launch; on/off is the median over runs of each run's ratio, negative: on is slower; records alone, and over shared memory with the exporters writing, `--exporters DIR`: an Arrow trace and /metrics scraped every second; no exporter run where ranks > cores):", ""] + telemetry_table(data, n, tg) + [""]
+        out += [f"Telemetry on against off (VCCL all-reduce, out of place; `vccl-bench --telemetry alternate`: off and on in alternating blocks of each launch; on/off is the median over runs of each run's ratio, negative: on is slower; records alone, and over shared memory with the exporters writing, `--exporters DIR`: an Arrow trace and /metrics scraped every second, and as `--telemetry on` attaches them, `--attach`: the live endpoint, which folds every record, not scraped; no exporter run where ranks > cores):", ""] + telemetry_table(data, n, tg) + [""]
         out += [f"All-gather, reduce-scatter and broadcast (size is the whole buffer: receive for all-gather, send for reduce-scatter; broadcast: VCCL in place, as MPI_Bcast):", ""] + others_table(data, n, tg) + [""]
     out += ["### Targets (issues 4 and 34; 2 ranks, this run)", ""] + targets.summary() + [""]
     out.append(END)
