@@ -116,8 +116,13 @@ func blockLenOf(c *call, count int) func(int) int {
 }
 
 // directAllReduce: a direct reduce-scatter of the n blocks (rank r reduces
-// block r), then a direct all-gather of the reduced blocks.
+// block r), then a direct all-gather of the reduced blocks; a small call
+// in one shot (oneShot).
 func directAllReduce(c *call, s *schedule) {
+	if oneShot(c.count*c.esize, c.n) {
+		oneShotAllReduce(c, s)
+		return
+	}
 	r, n := c.rank, c.n
 	total := c.count
 	roff, rlen := c.block(r, total)
@@ -136,6 +141,63 @@ func directAllReduce(c *call, s *schedule) {
 			rv := s.recv(p, out(poff+ch[0]), ch[1], 1, landAfter(c, sent, p, i)...)
 			s.streamed(rv, total*c.esize)
 		}
+	}
+}
+
+// oneShot reports whether a direct all-reduce of bytes a rank on ranks
+// ranks goes in one shot: while what a rank then sends, ranks-1 copies of
+// its input, stays within smallMessage, the size up to which steps cost
+// more than bytes. Each copy then fits the call check's header
+// (eagerLimit), so the call is the headers' one exchange and nothing else.
+func oneShot(bytes, ranks int) bool { return bytes*(ranks-1) <= smallMessage }
+
+// oneShotAllReduce: every rank sends its whole input to every peer and
+// reduces all n inputs itself, in rank order, so that every rank gets the
+// same bits. It moves n-1 times a rank's input each way where the two
+// halves move about twice that input in all, but in one step, where
+// recursive doubling takes log2(n) and the call check still sends a
+// header to every peer it does not pair with. Where ranks outnumber cores
+// every step waits for the peers' turns on the cores (decision 0059).
+func oneShotAllReduce(c *call, s *schedule) {
+	r, n := c.rank, c.n
+	bl := c.count * c.esize
+	if bl == 0 {
+		return
+	}
+	s.scratch = n * bl // slot q holds rank q's input
+	var sent []int32
+	for k := 1; k < n; k++ {
+		sent = append(sent, s.send(mod(r+k, n), in(0), bl, 0))
+	}
+	got := make([]int32, n)
+	for k := 1; k < n; k++ {
+		p := mod(r-k, n)
+		got[p] = s.recv(p, scratch(p*bl), bl, 0)
+	}
+	// In place the reductions overwrite the input: they wait for the
+	// sends, and a rank whose own term comes after the first reduction
+	// reads a copy of it.
+	own, first := in(0), []int32(nil)
+	got[r] = -1
+	if c.inPlace {
+		first = sent
+		if r > 0 {
+			own, got[r] = scratch(r*bl), s.copyTo(scratch(r*bl), in(0), bl, 0)
+			first = append(first, got[r])
+		}
+	}
+	term := func(q int) ref {
+		if q == r {
+			return own
+		}
+		return scratch(q * bl)
+	}
+	last := s.reduce(out(0), term(0), term(1), bl, 0, append(deps(got[0], got[1]), first...)...)
+	for q := 2; q < n; q++ {
+		last = s.reduce(out(0), out(0), term(q), bl, 0, deps(last, got[q])...)
+	}
+	if c.redop == Avg {
+		s.scale(out(0), bl, 0, last)
 	}
 }
 

@@ -256,6 +256,7 @@ func TestSchedulesSimulated(t *testing.T) {
 // simulateCells runs every count, placement, reduction, chunk size, check
 // and fusion of one operation, algorithm and world size.
 func simulateCells(t *testing.T, op Op, algo Algorithm, n int, rng *rand.Rand) {
+	const es = 8 // checkSimulated's int64
 	fuses := []bool{false}
 	if op == OpAllReduce && algo == AlgoRing || op == OpReduceScatter || op == OpAllGather {
 		fuses = append(fuses, true) // receives reduced on arrival, sends teed
@@ -263,6 +264,11 @@ func simulateCells(t *testing.T, op Op, algo Algorithm, n int, rng *rand.Rand) {
 	counts := []int{0, 1, 7, 13, 1003}
 	if testing.Short() { // the race run: the default run has the rest
 		counts = []int{1, 13}
+	}
+	if op == OpAllReduce && algo == AlgoDirect && !testing.Short() {
+		// Below this every world size goes in one shot (oneShot): the
+		// reduce-scatter and all-gather need a count of their own.
+		counts = append(counts, smallMessage/es+1)
 	}
 	for _, count := range counts {
 		for _, inPlace := range []bool{false, true} {

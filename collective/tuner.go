@@ -27,7 +27,9 @@ func supports(op Op, a Algorithm) bool {
 // every rank), an all-gather or a reduce-scatter of up to smallMessage a
 // rank goes direct, every peer's message at once: there a step costs the
 // peers' turns on the cores, and the ring's n-1 steps took 1.5-2.5x as
-// long as the direct one (decision 0058).
+// long as the direct one (decision 0058). So does an all-reduce small
+// enough to go in one shot (oneShot), in one step where recursive
+// doubling takes log2(n) (decision 0059).
 func (c *Comm) pickAlgo(op Op, bytes int) Algorithm {
 	if forced := c.opts.algo; forced != AlgoAuto && supports(op, forced) {
 		return forced
@@ -37,6 +39,9 @@ func (c *Comm) pickAlgo(op Op, bytes int) Algorithm {
 	}
 	switch op {
 	case OpAllReduce:
+		if c.crowded && c.overStream && oneShot(bytes, c.size) {
+			return AlgoDirect
+		}
 		if bytes <= smallMessage {
 			return AlgoRecursiveDoubling
 		}

@@ -91,11 +91,18 @@ func TestPickDirect(t *testing.T) {
 		{OpAllGather, smallMessage + 4, false, true, true, AlgoAuto, AlgoRing},
 		{OpAllGather, 1 << 10, false, false, true, AlgoAuto, AlgoRing},
 		{OpReduceScatter, 1 << 10, false, true, false, AlgoAuto, AlgoRing},
-		{OpAllReduce, 1 << 10, false, true, true, AlgoAuto, AlgoRecursiveDoubling},
+		// And all-reduces small enough for one shot (decision 0059):
+		// 64 KiB in all to the 3 peers of 4 ranks.
+		{OpAllReduce, 1 << 10, false, true, true, AlgoAuto, AlgoDirect},
+		{OpAllReduce, smallMessage / 3, false, true, true, AlgoAuto, AlgoDirect},
+		{OpAllReduce, smallMessage/3 + 4, false, true, true, AlgoAuto, AlgoRecursiveDoubling},
+		{OpAllReduce, 1 << 10, false, false, true, AlgoAuto, AlgoRecursiveDoubling},
+		{OpAllReduce, 1 << 10, false, true, false, AlgoAuto, AlgoRecursiveDoubling},
+		{OpAllReduce, 1 << 10, false, true, true, AlgoRing, AlgoRing},
 		{OpBroadcast, 1 << 10, false, true, true, AlgoAuto, AlgoTree},
 		{OpAllGather, 1 << 10, false, true, true, AlgoRing, AlgoRing},
 	} {
-		c := &Comm{hostDirect: tc.direct, crowded: tc.crowd, overStream: tc.tcp, opts: options{algo: tc.forced}}
+		c := &Comm{size: 4, hostDirect: tc.direct, crowded: tc.crowd, overStream: tc.tcp, opts: options{algo: tc.forced}}
 		if got := c.pickAlgo(tc.op, tc.bytes); got != tc.want {
 			t.Errorf("%v of %d bytes, direct %v, crowded %v, over TCP %v, forced %v: %v, want %v",
 				tc.op, tc.bytes, tc.direct, tc.crowd, tc.tcp, tc.forced, got, tc.want)
