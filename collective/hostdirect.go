@@ -149,7 +149,8 @@ func directAllReduce(c *call, s *schedule) {
 // its input, stays within smallMessage, the size up to which steps cost
 // more than bytes. Each copy then fits the call check's header
 // (eagerLimit), so the call is the headers' one exchange and nothing else.
-func oneShot(bytes, ranks int) bool { return bytes*(ranks-1) <= smallMessage }
+// (Divided, not multiplied: a 32-bit int would overflow.)
+func oneShot(bytes, ranks int) bool { return ranks < 2 || bytes <= smallMessage/(ranks-1) }
 
 // oneShotAllReduce: every rank sends its whole input to every peer and
 // reduces all n inputs itself, in rank order, so that every rank gets the
