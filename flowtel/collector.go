@@ -270,10 +270,7 @@ func (c *Collector) settle() {
 	if runtime.GOMAXPROCS(0) != 1 || !c.hasWork() {
 		return
 	}
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.nudge()
 	for range settleYields {
 		runtime.Gosched()
 		if !c.hasWork() {
@@ -307,10 +304,7 @@ func (c *Collector) hasWork() bool {
 // records. The yield costs the producer the drain it makes room for, work
 // that this CPU must do anyway; with more Ps the collector has its own.
 func (c *Collector) wakeup() {
-	select {
-	case c.wake <- struct{}{}:
-	default:
-	}
+	c.nudge()
 	if runtime.GOMAXPROCS(0) == 1 {
 		// One Gosched may hand the P to another goroutine first (the
 		// scheduler serves its global queue now and then): yield until
@@ -322,6 +316,15 @@ func (c *Collector) wakeup() {
 				break
 			}
 		}
+	}
+}
+
+// nudge wakes the drain goroutine if it sleeps; a wake-up already pending
+// covers this one.
+func (c *Collector) nudge() {
+	select {
+	case c.wake <- struct{}{}:
+	default:
 	}
 }
 
