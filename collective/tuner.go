@@ -37,9 +37,10 @@ func (c *Comm) pickAlgo(op Op, bytes int) Algorithm {
 	if c.hostDirect && bytes >= directFrom && supports(op, AlgoDirect) {
 		return AlgoDirect
 	}
+	crowdedTCP := c.crowded && c.overStream
 	switch op {
 	case OpAllReduce:
-		if c.crowded && c.overStream && oneShot(bytes, c.size) {
+		if crowdedTCP && oneShot(bytes, c.size) {
 			return AlgoDirect
 		}
 		if bytes <= smallMessage {
@@ -52,7 +53,7 @@ func (c *Comm) pickAlgo(op Op, bytes int) Algorithm {
 		}
 		return AlgoRing
 	case OpAllGather, OpReduceScatter:
-		if c.crowded && c.overStream && bytes <= smallMessage {
+		if crowdedTCP && bytes <= smallMessage {
 			return AlgoDirect
 		}
 		return AlgoRing

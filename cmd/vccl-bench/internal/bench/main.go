@@ -71,11 +71,11 @@ func Main(ctx context.Context, args []string, stdout io.Writer, stderr *os.File)
 		var stop func(context.Context) error
 		stop, settle, exporters, err = startExporters(ctx, comm, col, cfg.Exporters, cfg.Spans)
 		if err != nil {
-			flag := "--exporters"
+			opt := "--exporters"
 			if cfg.Attach {
-				flag = "--attach"
+				opt = "--attach"
 			}
-			fmt.Fprintf(stderr, "vccl-bench: %s: %v\n", flag, err)
+			fmt.Fprintf(stderr, "vccl-bench: %s: %v\n", opt, err)
 			return 1
 		}
 		defer func() {
