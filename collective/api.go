@@ -125,6 +125,7 @@ type request struct {
 	extra   [][]byte // grouped point-to-point buffers, bufID numBufs on
 	seq     uint64   // set: the sequence number of a mailbox call run again on the engine (small.go)
 	slices  bool     // a mailbox all-reduce above a slot, in rounds of slices (slices.go)
+	loaned  bool     // a mailbox all-reduce by loans (loaned.go)
 }
 
 func (c *Comm) check(b Buffer, what string) error {

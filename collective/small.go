@@ -148,12 +148,14 @@ type smallPath struct {
 	waiters  int
 
 	// Under the turn.
-	lastBox uint32           // the last ticket that was a mailbox call
-	wrs     uint64           // telemetry WR sequence
-	held    heldBegin        // the running call's begin, while its records wait
-	writes  [3][2]slotWrites // how data the peers alone read is handed over (writesFor)
-	way     slotWay          // the running call's choice
-	lent    []bool           // by peer: the running call's data the peer lent (for all-gathers and broadcasts)
+	lastBox   uint32           // the last ticket that was a mailbox call
+	wrs       uint64           // telemetry WR sequence
+	held      heldBegin        // the running call's begin, while its records wait
+	writes    [3][2]slotWrites // how data the peers alone read is handed over (writesFor)
+	way       slotWay          // the running call's choice
+	lent      []bool           // by peer: the running call's data the peer lent (for all-gathers and broadcasts)
+	scratch   [][]byte         // an all-reduce by loans reads its peers' chunks here, one a worker (loaned.go)
+	loanOrder []int            // and the peers whose blocks it has yet to gather
 
 	// live is held while a call touches the mailboxes; teardown takes it
 	// (after raising stopping) before the QPs unmap them.
@@ -161,7 +163,8 @@ type smallPath struct {
 	dead     bool
 	stopping atomic.Bool
 
-	testFault func() // tests only: called as a call starts, to make it panic
+	testFault  func()      // tests only: called as a call starts, to make it panic
+	testGather func(q int) // tests only: called before an all-reduce by loans reads rank q's reduced block
 }
 
 // newSmallPath returns the path of a communicator whose every pair of ranks
@@ -277,9 +280,11 @@ func (c *Comm) takesSmall(rq *request) bool {
 	}
 	switch rq.call.op {
 	case OpAllReduce, OpAllGather:
-		// Above the limit, some go in slices (slices.go).
-		rq.slices = len(rq.in) > limit && slicesFor(rq.call.op, c.size, spin)
-		return len(rq.in) > 0 && (len(rq.in) <= limit || rq.slices)
+		// Above the limit, some go in slices (slices.go) or by loans
+		// (loaned.go).
+		rq.loaned = rq.call.op == OpAllReduce && len(rq.in) > limit && c.loanedFor(len(rq.in), spin)
+		rq.slices = len(rq.in) > limit && !rq.loaned && slicesFor(rq.call.op, c.size, spin)
+		return len(rq.in) > 0 && (len(rq.in) <= limit || rq.slices || rq.loaned)
 	case OpBroadcast:
 		rq.slices = len(rq.out) > limit && slicesFor(rq.call.op, c.size, spin)
 		return len(rq.out) > 0 && (len(rq.out) <= limit || rq.slices) && rq.call.root < 1<<7
@@ -612,8 +617,11 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		in = nil
 	}
 	tag, sent := smallTag(rq), len(in)
-	if rq.slices {
+	switch {
+	case rq.slices:
 		tag, sent = slicesTag(rq), c.slicesSent(rq)
+	case rq.loaned:
+		tag, sent = loanTag(rq), c.slicesSent(rq)
 	}
 	// Telemetry: begin's clock reading and records go after the
 	// publication, in the time the peers take to see it, unless this
@@ -632,7 +640,10 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	var timed bool
 	var start int64
 	s.way = wayPlain
-	if len(in) >= streamSlotMin && (rq.slices || op == OpBroadcast || op == OpAllGather) {
+	switch {
+	case rq.loaned:
+		s.way = wayLend
+	case len(in) >= streamSlotMin && (rq.slices || op == OpBroadcast || op == OpAllGather):
 		canLend := lends(op, len(in)) && s.peersReadMe()
 		s.way, timed = s.writesFor(op, rq.call.inPlace).way(len(in), canLend)
 		if timed {
@@ -643,15 +654,18 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	if s.way == wayLend {
 		addr = uintptr(unsafe.Pointer(unsafe.SliceData(in)))
 	}
-	if rq.slices {
+	switch {
+	case rq.slices:
 		c.slicesStart(k, rq)
+	case rq.loaned:
+		c.loanStart(k, rq)
 	}
 	for _, b := range s.boxes {
 		if b != nil {
 			if !rq.slices && s.way != wayLend {
 				s.putSlot(b, k, in)
 			}
-			if lends(op, len(in)) {
+			if lends(op, len(in)) || rq.loaned {
 				b.Lend(k, addr)
 			}
 			b.Publish(k, tag)
@@ -665,10 +679,12 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 	err := c.smallGather(ctx, k, seq, deadline, tag, rq)
 	switch {
 	case err != nil:
-	case !rq.slices:
+	case !rq.slices && !rq.loaned:
 		err = c.smallCombine(ctx, k, seq, deadline, rq, in)
 	case !c.slicesSameSize(k, rq):
 		err = errFallback
+	case rq.loaned:
+		err = c.loanedRun(ctx, k, seq, deadline, rq)
 	default:
 		err = c.slicesRun(ctx, k, seq, deadline, rq)
 	}
@@ -682,6 +698,7 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		}
 	}
 	runtime.KeepAlive(in) // lent, it is read by address until the peers said they read it
+	runtime.KeepAlive(rq.out)
 	switch {
 	case err == errFallback:
 		st = flowtel.StatusFlushed // the call runs again on the engine
@@ -1060,7 +1077,7 @@ func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq
 // recvBytes is what a call that sends sent bytes to each peer reads from
 // peer p's slots.
 func recvBytes(rq *request, p, sent int) int {
-	if rq.slices && (rq.call.op == OpAllReduce || rq.call.op == OpReduceScatter) {
+	if (rq.slices || rq.loaned) && (rq.call.op == OpAllReduce || rq.call.op == OpReduceScatter) {
 		return sent // as much each way
 	}
 	switch rq.call.op {

@@ -1,0 +1,246 @@
+package collective
+
+import (
+	"context"
+	"encoding/binary"
+	"errors"
+	"fmt"
+	"runtime"
+	"sync"
+	"sync/atomic"
+	"unsafe"
+)
+
+// A large all-reduce between ranks that read each other's memory goes by
+// loans over the mailboxes (decision 0060). Every rank lends its input and
+// output (transport.Mailbox.Lend) and publishes the call; rank r then
+// reads block r of every peer's input straight out of the peer's memory,
+// a chunk at a time into a scratch buffer that stays in the core's cache,
+// and reduces it into block r of its output (the reduce-scatter); it says
+// so (part 1), and reads every other block q of the output from rank q's
+// output as soon as q has said the same (the all-gather); a last part
+// tells the peers it has read all of theirs, and the call ends once every
+// peer has. That is the traffic of the bound BENCHMARKS.md derives (each
+// byte of a peer read once a half), with three hand-offs a call whatever
+// the number of ranks, where the engine's direct algorithm sends a message
+// and its acknowledgement per chunk and peer, and waits on each (at 16
+// ranks on 16 cores about a third of a call went to those waits).
+//
+// Each element is reduced by one rank only, so every rank gets the same
+// bits. In place, a rank overwrites block q of its buffer only after rank
+// q said it has read it (its part 1), and its own block r while no peer
+// reads it (a peer reads only its own block of this rank's input, and
+// block r of the output only after part 1).
+//
+// Part 0's slot carries the call's size (where a sliced call's lies, so
+// that ranks whose sizes differ fall back to the engine alike) and the
+// distance from the rank's input to its output, at which the peers read
+// the reduced blocks of a call out of place.
+
+// loanChunk is how much of a peer's block the reduce-scatter reads at a
+// time.
+const loanChunk = 64 << 10
+
+// loanedMin is the smallest all-reduce, in bytes a rank, that goes by
+// loans where it may (loanedFor).
+const loanedMin = 1 << 20
+
+// loanDeltaAt is where part 0's slot carries the output's distance from
+// the input, beside the size (slicesSizeAt).
+const loanDeltaAt = slicesSizeAt - 8
+
+// loanedFor reports whether an all-reduce of n bytes a rank, above the
+// mailbox path's limit, goes by loans: where the ranks' engines spin (the
+// loans' waits are three a call, but a reader that yields its core to a
+// peer waits for it), from loanedMin, and only where every peer can read
+// this rank's memory and this rank every peer's. Every rank of a host
+// normally answers alike; one that does not meets the others at the tag
+// check, and all run the call on the engine.
+func (c *Comm) loanedFor(n int, spin bool) bool {
+	s := c.small
+	return (spin || loansForTests.Load()) && n >= loanedMin && s.peersReadMe() && s.readsPeers()
+}
+
+// loansForTests sends all-reduces that may go by loans there whether the
+// engines spin or not: tests run more ranks than cores.
+var loansForTests atomic.Bool
+
+// readsPeers reports whether this rank can read every peer's memory.
+func (s *smallPath) readsPeers() bool {
+	for _, b := range s.boxes {
+		if b != nil && !b.ReadsPeer() {
+			return false
+		}
+	}
+	return true
+}
+
+// loanTag is the tag of an all-reduce by loans: arg 0x7e, which no other
+// mailbox call of the operation has (slicesTag).
+func loanTag(rq *request) uint32 {
+	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | 0x7e<<16 | uint32(rq.call.redop)<<8
+}
+
+// loanStart writes part 0's slot: the call's size and where its output
+// lies from its input.
+func (c *Comm) loanStart(k uint32, rq *request) {
+	delta := uintptr(unsafe.Pointer(unsafe.SliceData(rq.out))) - uintptr(unsafe.Pointer(unsafe.SliceData(rq.in)))
+	for _, b := range c.small.boxes {
+		if b != nil {
+			slot := b.Slot(k, slotMax)
+			binary.LittleEndian.PutUint64(slot[loanDeltaAt:], uint64(delta))
+			binary.LittleEndian.PutUint64(slot[slicesSizeAt:], uint64(len(rq.in)))
+		}
+	}
+}
+
+// loanedRun runs an all-reduce by loans whose part 0 every peer has
+// published with the same call.
+func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	s := c.small
+	for p, b := range s.boxes {
+		if b != nil && !b.PeerLent(k) {
+			return fmt.Errorf("collective: %v seq %d: rank %d published an all-reduce by loans but lent nothing", rq.call.op, seq, p)
+		}
+	}
+	// The workers' closures take copies of what they need of rq, which
+	// would otherwise escape to the heap with them on every mailbox call.
+	in, out, dt, redop, op, rank := rq.in, rq.out, rq.dt, rq.call.redop, rq.call.op, c.rank
+	es, n := dt.Size(), c.size
+	count := len(in) / es
+	workers := loanWorkers()
+	for len(s.scratch) < workers {
+		s.scratch = append(s.scratch, make([]byte, loanChunk))
+	}
+	lo, hi := sliceBounds(0, count, n, rank)
+	per, rounds := loanRounds(count, n, es)
+	for i := range rounds {
+		// The reduce-scatter of round i: its piece of block r of every
+		// peer's input, a chunk at a time, peers in a staggered order so
+		// that the ranks read different peers at once.
+		a, b := min(lo+i*per, hi), min(lo+(i+1)*per, hi)
+		err := loanSplit(workers, a, b, es, func(w, a, b int) error {
+			mine, own := out[a*es:b*es], in[a*es:b*es]
+			for off := 0; off < len(mine); off += loanChunk {
+				end := min(off+loanChunk, len(mine))
+				dst, acc := mine[off:end], own[off:end]
+				for d := 1; d < n; d++ {
+					q := (rank + d) % n
+					sc := s.scratch[w][:end-off]
+					if err := s.boxes[q].ReadLent(k, sc, a*es+off); err != nil {
+						return fmt.Errorf("collective: %v seq %d: reading rank %d's input: %w", op, seq, q, err)
+					}
+					reduceInto(dt, redop, dst, acc, sc)
+					acc = dst
+				}
+			}
+			if redop == Avg {
+				scaleDiv(dt, mine, n)
+			}
+			return nil
+		})
+		if err != nil {
+			return err
+		}
+		part := uint32(i + 1)
+		for _, b := range s.boxes {
+			if b != nil {
+				b.PublishPart(k, part)
+			}
+		}
+		if err := c.loanGather(ctx, k, part, seq, deadline, rq, i*per, per, workers); err != nil {
+			return err
+		}
+	}
+	return c.slicesPublishWait(ctx, k, uint32(rounds+1), seq, deadline, rq) // the last part: every peer's buffers read
+}
+
+// loanWorkers is how many goroutines an all-reduce by loans copies and
+// reduces with: one a CPU the rank may run on, up to loanWorkersMax. A
+// rank bound to several CPUs (8 ranks on 16 cores) moves its data on all
+// of them, as the engine's drivers and the QPs' goroutines do.
+func loanWorkers() int { return min(runtime.GOMAXPROCS(0), loanWorkersMax) }
+
+const loanWorkersMax = 8
+
+// loanShare is the least a worker of an all-reduce by loans takes of a
+// phase: a smaller share costs more in waking the worker's CPU than it
+// saves.
+const loanShare = 256 << 10
+
+// loanSplit runs fn on up to workers contiguous parts of elements [a, b)
+// of es bytes, each at least loanShare bytes, each on a goroutine of its
+// own but the first, and returns their errors.
+func loanSplit(workers, a, b, es int, fn func(w, a, b int) error) error {
+	workers = min(workers, (b-a)*es/loanShare)
+	if workers <= 1 {
+		return fn(0, a, b)
+	}
+	var wg sync.WaitGroup
+	errs := make([]error, workers)
+	for w := 1; w < workers; w++ {
+		wg.Add(1)
+		go func() {
+			defer wg.Done()
+			errs[w] = fn(w, a+w*(b-a)/workers, a+(w+1)*(b-a)/workers)
+		}()
+	}
+	errs[0] = fn(0, a, a+(b-a)/workers)
+	wg.Wait()
+	return errors.Join(errs...)
+}
+
+// loanRound is about how much of its block each rank reduces in a round
+// of an all-reduce by loans before its peers read it: the round's reduced
+// pieces of every rank are read while they are still in the host's cache.
+const loanRound = 1 << 20
+
+// loanRounds is how many elements of each block a round of an all-reduce
+// by loans of count elements takes, and how many rounds there are: the
+// same on every rank.
+func loanRounds(count, n, es int) (per, rounds int) {
+	largest := (count + n - 1) / n
+	per = max(loanRound/es, 1)
+	return per, max((largest+per-1)/per, 1)
+}
+
+// loanGather reads elements [from, from+per) of every peer q's block of
+// the output, clipped to the block, from q's output once q has published
+// part: whichever peer comes first.
+func (c *Comm) loanGather(ctx context.Context, k, part uint32, seq uint64, deadline *smallDeadline, rq *request, from, per, workers int) error {
+	s := c.small
+	out, es, n := rq.out, rq.dt.Size(), c.size
+	count := len(rq.in) / es
+	left := s.loanOrder[:0]
+	for d := 1; d < n; d++ {
+		left = append(left, (c.rank+n-d)%n)
+	}
+	s.loanOrder = left
+	for len(left) > 0 {
+		i := 0
+		for i < len(left) && !s.boxes[left[i]].ArrivedPart(k, part) {
+			i++
+		}
+		if i == len(left) {
+			if err := c.smallWait(ctx, s.boxes[left[0]], k, part, left[0], seq, deadline, rq); err != nil {
+				return err
+			}
+			i = 0
+		}
+		q := left[i]
+		left = append(left[:i], left[i+1:]...)
+		if s.testGather != nil {
+			s.testGather(q)
+		}
+		b := s.boxes[q]
+		delta := int(binary.LittleEndian.Uint64(b.PeerSlot(k, slotMax)[loanDeltaAt:]))
+		qlo, qhi := sliceBounds(0, count, n, q)
+		err := loanSplit(workers, min(qlo+from, qhi), min(qlo+from+per, qhi), es, func(_, a, e int) error {
+			return b.ReadLent(k, out[a*es:e*es], delta+a*es)
+		})
+		if err != nil {
+			return fmt.Errorf("collective: %v seq %d: reading rank %d's reduced block: %w", rq.call.op, seq, q, err)
+		}
+	}
+	return nil
+}
