@@ -9,6 +9,8 @@ import (
 	"sync"
 	"sync/atomic"
 	"unsafe"
+
+	"github.com/vccl-go/vccl/internal/affinity"
 )
 
 // A large all-reduce between ranks that read each other's memory goes by
@@ -42,23 +44,35 @@ import (
 const loanChunk = 64 << 10
 
 // loanedMin is the smallest all-reduce, in bytes a rank, that goes by
-// loans where it may (loanedFor).
-const loanedMin = 1 << 20
+// loans where it may (loanedFor) on a communicator of ranks ranks: 1 MiB,
+// but 2 MiB between 2 ranks. There the engine runs a ring through the shm
+// transport's rings, which hands each piece over in the sender's cache,
+// and a loan's reader takes the peer's block from where the peer last
+// wrote it: in place, that is the peer's core's cache while a block fits
+// there, and 2 ranks' 1 MiB in place went 0.7x the ring's speed (both
+// the 2-core VM and the 16-core host), 2 MiB level with it and more
+// faster.
+func loanedMin(ranks int) int {
+	if ranks == 2 {
+		return 2 << 20
+	}
+	return 1 << 20
+}
 
 // loanDeltaAt is where part 0's slot carries the output's distance from
 // the input, beside the size (slicesSizeAt).
 const loanDeltaAt = slicesSizeAt - 8
 
 // loanedFor reports whether an all-reduce of n bytes a rank, above the
-// mailbox path's limit, goes by loans: where the ranks' engines spin (the
-// loans' waits are three a call, but a reader that yields its core to a
-// peer waits for it), from loanedMin, and only where every peer can read
-// this rank's memory and this rank every peer's. Every rank of a host
-// normally answers alike; one that does not meets the others at the tag
-// check, and all run the call on the engine.
+// mailbox path's limit, goes by loans: where the ranks' engines spin
+// (where ranks outnumber cores the sliced path stays: loans measured level
+// with it), from loanedMin, and only where every peer can read this rank's
+// memory and this rank every peer's. Every rank of a host normally
+// answers alike; one that does not meets the others at the tag check, and
+// all run the call on the engine.
 func (c *Comm) loanedFor(n int, spin bool) bool {
 	s := c.small
-	return (spin || loansForTests.Load()) && n >= loanedMin && s.peersReadMe() && s.readsPeers()
+	return (spin || loansForTests.Load()) && n >= loanedMin(c.size) && s.peersReadMe() && s.readsPeers()
 }
 
 // loansForTests sends all-reduces that may go by loans there whether the
@@ -108,7 +122,7 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 	in, out, dt, redop, op, rank := rq.in, rq.out, rq.dt, rq.call.redop, rq.call.op, c.rank
 	es, n := dt.Size(), c.size
 	count := len(in) / es
-	workers := loanWorkers()
+	workers := c.loanWorkers()
 	for len(s.scratch) < workers {
 		s.scratch = append(s.scratch, make([]byte, loanChunk))
 	}
@@ -156,12 +170,33 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 }
 
 // loanWorkers is how many goroutines an all-reduce by loans copies and
-// reduces with: one a CPU the rank may run on, up to loanWorkersMax. A
-// rank bound to several CPUs (8 ranks on 16 cores) moves its data on all
-// of them, as the engine's drivers and the QPs' goroutines do.
-func loanWorkers() int { return min(runtime.GOMAXPROCS(0), loanWorkersMax) }
+// reduces with: one a CPU of the rank's share of the host, as spinFits
+// counts it (the CPUs a launcher bound it to, else the process's CPUs
+// divided among the host's ranks), up to loanWorkersMax. A rank bound to
+// several CPUs (8 ranks on 16 cores) moves its data on all of them, as the
+// engine's drivers and the QPs' goroutines do; an unbound one does not
+// crowd its peers' CPUs.
+func (c *Comm) loanWorkers() int {
+	if w := loanWorkersForTests.Load(); w > 0 {
+		return int(w)
+	}
+	return min(cpuShare(int(liveEngines.Load()), c.engines[0].procs, runtime.NumCPU(), affinity.LauncherBound()), loanWorkersMax)
+}
+
+// cpuShare is an engine's share of the CPUs, with spinFits' arguments: at
+// least one.
+func cpuShare(live, procs, cpus int, bound bool) int {
+	live = max(live, 1)
+	if !bound {
+		live *= procs
+	}
+	return max(cpus/live, 1)
+}
 
 const loanWorkersMax = 8
+
+// loanWorkersForTests, when above 0, is loanWorkers' answer.
+var loanWorkersForTests atomic.Int32
 
 // loanShare is the least a worker of an all-reduce by loans takes of a
 // phase: a smaller share costs more in waking the worker's CPU than it

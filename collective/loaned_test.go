@@ -44,12 +44,16 @@ func TestLoanedAllReduce(t *testing.T) {
 	}
 	for _, n := range ns {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			// n workers a rank, whatever the machine's CPUs: the
+			// phases split, up to four ways at these sizes.
+			loanWorkersForTests.Store(int32(n))
+			t.Cleanup(func() { loanWorkersForTests.Store(0) })
 			ctx := testCtx(t, 2*time.Minute)
 			comms := newLocal(t, n, WithTransport("shm"))
 			cases := 0
 			for _, dt := range dts {
 				es := dt.Size()
-				counts := []int{loanedMin / es, loanedMin/es + 3*loanChunk/es + n + 1}
+				counts := []int{loanedMin(n) / es, loanedMin(n)/es + 3*loanChunk/es + n + 1}
 				redops := []ReduceOp{Sum}
 				if dt == Float32 {
 					redops = ReduceOps()
@@ -76,6 +80,15 @@ func TestLoanedAllReduce(t *testing.T) {
 					}
 				}
 			}
+			// One element less goes another way.
+			mc := matrixCase{op: OpAllReduce, dt: Float32, redop: Sum, count: loanedMin(n)/4 - 1}
+			before := mailboxCalls(comms[0])
+			if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+				t.Fatalf("%v: %v", mc, err)
+			}
+			if k := mailboxCalls(comms[0]); k != before && wentByLoans(comms[0], k, &request{call: call{op: OpAllReduce, redop: Sum}, dt: Float32}) {
+				t.Fatalf("%v (%d bytes a rank, below loanedMin): by loans", mc, mc.count*4)
+			}
 			t.Logf("%d cases", cases)
 		})
 	}
@@ -87,7 +100,7 @@ func TestLoanedAllReduce(t *testing.T) {
 func TestLoanedSameBits(t *testing.T) {
 	byLoans(t)
 	const n = 3
-	count := loanedMin/4 + 5
+	count := loanedMin(n)/4 + 5
 	rng := rand.New(rand.NewPCG(3, 11))
 	in := make([][]float32, n)
 	for r := range in {
@@ -141,7 +154,7 @@ func TestLoanedSizeMismatch(t *testing.T) {
 	byLoans(t)
 	comms := newLocal(t, 3, WithTransport("shm"))
 	ctx := testCtx(t, time.Minute)
-	base := loanedMin / 4
+	base := loanedMin(3) / 4
 	errs := onRanks(comms, func(c *Comm) error {
 		buf := make([]float32, base+c.Rank()/2) // ranks 0 and 1 agree, rank 2 does not
 		return AllReduce(ctx, c, buf, buf, Sum)
@@ -166,7 +179,7 @@ func TestLoanedSizeMismatch(t *testing.T) {
 func TestLoanedDeadline(t *testing.T) {
 	byLoans(t)
 	comms := newLocal(t, 2, WithTransport("shm"))
-	count := loanedMin / 4
+	count := loanedMin(2) / 4
 	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 	defer cancel()
 	buf := make([]float32, count)
@@ -188,7 +201,7 @@ func TestLoanedHeldUntilRead(t *testing.T) {
 	byLoans(t)
 	comms := newLocal(t, 2, WithTransport("shm"))
 	ctx := testCtx(t, time.Minute)
-	count := loanedMin / 4
+	count := loanedMin(2) / 4
 	returned := make(chan struct{})
 	comms[1].small.testGather = func(int) {
 		select {
@@ -220,6 +233,29 @@ func TestLoanedHeldUntilRead(t *testing.T) {
 	for r, err := range errs {
 		if err != nil {
 			t.Fatalf("rank %d: %v", r, err)
+		}
+	}
+}
+
+// A rank's workers are its share of the CPUs: the CPUs it was bound to, or
+// the host's divided among its ranks' engines.
+func TestCPUShare(t *testing.T) {
+	for _, tc := range []struct {
+		live, procs, cpus int
+		bound             bool
+		want              int
+	}{
+		{1, 8, 2, true, 2},    // 8 ranks bound on 16 cores
+		{1, 2, 8, true, 8},    // 2 ranks bound on 16 cores
+		{1, 16, 1, true, 1},   // 16 ranks bound on 16 cores
+		{2, 8, 2, true, 1},    // two engines of a bound rank
+		{1, 16, 16, false, 1}, // 16 unbound ranks on 16 cores
+		{1, 4, 16, false, 4},  // 4 unbound ranks on 16 cores
+		{1, 4, 2, false, 1},   // more ranks than cores
+		{0, 1, 4, false, 4},   // no engine live yet
+	} {
+		if got := cpuShare(tc.live, tc.procs, tc.cpus, tc.bound); got != tc.want {
+			t.Errorf("cpuShare(%d, %d, %d, %v) = %d, want %d", tc.live, tc.procs, tc.cpus, tc.bound, got, tc.want)
 		}
 	}
 }
