@@ -697,8 +697,8 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 			}
 		}
 	}
-	runtime.KeepAlive(in) // lent, it is read by address until the peers said they read it
-	runtime.KeepAlive(rq.out)
+	runtime.KeepAlive(in)     // lent, it is read by address until the peers said they read it
+	runtime.KeepAlive(rq.out) // by loans, read at its distance from in
 	switch {
 	case err == errFallback:
 		st = flowtel.StatusFlushed // the call runs again on the engine

@@ -177,7 +177,11 @@ type Mailbox interface {
 	// (Withdraw), after which a read that was still copying fails. Lend
 	// only to a peer that can read this process: ReadsPeer finds out, once,
 	// whether this end can read the peer, and PeerReadsMine is the peer's
-	// answer, false until it asked.
+	// answer, false until it asked. ReadLent's offset is from the lent
+	// address and may reach other memory the lender keeps for the call
+	// (collective's all-reduce by loans reads its output that way, at a
+	// distance the lender's slot gives); its bounds are the caller's
+	// protocol, and a read outside the lender's memory fails.
 	ReadsPeer() bool
 	PeerReadsMine() bool
 	Lend(k uint32, addr uintptr)

@@ -335,9 +335,10 @@ func (m *Mailbox) PeerLent(k uint32) bool { return m.peer.lent[k&1].Load() == ui
 var errWithdrawn = errors.New("the peer withdrew its buffer (its call failed) while it was read")
 
 // ReadLent copies len(dst) bytes at offset off of the buffer the peer lent
-// with call k into dst. It fails if this side cannot read the peer, if the
-// peer did not lend call k, or withdrew it before the copy ended, or is
-// gone.
+// with call k into dst (off may be negative: from the lent address to
+// other memory the peer keeps for the call). It fails if this side cannot
+// read the peer, if the peer did not lend call k, or withdrew it before
+// the copy ended, or is gone.
 func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error {
 	if m.rd == nil {
 		return errNoCMA
