@@ -6,6 +6,7 @@ import (
 	"fmt"
 	"math"
 	"math/rand/v2"
+	"os"
 	"strings"
 	"testing"
 	"time"
@@ -258,4 +259,50 @@ func TestCPUShare(t *testing.T) {
 			t.Errorf("cpuShare(%d, %d, %d, %v) = %d, want %d", tc.live, tc.procs, tc.cpus, tc.bound, got, tc.want)
 		}
 	}
+}
+
+const envLoanedRank = "VCCL_TEST_LOANED_RANK"
+
+// Ranks in processes of their own make all-reduces by loans, each rank
+// reading its peers' memory by process_vm_readv: in and out of place
+// (the output read at its distance from the input), in one round and in
+// several, split among two workers, every result checked.
+func TestLoanedMultiProcess(t *testing.T) {
+	launcher := buildVcclrun(t)
+	ctx := testCtx(t, 2*time.Minute)
+	env := append(os.Environ(), envLoanedRank+"=1", EnvTransport+"=shm")
+	out, err := rankJob(ctx, launcher, []string{"-n", "3", "--"}, "TestLoanedRank", env).CombinedOutput()
+	if err != nil {
+		t.Fatalf("job: %v\n%s", err, out)
+	}
+	wantRanksOK(t, string(out), "loaned rank ok", 3)
+}
+
+// TestLoanedRank is one rank of TestLoanedMultiProcess's job.
+func TestLoanedRank(t *testing.T) {
+	if os.Getenv(envLoanedRank) == "" {
+		t.Skip("runs as a rank of TestLoanedMultiProcess")
+	}
+	byLoans(t)
+	loanWorkersForTests.Store(2)
+	t.Cleanup(func() { loanWorkersForTests.Store(0) })
+	ctx := testCtx(t, time.Minute)
+	c, err := NewFromEnv(ctx)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer c.Close()
+	n := c.Size()
+	for _, count := range []int{loanedMin(n) / 4, n*loanRound/4 + 3*loanChunk/4 + 1} {
+		for _, inPlace := range []bool{false, true} {
+			mc := matrixCase{op: OpAllReduce, dt: Float32, redop: Sum, count: count, inPlace: inPlace}
+			if err := runCase(ctx, c, mc); err != nil {
+				t.Fatalf("%v: %v", mc, err)
+			}
+			if !wentByLoans(c, mailboxCalls(c), &request{call: call{op: OpAllReduce, redop: Sum}, dt: Float32}) {
+				t.Fatalf("%v: not by loans", mc)
+			}
+		}
+	}
+	fmt.Printf("loaned rank ok: rank %d\n", c.Rank())
 }
