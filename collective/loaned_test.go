@@ -5,7 +5,6 @@ import (
 	"errors"
 	"fmt"
 	"math"
-	"math/rand/v2"
 	"os"
 	"strings"
 	"testing"
@@ -14,10 +13,7 @@ import (
 
 // byLoans sends the test's large all-reduces by loans (loaned.go) whatever
 // the machine's cores.
-func byLoans(t *testing.T) {
-	loansForTests.Store(true)
-	t.Cleanup(func() { loansForTests.Store(false) })
-}
+func byLoans(t *testing.T) { raiseForTest(t, &loansForTests) }
 
 // wentByLoans reports whether every peer of c published its call k as an
 // all-reduce by loans.
@@ -67,13 +63,8 @@ func TestLoanedAllReduce(t *testing.T) {
 					for _, count := range counts {
 						for _, inPlace := range []bool{false, true} {
 							mc := matrixCase{op: OpAllReduce, dt: dt, redop: redop, count: count, inPlace: inPlace}
-							before := mailboxCalls(comms[0])
-							if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
-								t.Fatalf("%v: %v", mc, err)
-							}
-							k := mailboxCalls(comms[0])
-							rq := &request{call: call{op: OpAllReduce, redop: redop}, dt: dt}
-							if k == before || !wentByLoans(comms[0], k, rq) {
+							k := runByMailbox(ctx, t, comms, mc)
+							if !wentByLoans(comms[0], k, &request{call: call{op: OpAllReduce, redop: redop}, dt: dt}) {
 								t.Fatalf("%v (%d bytes a rank): not by loans", mc, count*es)
 							}
 							cases++
@@ -102,31 +93,10 @@ func TestLoanedSameBits(t *testing.T) {
 	byLoans(t)
 	const n = 3
 	count := loanedMin(n)/4 + 5
-	rng := rand.New(rand.NewPCG(3, 11))
-	in := make([][]float32, n)
-	for r := range in {
-		in[r] = make([]float32, count)
-		for i := range in[r] {
-			in[r][i] = float32(rng.NormFloat64() * math.Pow(10, float64(rng.IntN(7)-3)))
-		}
-	}
+	in := orderSensitive(n, count, 3)
 	comms := newLocal(t, n, WithTransport("shm"))
 	for _, inPlace := range []bool{false, true} {
-		outs := make([][]float32, n)
-		errs := onRanks(comms, func(c *Comm) error {
-			src := append([]float32(nil), in[c.Rank()]...)
-			dst := src
-			if !inPlace {
-				dst = make([]float32, count)
-			}
-			outs[c.Rank()] = dst
-			return AllReduce(testCtx(t, time.Minute), c, src, dst, Sum)
-		})
-		for r, err := range errs {
-			if err != nil {
-				t.Fatalf("in place %v, rank %d: %v", inPlace, r, err)
-			}
-		}
+		outs := allReduceOuts(t, comms, in, inPlace)
 		if !wentByLoans(comms[0], mailboxCalls(comms[0]), &request{call: call{op: OpAllReduce, redop: Sum}, dt: Float32}) {
 			t.Fatalf("in place %v: not by loans", inPlace)
 		}

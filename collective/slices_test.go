@@ -5,15 +5,35 @@ import (
 	"errors"
 	"fmt"
 	"strings"
+	"sync/atomic"
 	"testing"
 	"time"
 )
 
 // crowded makes the engines of the test behave as where ranks outnumber
 // cores, on any machine.
-func crowded(t *testing.T) {
-	crowdedForTests.Store(true)
-	t.Cleanup(func() { crowdedForTests.Store(false) })
+func crowded(t *testing.T) { raiseForTest(t, &crowdedForTests) }
+
+// runByMailbox runs mc on every rank of comms, checks its result, and
+// returns the mailbox ticket it took; it fails the test where mc took
+// none.
+func runByMailbox(ctx context.Context, t *testing.T, comms []*Comm, mc matrixCase) uint32 {
+	t.Helper()
+	before := mailboxCalls(comms[0])
+	if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+		t.Fatalf("%v: %v", mc, err)
+	}
+	k := mailboxCalls(comms[0])
+	if k == before {
+		t.Fatalf("%v (%d bytes a rank): not by the mailboxes", mc, mc.count*mc.dt.Size())
+	}
+	return k
+}
+
+// raiseForTest sets a test switch for the rest of the test.
+func raiseForTest(t *testing.T, f *atomic.Bool) {
+	f.Store(true)
+	t.Cleanup(func() { f.Store(false) })
 }
 
 // An all-reduce above a slot where ranks outnumber cores goes by the
@@ -43,14 +63,7 @@ func TestSlicesAllReduce(t *testing.T) {
 				for _, redop := range redops {
 					for _, count := range counts {
 						for _, inPlace := range []bool{false, true} {
-							mc := matrixCase{op: OpAllReduce, dt: dt, redop: redop, count: count, inPlace: inPlace}
-							before := mailboxCalls(comms[0])
-							if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
-								t.Fatalf("%v: %v", mc, err)
-							}
-							if mailboxCalls(comms[0]) == before {
-								t.Fatalf("%v (%d bytes a rank): not by the mailboxes", mc, count*es)
-							}
+							runByMailbox(ctx, t, comms, matrixCase{op: OpAllReduce, dt: dt, redop: redop, count: count, inPlace: inPlace})
 							cases++
 						}
 					}
