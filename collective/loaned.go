@@ -15,24 +15,26 @@ import (
 
 // A large all-reduce between ranks that read each other's memory goes by
 // loans over the mailboxes (decision 0060). Every rank lends its input and
-// output (transport.Mailbox.Lend) and publishes the call; rank r then
-// reads block r of every peer's input straight out of the peer's memory,
-// a chunk at a time into a scratch buffer that stays in the core's cache,
-// and reduces it into block r of its output (the reduce-scatter); it says
-// so (part 1), and reads every other block q of the output from rank q's
-// output as soon as q has said the same (the all-gather); a last part
-// tells the peers it has read all of theirs, and the call ends once every
-// peer has. That is the traffic of the bound BENCHMARKS.md derives (each
-// byte of a peer read once a half), with three hand-offs a call whatever
-// the number of ranks, where the engine's direct algorithm sends a message
+// output (transport.Mailbox.Lend) and publishes the call. The blocks go in
+// rounds of about loanRound bytes each: in round i, rank r reads its piece
+// of block r of every peer's input straight out of the peer's memory, a
+// chunk at a time into a scratch buffer that stays in the core's cache,
+// and reduces it into its output (the reduce-scatter); it says so (part
+// i+1), and reads every peer q's piece of block q from q's output as soon
+// as q has said the same (the all-gather). A last part tells the peers it
+// has read all of theirs, and the call ends once every peer has. That is
+// the traffic of the bound BENCHMARKS.md derives (each byte of a peer read
+// once a half), with a hand-off a round and two more a call whatever the
+// number of ranks, where the engine's direct algorithm sends a message
 // and its acknowledgement per chunk and peer, and waits on each (at 16
 // ranks on 16 cores about a third of a call went to those waits).
 //
 // Each element is reduced by one rank only, so every rank gets the same
-// bits. In place, a rank overwrites block q of its buffer only after rank
-// q said it has read it (its part 1), and its own block r while no peer
-// reads it (a peer reads only its own block of this rank's input, and
-// block r of the output only after part 1).
+// bits. In place, a rank overwrites its copy of a piece of block q only
+// after rank q said it has reduced that piece (having read every peer's
+// copy of it), and its own block r while no peer reads it (a peer reads
+// only its own block of this rank's input, and a piece of block r of the
+// output only after the round's part).
 //
 // Part 0's slot carries the call's size (where a sliced call's lies, so
 // that ranks whose sizes differ fall back to the engine alike) and the
