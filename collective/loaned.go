@@ -200,16 +200,16 @@ const loanWorkersMax = 8
 // loanWorkersForTests, when above 0, is loanWorkers' answer.
 var loanWorkersForTests atomic.Int32
 
-// loanShare is the least a worker of an all-reduce by loans takes of a
+// loanWorkerMin is the least a worker of an all-reduce by loans takes of a
 // phase: a smaller share costs more in waking the worker's CPU than it
 // saves.
-const loanShare = 256 << 10
+const loanWorkerMin = 256 << 10
 
 // loanSplit runs fn on up to workers contiguous parts of elements [a, b)
-// of es bytes, each at least loanShare bytes, each on a goroutine of its
+// of es bytes, each at least loanWorkerMin bytes, each on a goroutine of its
 // own but the first, and returns their errors.
 func loanSplit(workers, a, b, es int, fn func(w, a, b int) error) error {
-	workers = min(workers, (b-a)*es/loanShare)
+	workers = min(workers, (b-a)*es/loanWorkerMin)
 	if workers <= 1 {
 		return fn(0, a, b)
 	}
