@@ -124,8 +124,8 @@ type request struct {
 	in, out []byte
 	extra   [][]byte // grouped point-to-point buffers, bufID numBufs on
 	seq     uint64   // set: the sequence number of a mailbox call run again on the engine (small.go)
-	slices  bool     // a mailbox all-reduce above a slot, in rounds of slices (slices.go)
-	loaned  bool     // a mailbox all-reduce by loans (loaned.go)
+	slices  bool     // a mailbox call above a slot, in slices (slices.go)
+	loaned  bool     // a mailbox call by loans (loaned.go)
 }
 
 func (c *Comm) check(b Buffer, what string) error {

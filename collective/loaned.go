@@ -5,6 +5,7 @@ import (
 	"encoding/binary"
 	"errors"
 	"fmt"
+	"math"
 	"runtime"
 	"sync"
 	"sync/atomic"
@@ -45,18 +46,25 @@ import (
 // time.
 const loanChunk = 64 << 10
 
-// loanedMin is the smallest all-reduce, in bytes a rank, that goes by
+// loanedMin is the smallest call of op, in bytes a rank (an all-gather's
+// input, a reduce-scatter's output, a broadcast's buffer), that goes by
 // loans where it may (loanedFor) on a communicator of ranks ranks: 1 MiB,
-// but 2 MiB between 2 ranks. There the engine runs a ring through the shm
-// transport's rings, which hands each piece over in the sender's cache,
-// and a loan's reader takes the peer's block from where the peer last
-// wrote it: in place, that is the peer's core's cache while a block fits
-// there, and 2 ranks' 1 MiB in place went 0.7x the ring's speed (both
-// the 2-core VM and the 16-core host), 2 MiB level with it and more
-// faster.
-func loanedMin(ranks int) int {
-	if ranks == 2 {
+// but an all-reduce between 2 ranks from 2 MiB, and the other operations
+// never between 2. There the engine's all-reduce runs a ring through the
+// shm transport's rings, which hands each piece over in the sender's
+// cache, and a loan's reader takes the peer's block from where the peer
+// last wrote it: in place, that is the peer's core's cache while a block
+// fits there, and 2 ranks' 1 MiB in place went 0.7x the ring's speed
+// (both the 2-core VM and the 16-core host), 2 MiB level with it and more
+// faster. Between 2 ranks an all-gather and a broadcast go in slices,
+// lent where that measured faster (decision 0054), and a reduce-scatter
+// on the engine's ring.
+func loanedMin(op Op, ranks int) int {
+	switch {
+	case op == OpAllReduce && ranks == 2:
 		return 2 << 20
+	case op != OpAllReduce && ranks == 2:
+		return math.MaxInt
 	}
 	return 1 << 20
 }
@@ -65,19 +73,19 @@ func loanedMin(ranks int) int {
 // the input, beside the size (slicesSizeAt).
 const loanDeltaAt = slicesSizeAt - 8
 
-// loanedFor reports whether an all-reduce of n bytes a rank, above the
-// mailbox path's limit, goes by loans: where the ranks' engines spin
-// (where ranks outnumber cores the sliced path stays: loans measured level
-// with it), from loanedMin, and only where every peer can read this rank's
-// memory and this rank every peer's. Every rank of a host normally
+// loanedFor reports whether a call of op of n bytes a rank (loanedMin's),
+// above the mailbox path's limit, goes by loans: where the ranks' engines
+// spin (where ranks outnumber cores the sliced path stays: loans measured
+// level with it), from loanedMin, and only where every peer can read this
+// rank's memory and this rank every peer's. Every rank of a host normally
 // answers alike; one that does not meets the others at the tag check, and
 // all run the call on the engine.
-func (c *Comm) loanedFor(n int, spin bool) bool {
+func (c *Comm) loanedFor(op Op, n int, spin bool) bool {
 	s := c.small
-	return (spin || loansForTests.Load()) && n >= loanedMin(c.size) && s.peersReadMe() && s.readsPeers()
+	return (spin || loansForTests.Load()) && n >= loanedMin(op, c.size) && s.peersReadMe() && s.readsPeers()
 }
 
-// loansForTests sends all-reduces that may go by loans there whether the
+// loansForTests sends calls that may go by loans there whether the
 // engines spin or not: tests run more ranks than cores.
 var loansForTests atomic.Bool
 
@@ -91,33 +99,46 @@ func (s *smallPath) readsPeers() bool {
 	return true
 }
 
-// loanTag is the tag of an all-reduce by loans: arg 0x7e, which no other
-// mailbox call of the operation has (slicesTag).
+// loanTag is the tag of a call by loans: arg 0x7e, which no other
+// mailbox call of the operation has (slicesTag), and the reduction or a
+// broadcast's root beside.
 func loanTag(rq *request) uint32 {
-	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | 0x7e<<16 | uint32(rq.call.redop)<<8
+	arg := uint32(rq.call.redop)
+	if rq.call.op == OpBroadcast {
+		arg = uint32(rq.call.root)
+	}
+	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | 0x7e<<16 | arg<<8
 }
 
-// loanStart writes part 0's slot: the call's size and where its output
-// lies from its input.
+// loanStart writes part 0's slot: the call's size (slicesSize) and where
+// its output lies from its input.
 func (c *Comm) loanStart(k uint32, rq *request) {
 	delta := uintptr(unsafe.Pointer(unsafe.SliceData(rq.out))) - uintptr(unsafe.Pointer(unsafe.SliceData(rq.in)))
 	for _, b := range c.small.boxes {
 		if b != nil {
 			slot := b.Slot(k, slotMax)
 			binary.LittleEndian.PutUint64(slot[loanDeltaAt:], uint64(delta))
-			binary.LittleEndian.PutUint64(slot[slicesSizeAt:], uint64(len(rq.in)))
+			binary.LittleEndian.PutUint64(slot[slicesSizeAt:], uint64(slicesSize(rq)))
 		}
 	}
 }
 
-// loanedRun runs an all-reduce by loans whose part 0 every peer has
-// published with the same call.
+// loanedRun runs a call by loans whose part 0 every peer has published
+// with the same call.
 func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	s := c.small
 	for p, b := range s.boxes {
-		if b != nil && !b.PeerLent(k) {
-			return fmt.Errorf("collective: %v seq %d: rank %d published an all-reduce by loans but lent nothing", rq.call.op, seq, p)
+		if b != nil && (rq.call.op != OpBroadcast || p == rq.call.root) && !b.PeerLent(k) {
+			return fmt.Errorf("collective: %v seq %d: rank %d published a call by loans but lent nothing", rq.call.op, seq, p)
 		}
+	}
+	switch rq.call.op {
+	case OpAllGather:
+		return c.loanedAllGather(ctx, k, seq, deadline, rq)
+	case OpReduceScatter:
+		return c.loanedReduceScatter(ctx, k, seq, deadline, rq)
+	case OpBroadcast:
+		return c.loanedBroadcast(ctx, k, seq, deadline, rq)
 	}
 	// The workers' closures take copies of what they need of rq, which
 	// would otherwise escape to the heap with them on every mailbox call.
@@ -125,35 +146,15 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 	es, n := dt.Size(), c.size
 	count := len(in) / es
 	workers := c.loanWorkers()
-	for len(s.scratch) < workers {
-		s.scratch = append(s.scratch, make([]byte, loanChunk))
-	}
+	s.growScratch(workers)
 	lo, hi := sliceBounds(0, count, n, rank)
 	per, rounds := loanRounds(count, n, es)
 	for i := range rounds {
 		// The reduce-scatter of round i: its piece of block r of every
-		// peer's input, a chunk at a time, peers in a staggered order so
-		// that the ranks read different peers at once.
+		// peer's input.
 		a, b := min(lo+i*per, hi), min(lo+(i+1)*per, hi)
 		err := loanSplit(workers, a, b, es, func(w, a, b int) error {
-			mine, own := out[a*es:b*es], in[a*es:b*es]
-			for off := 0; off < len(mine); off += loanChunk {
-				end := min(off+loanChunk, len(mine))
-				dst, acc := mine[off:end], own[off:end]
-				for d := 1; d < n; d++ {
-					q := (rank + d) % n
-					sc := s.scratch[w][:end-off]
-					if err := s.boxes[q].ReadLent(k, sc, a*es+off); err != nil {
-						return fmt.Errorf("collective: %v seq %d: reading rank %d's input: %w", op, seq, q, err)
-					}
-					reduceInto(dt, redop, dst, acc, sc)
-					acc = dst
-				}
-			}
-			if redop == Avg {
-				scaleDiv(dt, mine, n)
-			}
-			return nil
+			return s.loanReduce(k, seq, op, dt, redop, rank, n, out[a*es:b*es], in[a*es:b*es], a*es, w)
 		})
 		if err != nil {
 			return err
@@ -169,6 +170,139 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 		}
 	}
 	return c.slicesPublishWait(ctx, k, uint32(rounds+1), seq, deadline, rq) // the last part: every peer's buffers read
+}
+
+// growScratch gives each of workers loan workers its scratch chunk.
+func (s *smallPath) growScratch(workers int) {
+	for len(s.scratch) < workers {
+		s.scratch = append(s.scratch, make([]byte, loanChunk))
+	}
+}
+
+// loanReduce reduces own and every peer's input bytes [at, at+len(mine))
+// into mine (which may be own), a chunk at a time read into worker w's
+// scratch, peers in a staggered order so that the ranks read different
+// peers at once.
+func (s *smallPath) loanReduce(k uint32, seq uint64, op Op, dt Datatype, redop ReduceOp, rank, n int, mine, own []byte, at, w int) error {
+	for off := 0; off < len(mine); off += loanChunk {
+		end := min(off+loanChunk, len(mine))
+		dst, acc := mine[off:end], own[off:end]
+		for d := 1; d < n; d++ {
+			q := (rank + d) % n
+			sc := s.scratch[w][:end-off]
+			if err := s.boxes[q].ReadLent(k, sc, at+off); err != nil {
+				return fmt.Errorf("collective: %v seq %d: reading rank %d's input: %w", op, seq, q, err)
+			}
+			reduceInto(dt, redop, dst, acc, sc)
+			acc = dst
+		}
+	}
+	if redop == Avg {
+		scaleDiv(dt, mine, n)
+	}
+	return nil
+}
+
+// beforeReads calls the test hook testRead for each peer whose loan a
+// call is about to read: peer only, or every peer (-1).
+func (s *smallPath) beforeReads(peer int) {
+	if s.testRead == nil {
+		return
+	}
+	for q, b := range s.boxes {
+		if b != nil && (peer < 0 || q == peer) {
+			s.testRead(q)
+		}
+	}
+}
+
+// loanedAllGather runs an all-gather by loans: every rank reads every
+// peer's input into its block of the output, peers in a staggered order,
+// and returns once every peer has read its own.
+func (c *Comm) loanedAllGather(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	s, in, out, es, op, rank, n, inPlace := c.small, rq.in, rq.out, rq.dt.Size(), rq.call.op, c.rank, c.size, rq.call.inPlace
+	blk := len(in)
+	s.beforeReads(-1)
+	err := loanSplit(c.loanWorkers(), 0, blk/es, es, func(_, a, b int) error {
+		a, b = a*es, b*es
+		if !inPlace {
+			copy(out[rank*blk+a:rank*blk+b], in[a:b])
+		}
+		for d := 1; d < n; d++ {
+			q := (rank + d) % n
+			if err := s.boxes[q].ReadLent(k, out[q*blk+a:q*blk+b], a); err != nil {
+				return fmt.Errorf("collective: %v seq %d: reading rank %d's input: %w", op, seq, q, err)
+			}
+		}
+		return nil
+	})
+	if err != nil {
+		return err
+	}
+	return c.slicesPublishWait(ctx, k, 1, seq, deadline, rq)
+}
+
+// loanedReduceScatter runs a reduce-scatter by loans: every rank reduces
+// its block of every peer's input into its output, and returns once every
+// peer has read its own. In place, the output is this rank's block of its
+// input, which no peer reads.
+func (c *Comm) loanedReduceScatter(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	s, in, out, dt, redop, op, rank, n := c.small, rq.in, rq.out, rq.dt, rq.call.redop, rq.call.op, c.rank, c.size
+	es, blk := dt.Size(), len(out)
+	workers := c.loanWorkers()
+	s.growScratch(workers)
+	s.beforeReads(-1)
+	err := loanSplit(workers, 0, blk/es, es, func(w, a, b int) error {
+		at := rank*blk + a*es
+		return s.loanReduce(k, seq, op, dt, redop, rank, n, out[a*es:b*es], in[at:at+(b-a)*es], at, w)
+	})
+	if err != nil {
+		return err
+	}
+	return c.slicesPublishWait(ctx, k, 1, seq, deadline, rq)
+}
+
+// loanedBroadcast runs a broadcast by loans: the root lends its buffer,
+// every other rank reads it, each worker's range from a point that differs
+// from rank to rank (so that the readers do not take the same pages at
+// once), and says so (part 1); the root returns once every peer has.
+func (c *Comm) loanedBroadcast(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	s, in, out, es, op, rank, n, root := c.small, rq.in, rq.out, rq.dt.Size(), rq.call.op, c.rank, c.size, rq.call.root
+	var err error
+	if rank == root {
+		if !rq.call.inPlace {
+			err = loanSplit(c.loanWorkers(), 0, len(out)/es, es, func(_, a, b int) error {
+				copy(out[a*es:b*es], in[a*es:b*es])
+				return nil
+			})
+		}
+	} else {
+		src, from := s.boxes[root], (rank-root-1+n)%n // from: 0 to n-2
+		s.beforeReads(root)
+		err = loanSplit(c.loanWorkers(), 0, len(out)/es, es, func(_, a, b int) error {
+			a, b = a*es, b*es
+			mid := a + (b-a)*from/(n-1)&^(loanChunk-1)
+			if err := src.ReadLent(k, out[mid:b], mid); err != nil {
+				return err
+			}
+			return src.ReadLent(k, out[a:mid], a)
+		})
+		if err != nil {
+			err = fmt.Errorf("collective: %v seq %d: reading rank %d's buffer: %w", op, seq, root, err)
+		}
+	}
+	if err != nil {
+		return err
+	}
+	for _, b := range s.boxes {
+		if b != nil {
+			b.PublishPart(k, 1)
+		}
+	}
+	if rank != root {
+		return nil
+	}
+	return c.slicesWait(ctx, k, 1, seq, deadline, rq) // every peer read the buffer
 }
 
 // loanWorkers is how many goroutines an all-reduce by loans copies and
@@ -269,8 +403,8 @@ func (c *Comm) loanGather(ctx context.Context, k, part uint32, seq uint64, deadl
 		}
 		q := left[i]
 		left = append(left[:i], left[i+1:]...)
-		if s.testGather != nil {
-			s.testGather(q)
+		if s.testRead != nil {
+			s.testRead(q)
 		}
 		b := s.boxes[q]
 		delta := int(binary.LittleEndian.Uint64(b.PeerSlot(k, slotMax)[loanDeltaAt:]))

@@ -29,6 +29,16 @@ func wentByLoans(c *Comm, k uint32, rq *request) bool {
 	return true
 }
 
+// loanedRequest is what wentByLoans needs of mc's request: only reductions
+// carry a reduction.
+func loanedRequest(mc matrixCase) *request {
+	rq := &request{call: call{op: mc.op, redop: mc.redop, root: mc.root}, dt: mc.dt}
+	if mc.op != OpAllReduce && mc.op != OpReduceScatter {
+		rq.call.redop = 0
+	}
+	return rq
+}
+
 // An all-reduce by loans gives the reference result for every reduction
 // (with -short two), datatypes of each size (with -short two), in and out
 // of place, with a count the ranks do not divide, blocks that end inside a
@@ -50,7 +60,7 @@ func TestLoanedAllReduce(t *testing.T) {
 			cases := 0
 			for _, dt := range dts {
 				es := dt.Size()
-				counts := []int{loanedMin(n) / es, loanedMin(n)/es + 3*loanChunk/es + n + 1}
+				counts := []int{loanedMin(OpAllReduce, n) / es, loanedMin(OpAllReduce, n)/es + 3*loanChunk/es + n + 1}
 				redops := []ReduceOp{Sum}
 				if dt == Float32 {
 					redops = ReduceOps()
@@ -73,7 +83,7 @@ func TestLoanedAllReduce(t *testing.T) {
 				}
 			}
 			// One element less goes another way.
-			mc := matrixCase{op: OpAllReduce, dt: Float32, redop: Sum, count: loanedMin(n)/4 - 1}
+			mc := matrixCase{op: OpAllReduce, dt: Float32, redop: Sum, count: loanedMin(OpAllReduce, n)/4 - 1}
 			before := mailboxCalls(comms[0])
 			if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
 				t.Fatalf("%v: %v", mc, err)
@@ -86,13 +96,78 @@ func TestLoanedAllReduce(t *testing.T) {
 	}
 }
 
+// An all-gather, a reduce-scatter and a broadcast (from either end's root)
+// by loans give the reference result for datatypes of each size (with
+// -short two), every reduction of a reduce-scatter (with -short two), in
+// and out of place, with blocks that end inside a chunk and ranges a
+// worker does not divide; between 2 ranks they go another way.
+func TestLoanedMoves(t *testing.T) {
+	byLoans(t)
+	dts := []Datatype{Int8, BFloat16, Float32, Float64}
+	if testing.Short() {
+		dts = []Datatype{BFloat16, Float32}
+	}
+	for _, n := range []int{3, 4} {
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
+			loanWorkersForTests.Store(int32(n))
+			t.Cleanup(func() { loanWorkersForTests.Store(0) })
+			ctx := testCtx(t, 2*time.Minute)
+			comms := newLocal(t, n, WithTransport("shm"))
+			cases := 0
+			for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast} {
+				for _, dt := range dts {
+					es := dt.Size()
+					redops, roots := []ReduceOp{Sum}, []int{0}
+					switch {
+					case op == OpReduceScatter && dt == Float32 && testing.Short():
+						redops = []ReduceOp{Sum, Avg}
+					case op == OpReduceScatter && dt == Float32:
+						redops = ReduceOps()
+					case op == OpBroadcast:
+						roots = []int{0, n - 1}
+					}
+					for _, redop := range redops {
+						for _, root := range roots {
+							for _, count := range []int{loanedMin(op, n) / es, loanedMin(op, n)/es + 3*loanChunk/es + n + 1} {
+								for _, inPlace := range []bool{false, true} {
+									mc := matrixCase{op: op, dt: dt, redop: redop, count: count, inPlace: inPlace, root: root}
+									k := runByMailbox(ctx, t, comms, mc)
+									if !wentByLoans(comms[0], k, loanedRequest(mc)) {
+										t.Fatalf("%v (%d bytes a rank): not by loans", mc, count*es)
+									}
+									cases++
+								}
+							}
+						}
+					}
+				}
+			}
+			t.Logf("%d cases", cases)
+		})
+	}
+	t.Run("n=2", func(t *testing.T) {
+		ctx := testCtx(t, time.Minute)
+		comms := newLocal(t, 2, WithTransport("shm"))
+		for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast} {
+			mc := matrixCase{op: op, dt: Float32, redop: Sum, count: 2 * loanedMin(op, 3) / 4}
+			before := mailboxCalls(comms[0])
+			if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+				t.Fatalf("%v: %v", mc, err)
+			}
+			if k := mailboxCalls(comms[0]); k != before && wentByLoans(comms[0], k, loanedRequest(mc)) {
+				t.Fatalf("%v between 2 ranks: by loans", mc)
+			}
+		}
+	})
+}
+
 // Each element of an all-reduce by loans is reduced by one rank, so every
 // rank gets the same bits, in place and out of place, from inputs whose
 // sums depend on the order they are added in.
 func TestLoanedSameBits(t *testing.T) {
 	byLoans(t)
 	const n = 3
-	count := loanedMin(n)/4 + 5
+	count := loanedMin(OpAllReduce, n)/4 + 5
 	in := orderSensitive(n, count, 3)
 	comms := newLocal(t, n, WithTransport("shm"))
 	for _, inPlace := range []bool{false, true} {
@@ -118,93 +193,156 @@ func TestLoanedSameBits(t *testing.T) {
 	}
 }
 
-// Ranks whose all-reduces by loans differ in size fall back to the engine
+// loanedOps are the operations that go by loans.
+var loanedOps = []Op{OpAllReduce, OpAllGather, OpReduceScatter, OpBroadcast}
+
+// loanedCall makes a call of op of count float32 elements a rank (a
+// broadcast's buffer), from root 0, with buf as this rank's input, and the
+// buffer it wrote into; fill, if not nil, gives the input's elements.
+func loanedCall(ctx context.Context, c *Comm, op Op, count int, fill func(i int) float32) (in, out []float32, err error) {
+	n := c.Size()
+	in = make([]float32, count)
+	if op == OpReduceScatter {
+		in = make([]float32, n*count)
+	}
+	if fill != nil {
+		for i := range in {
+			in[i] = fill(i)
+		}
+	}
+	switch op {
+	case OpAllGather:
+		out = make([]float32, n*count)
+		err = AllGather(ctx, c, in, out)
+	case OpReduceScatter:
+		out = make([]float32, count)
+		err = ReduceScatter(ctx, c, in, out, Sum)
+	case OpBroadcast:
+		out = in
+		err = Broadcast(ctx, c, in, out, 0)
+	default:
+		out = in
+		err = AllReduce(ctx, c, in, out, Sum)
+	}
+	return in, out, err
+}
+
+// Ranks whose calls by loans differ in size fall back to the engine
 // together, whose call check fails the call on every rank naming the
 // sizes; the next call by loans works.
 func TestLoanedSizeMismatch(t *testing.T) {
 	byLoans(t)
 	comms := newLocal(t, 3, WithTransport("shm"))
-	ctx := testCtx(t, time.Minute)
-	base := loanedMin(3) / 4
-	errs := onRanks(comms, func(c *Comm) error {
-		buf := make([]float32, base+c.Rank()/2) // ranks 0 and 1 agree, rank 2 does not
-		return AllReduce(ctx, c, buf, buf, Sum)
-	})
-	for r, err := range errs {
-		var mm *MismatchError
-		if !errors.As(err, &mm) || !strings.Contains(err.Error(), "count") {
-			t.Fatalf("rank %d: %v, want a count mismatch", r, err)
-		}
-	}
-	mc := matrixCase{op: OpAllReduce, dt: Float32, redop: Sum, count: base}
-	if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
-		t.Fatalf("after the mismatch: %v", err)
-	}
-	if !wentByLoans(comms[0], mailboxCalls(comms[0]), &request{call: call{op: OpAllReduce, redop: Sum}, dt: Float32}) {
-		t.Fatal("after the mismatch: not by loans")
+	for _, op := range loanedOps {
+		t.Run(op.String(), func(t *testing.T) {
+			ctx := testCtx(t, time.Minute)
+			base := loanedMin(op, 3) / 4
+			errs := onRanks(comms, func(c *Comm) error {
+				_, _, err := loanedCall(ctx, c, op, base+c.Rank()/2, nil) // ranks 0 and 1 agree, rank 2 does not
+				return err
+			})
+			for r, err := range errs {
+				var mm *MismatchError
+				if !errors.As(err, &mm) || !strings.Contains(err.Error(), "count") {
+					t.Fatalf("rank %d: %v, want a count mismatch", r, err)
+				}
+			}
+			mc := matrixCase{op: op, dt: Float32, redop: Sum, count: base}
+			if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
+				t.Fatalf("after the mismatch: %v", err)
+			}
+			if !wentByLoans(comms[0], mailboxCalls(comms[0]), loanedRequest(mc)) {
+				t.Fatal("after the mismatch: not by loans")
+			}
+		})
 	}
 }
 
-// A rank whose peer never makes its all-reduce by loans fails the call by
-// its deadline, naming the peer it waited for, and withdraws its loan.
+// A rank whose peers never make its call by loans fails the call by its
+// deadline, naming a peer it waited for, and withdraws its loan.
 func TestLoanedDeadline(t *testing.T) {
 	byLoans(t)
-	comms := newLocal(t, 2, WithTransport("shm"))
-	count := loanedMin(2) / 4
-	ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
-	defer cancel()
-	buf := make([]float32, count)
-	err := AllReduce(ctx, comms[0], buf, buf, Sum)
-	if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
-		t.Fatalf("%v, want the deadline, naming rank 1", err)
-	}
-	if comms[1].small.boxes[0].PeerLent(mailboxCalls(comms[0])) {
-		t.Fatal("rank 0's loan is still up after its call failed")
+	for _, op := range loanedOps {
+		t.Run(op.String(), func(t *testing.T) {
+			n := 2
+			if op != OpAllReduce {
+				n = 3
+			}
+			comms := newLocal(t, n, WithTransport("shm"))
+			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
+			defer cancel()
+			_, _, err := loanedCall(ctx, comms[0], op, loanedMin(op, n)/4, nil)
+			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
+				t.Fatalf("%v, want the deadline, naming rank 1", err)
+			}
+			if comms[1].small.boxes[0].PeerLent(mailboxCalls(comms[0])) {
+				t.Fatal("rank 0's loan is still up after its call failed")
+			}
+		})
 	}
 }
 
-// A rank's all-reduce by loans returns only once every peer has read what
-// it lent: rank 1 holds back its reads of rank 0's reduced block until
-// rank 0's call returns (or a while passes, as it must where the call is
-// right), and rank 0 then overwrites its buffer at once; rank 1 must
-// still get the sum.
+// A rank's call by loans returns only once every peer has read what it
+// lent: rank 1 holds back its reads of rank 0's loan until rank 0's call
+// returns (or a while passes, as it must where the call is right), and
+// rank 0 then overwrites its buffers at once; rank 1 must still get the
+// right result.
 func TestLoanedHeldUntilRead(t *testing.T) {
 	byLoans(t)
-	comms := newLocal(t, 2, WithTransport("shm"))
-	ctx := testCtx(t, time.Minute)
-	count := loanedMin(2) / 4
-	returned := make(chan struct{})
-	comms[1].small.testGather = func(int) {
-		select {
-		case <-returned:
-		case <-time.After(200 * time.Millisecond):
-		}
-	}
-	t.Cleanup(func() { comms[1].small.testGather = nil })
-	errs := onRanks(comms, func(c *Comm) error {
-		buf := make([]float32, count)
-		for i := range buf {
-			buf[i] = float32(c.Rank() + 1)
-		}
-		err := AllReduce(ctx, c, buf, buf, Sum)
-		if c.Rank() == 0 {
-			for i := range buf {
-				buf[i] = -1
+	for _, op := range loanedOps {
+		t.Run(op.String(), func(t *testing.T) {
+			n := 2
+			if op != OpAllReduce {
+				n = 3
 			}
-			close(returned)
-			return err
-		}
-		for i, v := range buf {
-			if err == nil && v != 3 {
-				return fmt.Errorf("element %d = %v, want 3", i, v)
+			comms := newLocal(t, n, WithTransport("shm"))
+			ctx := testCtx(t, time.Minute)
+			count := loanedMin(op, n) / 4
+			returned := make(chan struct{})
+			comms[1].small.testRead = func(q int) {
+				if q != 0 {
+					return
+				}
+				select {
+				case <-returned:
+				case <-time.After(200 * time.Millisecond):
+				}
 			}
-		}
-		return err
-	})
-	for r, err := range errs {
-		if err != nil {
-			t.Fatalf("rank %d: %v", r, err)
-		}
+			t.Cleanup(func() { comms[1].small.testRead = nil })
+			errs := onRanks(comms, func(c *Comm) error {
+				// Rank r's input holds r+1: a sum gives n(n+1)/2, a
+				// broadcast 1, an all-gather block q q+1.
+				in, out, err := loanedCall(ctx, c, op, count, func(int) float32 { return float32(c.Rank() + 1) })
+				if c.Rank() == 0 {
+					for i := range in {
+						in[i] = -1
+					}
+					for i := range out {
+						out[i] = -1
+					}
+					close(returned)
+					return err
+				}
+				for i, v := range out {
+					want := float32(n * (n + 1) / 2)
+					switch op {
+					case OpBroadcast:
+						want = 1
+					case OpAllGather:
+						want = float32(i/count + 1)
+					}
+					if err == nil && v != want {
+						return fmt.Errorf("element %d = %v, want %v", i, v, want)
+					}
+				}
+				return err
+			})
+			for r, err := range errs {
+				if err != nil {
+					t.Fatalf("rank %d: %v", r, err)
+				}
+			}
+		})
 	}
 }
 
@@ -233,10 +371,11 @@ func TestCPUShare(t *testing.T) {
 
 const envLoanedRank = "VCCL_TEST_LOANED_RANK"
 
-// Ranks in processes of their own make all-reduces by loans, each rank
-// reading its peers' memory by process_vm_readv: in and out of place
-// (the output read at its distance from the input), in one round and in
-// several, split among two workers, every result checked.
+// Ranks in processes of their own make calls by loans of every operation
+// that has them, each rank reading its peers' memory by process_vm_readv:
+// in and out of place (an all-reduce's output read at its distance from
+// the input), an all-reduce in one round and in several, split among two
+// workers, every result checked.
 func TestLoanedMultiProcess(t *testing.T) {
 	launcher := buildVcclrun(t)
 	ctx := testCtx(t, 2*time.Minute)
@@ -263,14 +402,20 @@ func TestLoanedRank(t *testing.T) {
 	}
 	defer c.Close()
 	n := c.Size()
-	for _, count := range []int{loanedMin(n) / 4, n*loanRound/4 + 3*loanChunk/4 + 1} {
-		for _, inPlace := range []bool{false, true} {
-			mc := matrixCase{op: OpAllReduce, dt: Float32, redop: Sum, count: count, inPlace: inPlace}
-			if err := runCase(ctx, c, mc); err != nil {
-				t.Fatalf("%v: %v", mc, err)
-			}
-			if !wentByLoans(c, mailboxCalls(c), &request{call: call{op: OpAllReduce, redop: Sum}, dt: Float32}) {
-				t.Fatalf("%v: not by loans", mc)
+	for _, op := range loanedOps {
+		counts := []int{loanedMin(op, n) / 4, loanedMin(op, n)/4 + 3*loanChunk/4 + 1}
+		if op == OpAllReduce {
+			counts[1] = n*loanRound/4 + 3*loanChunk/4 + 1
+		}
+		for _, count := range counts {
+			for _, inPlace := range []bool{false, true} {
+				mc := matrixCase{op: op, dt: Float32, redop: Sum, count: count, inPlace: inPlace, root: 1}
+				if err := runCase(ctx, c, mc); err != nil {
+					t.Fatalf("%v: %v", mc, err)
+				}
+				if !wentByLoans(c, mailboxCalls(c), loanedRequest(mc)) {
+					t.Fatalf("%v: not by loans", mc)
+				}
 			}
 		}
 	}

@@ -164,7 +164,7 @@ type smallPath struct {
 	stopping atomic.Bool
 
 	testFault  func()      // tests only: called as a call starts, to make it panic
-	testGather func(q int) // tests only: called before an all-reduce by loans reads rank q's reduced block
+	testRead   func(q int) // tests only: called before a call by loans reads what rank q lent (an all-reduce's: its reduced block)
 }
 
 // newSmallPath returns the path of a communicator whose every pair of ranks
@@ -265,8 +265,9 @@ func (s *smallPath) initRecords(rank int) {
 
 // takesSmall reports whether a call takes the mailbox path: an
 // all-reduce, broadcast or all-gather of at most smallLimit bytes per
-// rank, or a larger one that goes in slices (slicesFor), or a barrier, on
-// a communicator that has the path. rq is
+// rank, or a larger one, or a reduce-scatter, that goes by loans
+// (loanedFor) or in slices (slicesFor), or a barrier, on a communicator
+// that has the path. rq is
 // validated. Ranks that decide otherwise (their engines' spinning differs)
 // meet at the tag check and run the call on the engine together.
 func (c *Comm) takesSmall(rq *request) bool {
@@ -280,17 +281,19 @@ func (c *Comm) takesSmall(rq *request) bool {
 	}
 	switch rq.call.op {
 	case OpAllReduce, OpAllGather:
-		// Above the limit, some go in slices (slices.go) or by loans
-		// (loaned.go).
-		rq.loaned = rq.call.op == OpAllReduce && len(rq.in) > limit && c.loanedFor(len(rq.in), spin)
+		// Above the limit, some go by loans (loaned.go) or in slices
+		// (slices.go).
+		rq.loaned = len(rq.in) > limit && c.loanedFor(rq.call.op, len(rq.in), spin)
 		rq.slices = len(rq.in) > limit && !rq.loaned && slicesFor(rq.call.op, c.size, spin)
 		return len(rq.in) > 0 && (len(rq.in) <= limit || rq.slices || rq.loaned)
 	case OpBroadcast:
-		rq.slices = len(rq.out) > limit && slicesFor(rq.call.op, c.size, spin)
-		return len(rq.out) > 0 && (len(rq.out) <= limit || rq.slices) && rq.call.root < 1<<7
+		rq.loaned = len(rq.out) > limit && c.loanedFor(rq.call.op, len(rq.out), spin)
+		rq.slices = len(rq.out) > limit && !rq.loaned && slicesFor(rq.call.op, c.size, spin)
+		return len(rq.out) > 0 && (len(rq.out) <= limit || rq.slices || rq.loaned) && rq.call.root < 1<<7
 	case OpReduceScatter:
-		rq.slices = slicesFor(rq.call.op, c.size, spin)
-		return len(rq.out) > 0 && rq.slices
+		rq.loaned = c.loanedFor(rq.call.op, len(rq.out), spin)
+		rq.slices = !rq.loaned && slicesFor(rq.call.op, c.size, spin)
+		return len(rq.out) > 0 && (rq.slices || rq.loaned)
 	case OpBarrier:
 		return true
 	}
