@@ -14,8 +14,15 @@ import (
 	"github.com/vccl-go/vccl/internal/affinity"
 )
 
-// A large all-reduce between ranks that read each other's memory goes by
-// loans over the mailboxes (decision 0060). Every rank lends its input and
+// Calls above the mailbox path's whole calls, between ranks that read
+// each other's memory and each have a core, go by loans over the
+// mailboxes (loanedMin says from what size): an all-reduce (decision
+// 0060), and an all-gather, a reduce-scatter and a broadcast (decision
+// 0061; their functions below say how). Each replaces the engine's
+// messages, a message, a credit and an acknowledgement per chunk and
+// peer, with a hand-off or two a call.
+//
+// An all-reduce: every rank lends its input and
 // output (transport.Mailbox.Lend) and publishes the call. The blocks go in
 // rounds of about loanRound bytes each: in round i, rank r reads its piece
 // of block r of every peer's input straight out of the peer's memory, a
@@ -48,25 +55,35 @@ const loanChunk = 64 << 10
 
 // loanedMin is the smallest call of op, in bytes a rank (an all-gather's
 // input, a reduce-scatter's output, a broadcast's buffer), that goes by
-// loans where it may (loanedFor) on a communicator of ranks ranks: 1 MiB,
-// but an all-reduce between 2 ranks from 2 MiB, and the other operations
-// never between 2. There the engine's all-reduce runs a ring through the
-// shm transport's rings, which hands each piece over in the sender's
-// cache, and a loan's reader takes the peer's block from where the peer
-// last wrote it: in place, that is the peer's core's cache while a block
-// fits there, and 2 ranks' 1 MiB in place went 0.7x the ring's speed
-// (both the 2-core VM and the 16-core host), 2 MiB level with it and more
-// faster. Between 2 ranks an all-gather and a broadcast go in slices,
-// lent where that measured faster (decision 0054), and a reduce-scatter
-// on the engine's ring.
+// loans where it may (loanedFor) on a communicator of ranks ranks. From 3
+// ranks on: an all-reduce from 32 KiB, an all-gather from 8 KiB, a
+// reduce-scatter from 2 KiB and a broadcast from 256 KiB, from where they
+// measured faster than the engine at 8 and 16 ranks on 16 cores (1.3-3x;
+// decision 0061), and smaller calls take the mailbox whole, or measured
+// level or slower by loans. Between 2 ranks an all-reduce goes by loans
+// from 2 MiB: there the engine runs a ring through the shm transport's
+// rings, which hands each piece over in the sender's cache, and a loan's
+// reader takes the peer's block from where the peer last wrote it: in
+// place, that is the peer's core's cache while a block fits there, and 2
+// ranks' 1 MiB in place went 0.7x the ring's speed (both the 2-core VM and
+// the 16-core host), 2 MiB level with it and more faster. The other
+// operations do not go by loans between 2 ranks: an all-gather and a
+// broadcast go in slices, lent where that measured faster (decision
+// 0054), and a reduce-scatter on the engine's ring.
 func loanedMin(op Op, ranks int) int {
 	switch {
-	case op == OpAllReduce && ranks == 2:
+	case ranks == 2 && op == OpAllReduce:
 		return 2 << 20
-	case op != OpAllReduce && ranks == 2:
+	case ranks == 2:
 		return math.MaxInt
+	case op == OpAllGather:
+		return 8 << 10
+	case op == OpReduceScatter:
+		return 2 << 10
+	case op == OpBroadcast:
+		return 256 << 10
 	}
-	return 1 << 20
+	return 32 << 10
 }
 
 // loanDeltaAt is where part 0's slot carries the output's distance from
@@ -128,7 +145,7 @@ func (c *Comm) loanStart(k uint32, rq *request) {
 func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	s := c.small
 	for p, b := range s.boxes {
-		if b != nil && (rq.call.op != OpBroadcast || p == rq.call.root) && !b.PeerLent(k) {
+		if b != nil && !b.PeerLent(k) {
 			return fmt.Errorf("collective: %v seq %d: rank %d published a call by loans but lent nothing", rq.call.op, seq, p)
 		}
 	}
@@ -148,6 +165,7 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 	workers := c.loanWorkers()
 	s.growScratch(workers)
 	lo, hi := sliceBounds(0, count, n, rank)
+	block := func(q int) (int, int) { return sliceBounds(0, count, n, q) }
 	per, rounds := loanRounds(count, n, es)
 	for i := range rounds {
 		// The reduce-scatter of round i: its piece of block r of every
@@ -165,7 +183,12 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 				b.PublishPart(k, part)
 			}
 		}
-		if err := c.loanGather(ctx, k, part, seq, deadline, rq, i*per, per, workers); err != nil {
+		left := s.loanOrder[:0]
+		for d := 1; d < n; d++ {
+			left = append(left, (rank+n-d)%n)
+		}
+		s.loanOrder = left
+		if err := c.loanGather(ctx, k, part, seq, deadline, rq, left, block, i*per, per, workers); err != nil {
 			return err
 		}
 	}
@@ -262,47 +285,61 @@ func (c *Comm) loanedReduceScatter(ctx context.Context, k uint32, seq uint64, de
 	return c.slicesPublishWait(ctx, k, 1, seq, deadline, rq)
 }
 
-// loanedBroadcast runs a broadcast by loans: the root lends its buffer,
-// every other rank reads it, each worker's range from a point that differs
-// from rank to rank (so that the readers do not take the same pages at
-// once), and says so (part 1); the root returns once every peer has.
+// loanedBroadcast runs a broadcast by loans: a scatter from the root,
+// then an all-gather among the other ranks. Rank j, the i-th rank after
+// the root, reads piece i of the n-1 pieces of the root's buffer into its
+// output and says so (part 1); then it reads every other reader's piece
+// from that reader's output as soon as that reader has said the same, and
+// says so (part 2). Each byte of the root's buffer is read once: where
+// every reader read the whole buffer from the root, they took the same
+// pages at once (a 4 MiB broadcast at 8 ranks went 0.6-0.8x the engine's
+// speed, decision 0061). The root lends its input, the others their
+// output; every rank returns once every peer has read all it needs.
 func (c *Comm) loanedBroadcast(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
 	s, in, out, es, op, rank, n, root := c.small, rq.in, rq.out, rq.dt.Size(), rq.call.op, c.rank, c.size, rq.call.root
-	var err error
+	count, workers := len(out)/es, c.loanWorkers()
+	// Rank q's piece, for q other than the root.
+	block := func(q int) (int, int) { return sliceBounds(0, count, n-1, (q-root-1+n)%n) }
 	if rank == root {
 		if !rq.call.inPlace {
-			err = loanSplit(c.loanWorkers(), 0, len(out)/es, es, func(_, a, b int) error {
+			_ = loanSplit(workers, 0, count, es, func(_, a, b int) error {
 				copy(out[a*es:b*es], in[a*es:b*es])
 				return nil
 			})
 		}
-	} else {
-		src, from := s.boxes[root], (rank-root-1+n)%n // from: 0 to n-2
-		s.beforeReads(root)
-		err = loanSplit(c.loanWorkers(), 0, len(out)/es, es, func(_, a, b int) error {
-			a, b = a*es, b*es
-			mid := a + (b-a)*from/(n-1)&^(loanChunk-1)
-			if err := src.ReadLent(k, out[mid:b], mid); err != nil {
-				return err
+		for _, b := range s.boxes {
+			if b != nil {
+				b.PublishPart(k, 1)
 			}
-			return src.ReadLent(k, out[a:mid], a)
-		})
-		if err != nil {
-			err = fmt.Errorf("collective: %v seq %d: reading rank %d's buffer: %w", op, seq, root, err)
 		}
+		return c.slicesPublishWait(ctx, k, 2, seq, deadline, rq) // every peer read its piece
 	}
+	lo, hi := block(rank)
+	s.beforeReads(root)
+	err := loanSplit(workers, lo, hi, es, func(_, a, b int) error {
+		return s.boxes[root].ReadLent(k, out[a*es:b*es], a*es)
+	})
 	if err != nil {
-		return err
+		return fmt.Errorf("collective: %v seq %d: reading rank %d's buffer: %w", op, seq, root, err)
 	}
 	for _, b := range s.boxes {
 		if b != nil {
 			b.PublishPart(k, 1)
 		}
 	}
-	if rank != root {
-		return nil
+	// The other readers, from the next one on: at each step every reader
+	// reads a different one.
+	left := s.loanOrder[:0]
+	for d := 1; d < n; d++ {
+		if q := (rank + d) % n; q != root {
+			left = append(left, q)
+		}
 	}
-	return c.slicesWait(ctx, k, 1, seq, deadline, rq) // every peer read the buffer
+	s.loanOrder = left
+	if err := c.loanGather(ctx, k, 1, seq, deadline, rq, left, block, 0, count, workers); err != nil {
+		return err
+	}
+	return c.slicesPublishWait(ctx, k, 2, seq, deadline, rq) // every peer read this rank's piece
 }
 
 // loanWorkers is how many goroutines an all-reduce by loans copies and
@@ -379,17 +416,12 @@ func loanRounds(count, n, es int) (per, rounds int) {
 }
 
 // loanGather reads elements [from, from+per) of every peer q's block of
-// the output, clipped to the block, from q's output once q has published
-// part: whichever peer comes first.
-func (c *Comm) loanGather(ctx context.Context, k, part uint32, seq uint64, deadline *smallDeadline, rq *request, from, per, workers int) error {
+// the output (block(q), in elements), clipped to the block, from q's
+// output once q has published part: whichever peer comes first, trying
+// them in the order of left (which it consumes).
+func (c *Comm) loanGather(ctx context.Context, k, part uint32, seq uint64, deadline *smallDeadline, rq *request, left []int, block func(q int) (int, int), from, per, workers int) error {
 	s := c.small
-	out, es, n := rq.out, rq.dt.Size(), c.size
-	count := len(rq.in) / es
-	left := s.loanOrder[:0]
-	for d := 1; d < n; d++ {
-		left = append(left, (c.rank+n-d)%n)
-	}
-	s.loanOrder = left
+	out, es := rq.out, rq.dt.Size()
 	for len(left) > 0 {
 		i := 0
 		for i < len(left) && !s.boxes[left[i]].ArrivedPart(k, part) {
@@ -408,12 +440,12 @@ func (c *Comm) loanGather(ctx context.Context, k, part uint32, seq uint64, deadl
 		}
 		b := s.boxes[q]
 		delta := int(binary.LittleEndian.Uint64(b.PeerSlot(k, slotMax)[loanDeltaAt:]))
-		qlo, qhi := sliceBounds(0, count, n, q)
+		qlo, qhi := block(q)
 		err := loanSplit(workers, min(qlo+from, qhi), min(qlo+from+per, qhi), es, func(_, a, e int) error {
 			return b.ReadLent(k, out[a*es:e*es], delta+a*es)
 		})
 		if err != nil {
-			return fmt.Errorf("collective: %v seq %d: reading rank %d's reduced block: %w", rq.call.op, seq, q, err)
+			return fmt.Errorf("collective: %v seq %d: reading rank %d's output: %w", rq.call.op, seq, q, err)
 		}
 	}
 	return nil

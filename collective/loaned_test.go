@@ -11,6 +11,16 @@ import (
 	"time"
 )
 
+// loanedLeast is the fewest bytes a rank of a call of op that goes by
+// loans on n ranks in the tests (byLoans), whether their engines spin or
+// not: above the mailbox path's whole calls.
+func loanedLeast(op Op, n int) int {
+	if op == OpReduceScatter {
+		return loanedMin(op, n) // it has no whole mailbox call
+	}
+	return max(loanedMin(op, n), smallLimit(n, false, op)+64, smallLimit(n, true, op)+64)
+}
+
 // byLoans sends the test's large all-reduces by loans (loaned.go) whatever
 // the machine's cores.
 func byLoans(t *testing.T) { raiseForTest(t, &loansForTests) }
@@ -60,7 +70,7 @@ func TestLoanedAllReduce(t *testing.T) {
 			cases := 0
 			for _, dt := range dts {
 				es := dt.Size()
-				counts := []int{loanedMin(OpAllReduce, n) / es, loanedMin(OpAllReduce, n)/es + 3*loanChunk/es + n + 1}
+				counts := []int{loanedLeast(OpAllReduce, n) / es, loanedLeast(OpAllReduce, n)/es + 3*loanChunk/es + n + 1}
 				redops := []ReduceOp{Sum}
 				if dt == Float32 {
 					redops = ReduceOps()
@@ -128,7 +138,7 @@ func TestLoanedMoves(t *testing.T) {
 					}
 					for _, redop := range redops {
 						for _, root := range roots {
-							for _, count := range []int{loanedMin(op, n) / es, loanedMin(op, n)/es + 3*loanChunk/es + n + 1} {
+							for _, count := range []int{loanedLeast(op, n) / es, loanedLeast(op, n)/es + 3*loanChunk/es + n + 1} {
 								for _, inPlace := range []bool{false, true} {
 									mc := matrixCase{op: op, dt: dt, redop: redop, count: count, inPlace: inPlace, root: root}
 									k := runByMailbox(ctx, t, comms, mc)
@@ -149,7 +159,7 @@ func TestLoanedMoves(t *testing.T) {
 		ctx := testCtx(t, time.Minute)
 		comms := newLocal(t, 2, WithTransport("shm"))
 		for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast} {
-			mc := matrixCase{op: op, dt: Float32, redop: Sum, count: 2 * loanedMin(op, 3) / 4}
+			mc := matrixCase{op: op, dt: Float32, redop: Sum, count: 2 * loanedLeast(op, 3) / 4}
 			before := mailboxCalls(comms[0])
 			if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
 				t.Fatalf("%v: %v", mc, err)
@@ -167,7 +177,7 @@ func TestLoanedMoves(t *testing.T) {
 func TestLoanedSameBits(t *testing.T) {
 	byLoans(t)
 	const n = 3
-	count := loanedMin(OpAllReduce, n)/4 + 5
+	count := loanedLeast(OpAllReduce, n)/4 + 5
 	in := orderSensitive(n, count, 3)
 	comms := newLocal(t, n, WithTransport("shm"))
 	for _, inPlace := range []bool{false, true} {
@@ -197,9 +207,9 @@ func TestLoanedSameBits(t *testing.T) {
 var loanedOps = []Op{OpAllReduce, OpAllGather, OpReduceScatter, OpBroadcast}
 
 // loanedCall makes a call of op of count float32 elements a rank (a
-// broadcast's buffer), from root 0, with buf as this rank's input, and the
-// buffer it wrote into; fill, if not nil, gives the input's elements.
-func loanedCall(ctx context.Context, c *Comm, op Op, count int, fill func(i int) float32) (in, out []float32, err error) {
+// broadcast's buffer, from root) and returns its input and the buffer it
+// wrote into; fill, if not nil, gives the input's elements.
+func loanedCall(ctx context.Context, c *Comm, op Op, count, root int, fill func(i int) float32) (in, out []float32, err error) {
 	n := c.Size()
 	in = make([]float32, count)
 	if op == OpReduceScatter {
@@ -219,7 +229,7 @@ func loanedCall(ctx context.Context, c *Comm, op Op, count int, fill func(i int)
 		err = ReduceScatter(ctx, c, in, out, Sum)
 	case OpBroadcast:
 		out = in
-		err = Broadcast(ctx, c, in, out, 0)
+		err = Broadcast(ctx, c, in, out, root)
 	default:
 		out = in
 		err = AllReduce(ctx, c, in, out, Sum)
@@ -236,9 +246,9 @@ func TestLoanedSizeMismatch(t *testing.T) {
 	for _, op := range loanedOps {
 		t.Run(op.String(), func(t *testing.T) {
 			ctx := testCtx(t, time.Minute)
-			base := loanedMin(op, 3) / 4
+			base := loanedLeast(op, 3) / 4
 			errs := onRanks(comms, func(c *Comm) error {
-				_, _, err := loanedCall(ctx, c, op, base+c.Rank()/2, nil) // ranks 0 and 1 agree, rank 2 does not
+				_, _, err := loanedCall(ctx, c, op, base+c.Rank()/2, 0, nil) // ranks 0 and 1 agree, rank 2 does not
 				return err
 			})
 			for r, err := range errs {
@@ -271,7 +281,7 @@ func TestLoanedDeadline(t *testing.T) {
 			comms := newLocal(t, n, WithTransport("shm"))
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
-			_, _, err := loanedCall(ctx, comms[0], op, loanedMin(op, n)/4, nil)
+			_, _, err := loanedCall(ctx, comms[0], op, loanedLeast(op, n)/4, 0, nil)
 			if !errors.Is(err, context.DeadlineExceeded) || !strings.Contains(err.Error(), "rank 1") {
 				t.Fatalf("%v, want the deadline, naming rank 1", err)
 			}
@@ -286,18 +296,22 @@ func TestLoanedDeadline(t *testing.T) {
 // lent: rank 1 holds back its reads of rank 0's loan until rank 0's call
 // returns (or a while passes, as it must where the call is right), and
 // rank 0 then overwrites its buffers at once; rank 1 must still get the
-// right result.
+// right result. A broadcast's rank 0 is its root, or a reader whose piece
+// the others read from its output.
 func TestLoanedHeldUntilRead(t *testing.T) {
 	byLoans(t)
-	for _, op := range loanedOps {
-		t.Run(op.String(), func(t *testing.T) {
-			n := 2
+	for _, tc := range []struct {
+		op   Op
+		root int
+	}{{OpAllReduce, 0}, {OpAllGather, 0}, {OpReduceScatter, 0}, {OpBroadcast, 0}, {OpBroadcast, 2}} {
+		t.Run(fmt.Sprintf("%v/root=%d", tc.op, tc.root), func(t *testing.T) {
+			op, n := tc.op, 2
 			if op != OpAllReduce {
 				n = 3
 			}
 			comms := newLocal(t, n, WithTransport("shm"))
 			ctx := testCtx(t, time.Minute)
-			count := loanedMin(op, n) / 4
+			count := loanedLeast(op, n) / 4
 			returned := make(chan struct{})
 			comms[1].small.testRead = func(q int) {
 				if q != 0 {
@@ -311,8 +325,8 @@ func TestLoanedHeldUntilRead(t *testing.T) {
 			t.Cleanup(func() { comms[1].small.testRead = nil })
 			errs := onRanks(comms, func(c *Comm) error {
 				// Rank r's input holds r+1: a sum gives n(n+1)/2, a
-				// broadcast 1, an all-gather block q q+1.
-				in, out, err := loanedCall(ctx, c, op, count, func(int) float32 { return float32(c.Rank() + 1) })
+				// broadcast root+1, an all-gather block q q+1.
+				in, out, err := loanedCall(ctx, c, op, count, tc.root, func(int) float32 { return float32(c.Rank() + 1) })
 				if c.Rank() == 0 {
 					for i := range in {
 						in[i] = -1
@@ -327,7 +341,7 @@ func TestLoanedHeldUntilRead(t *testing.T) {
 					want := float32(n * (n + 1) / 2)
 					switch op {
 					case OpBroadcast:
-						want = 1
+						want = float32(tc.root + 1)
 					case OpAllGather:
 						want = float32(i/count + 1)
 					}
@@ -403,7 +417,7 @@ func TestLoanedRank(t *testing.T) {
 	defer c.Close()
 	n := c.Size()
 	for _, op := range loanedOps {
-		counts := []int{loanedMin(op, n) / 4, loanedMin(op, n)/4 + 3*loanChunk/4 + 1}
+		counts := []int{loanedLeast(op, n) / 4, loanedLeast(op, n)/4 + 3*loanChunk/4 + 1}
 		if op == OpAllReduce {
 			counts[1] = n*loanRound/4 + 3*loanChunk/4 + 1
 		}

@@ -154,7 +154,7 @@ type smallPath struct {
 	writes    [3][2]slotWrites // how data the peers alone read is handed over (writesFor)
 	way       slotWay          // the running call's choice
 	lent      []bool           // by peer: the running call's data the peer lent (for all-gathers and broadcasts)
-	scratch   [][]byte         // an all-reduce by loans reads its peers' chunks here, one a worker (loaned.go)
+	scratch   [][]byte         // a reduction by loans reads its peers' chunks here, one a worker (loaned.go)
 	loanOrder []int            // and the peers whose blocks it has yet to gather
 
 	// live is held while a call touches the mailboxes; teardown takes it
@@ -163,8 +163,8 @@ type smallPath struct {
 	dead     bool
 	stopping atomic.Bool
 
-	testFault  func()      // tests only: called as a call starts, to make it panic
-	testRead   func(q int) // tests only: called before a call by loans reads what rank q lent (an all-reduce's: its reduced block)
+	testFault func()      // tests only: called as a call starts, to make it panic
+	testRead  func(q int) // tests only: called before a call by loans reads what rank q lent (an all-reduce's: its reduced block)
 }
 
 // newSmallPath returns the path of a communicator whose every pair of ranks
@@ -654,7 +654,10 @@ func (c *Comm) smallRun(ctx context.Context, k uint32, seq uint64, deadline *sma
 		}
 	}
 	var addr uintptr // the loan: its address, or 0
-	if s.way == wayLend {
+	switch {
+	case rq.loaned && op == OpBroadcast && c.rank != rq.call.root:
+		addr = uintptr(unsafe.Pointer(unsafe.SliceData(rq.out))) // its piece, for the other readers (loanedBroadcast)
+	case s.way == wayLend:
 		addr = uintptr(unsafe.Pointer(unsafe.SliceData(in)))
 	}
 	switch {
