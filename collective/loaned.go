@@ -54,13 +54,14 @@ import (
 const loanChunk = 64 << 10
 
 // loanedMin is the smallest call of op, in bytes a rank (an all-gather's
-// input, a reduce-scatter's output, a broadcast's buffer), that goes by
+// input, a reduce-scatter's output, a broadcast's or a reduce's buffer),
+// that goes by
 // loans where it may (loanedFor) on a communicator of ranks ranks. From 3
 // ranks on: an all-reduce from 32 KiB, an all-gather from 8 KiB, a
-// reduce-scatter from 2 KiB and a broadcast from 256 KiB, from where they
-// measured faster than the engine at 8 and 16 ranks on 16 cores (1.3-3x;
-// decision 0061), and smaller calls take the mailbox whole, or measured
-// level or slower by loans. Between 2 ranks an all-reduce goes by loans
+// reduce-scatter from 2 KiB, and a broadcast and a reduce from 256 KiB,
+// from where they measured faster than the engine at 8 and 16 ranks on 16
+// cores (1.1-3x; decision 0061), and smaller calls take the mailbox whole,
+// or measured level or slower by loans. Between 2 ranks an all-reduce goes by loans
 // from 2 MiB: there the engine runs a ring through the shm transport's
 // rings, which hands each piece over in the sender's cache, and a loan's
 // reader takes the peer's block from where the peer last wrote it: in
@@ -80,7 +81,7 @@ func loanedMin(op Op, ranks int) int {
 		return 8 << 10
 	case op == OpReduceScatter:
 		return 2 << 10
-	case op == OpBroadcast:
+	case op == OpBroadcast || op == OpReduce:
 		return 256 << 10
 	}
 	return 32 << 10
@@ -118,19 +119,32 @@ func (s *smallPath) readsPeers() bool {
 
 // loanTag is the tag of a call by loans: arg 0x7e, which no other
 // mailbox call of the operation has (slicesTag), and the reduction or a
-// broadcast's root beside.
+// broadcast's root beside, and a reduce's root below (takesSmall keeps
+// roots below 1<<7).
 func loanTag(rq *request) uint32 {
-	arg := uint32(rq.call.redop)
-	if rq.call.op == OpBroadcast {
+	arg, root := uint32(rq.call.redop), uint32(0)
+	switch rq.call.op {
+	case OpBroadcast:
 		arg = uint32(rq.call.root)
+	case OpReduce:
+		root = uint32(rq.call.root)
 	}
-	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | 0x7e<<16 | arg<<8
+	return 1<<31 | uint32(rq.call.op)<<27 | uint32(rq.dt)<<23 | 0x7e<<16 | arg<<8 | root
 }
 
 // loanStart writes part 0's slot: the call's size (slicesSize) and where
-// its output lies from its input.
+// the peers read what it makes from its input: its output, but a reduce's
+// rank other than the root holds its reduced block at the start of
+// smallPath.reduced, which the root reads as if it lay in an output.
 func (c *Comm) loanStart(k uint32, rq *request) {
-	delta := uintptr(unsafe.Pointer(unsafe.SliceData(rq.out))) - uintptr(unsafe.Pointer(unsafe.SliceData(rq.in)))
+	at := uintptr(unsafe.Pointer(unsafe.SliceData(rq.out)))
+	if rq.call.op == OpReduce && c.rank != rq.call.root {
+		es := rq.dt.Size()
+		lo, hi := sliceBounds(0, len(rq.in)/es, c.size, c.rank)
+		c.small.reduced = growTo(c.small.reduced, (hi-lo)*es)
+		at = uintptr(unsafe.Pointer(unsafe.SliceData(c.small.reduced))) - uintptr(lo*es)
+	}
+	delta := at - uintptr(unsafe.Pointer(unsafe.SliceData(rq.in)))
 	for _, b := range c.small.boxes {
 		if b != nil {
 			slot := b.Slot(k, slotMax)
@@ -156,6 +170,8 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 		return c.loanedReduceScatter(ctx, k, seq, deadline, rq)
 	case OpBroadcast:
 		return c.loanedBroadcast(ctx, k, seq, deadline, rq)
+	case OpReduce:
+		return c.loanedReduce(ctx, k, seq, deadline, rq)
 	}
 	// The workers' closures take copies of what they need of rq, which
 	// would otherwise escape to the heap with them on every mailbox call.
@@ -283,6 +299,59 @@ func (c *Comm) loanedReduceScatter(ctx context.Context, k uint32, seq uint64, de
 		return err
 	}
 	return c.slicesPublishWait(ctx, k, 1, seq, deadline, rq)
+}
+
+// loanedReduce runs a reduce by loans: a reduce-scatter as an
+// all-reduce's (every rank reduces its block of every peer's input, the
+// root into its output, the others into smallPath.reduced), said by part
+// 1; the root then reads every peer's reduced block as soon as that peer
+// has said so. Every rank returns once every peer has said part 2: it has
+// read all it needs of the others.
+func (c *Comm) loanedReduce(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	s, in, dt, redop, op, rank, n, root := c.small, rq.in, rq.dt, rq.call.redop, rq.call.op, c.rank, c.size, rq.call.root
+	es := dt.Size()
+	count := len(in) / es
+	lo, hi := sliceBounds(0, count, n, rank)
+	var mine []byte
+	if rank == root {
+		mine = rq.out[lo*es : hi*es]
+	} else {
+		mine = s.reduced[:(hi-lo)*es] // sized by loanStart
+	}
+	workers := c.loanWorkers()
+	s.growScratch(workers)
+	s.beforeReads(-1)
+	err := loanSplit(workers, lo, hi, es, func(w, a, b int) error {
+		return s.loanReduce(k, seq, op, dt, redop, rank, n, mine[(a-lo)*es:(b-lo)*es], in[a*es:b*es], a*es, w)
+	})
+	if err != nil {
+		return err
+	}
+	for _, b := range s.boxes {
+		if b != nil {
+			b.PublishPart(k, 1)
+		}
+	}
+	if rank == root {
+		left := s.loanOrder[:0]
+		for d := 1; d < n; d++ {
+			left = append(left, (rank+d)%n)
+		}
+		s.loanOrder = left
+		block := func(q int) (int, int) { return sliceBounds(0, count, n, q) }
+		if err := c.loanGather(ctx, k, 1, seq, deadline, rq, left, block, 0, count, workers); err != nil {
+			return err
+		}
+	}
+	return c.slicesPublishWait(ctx, k, 2, seq, deadline, rq)
+}
+
+// growTo returns b with at least n bytes, reallocated if it has fewer.
+func growTo(b []byte, n int) []byte {
+	if cap(b) < n {
+		return make([]byte, n)
+	}
+	return b[:n]
 }
 
 // loanedBroadcast runs a broadcast by loans: a scatter from the root,

@@ -15,8 +15,8 @@ import (
 // loans on n ranks in the tests (byLoans), whether their engines spin or
 // not: above the mailbox path's whole calls.
 func loanedLeast(op Op, n int) int {
-	if op == OpReduceScatter {
-		return loanedMin(op, n) // it has no whole mailbox call
+	if op == OpReduceScatter || op == OpReduce {
+		return loanedMin(op, n) // they have no whole mailbox call
 	}
 	return max(loanedMin(op, n), smallLimit(n, false, op)+64, smallLimit(n, true, op)+64)
 }
@@ -43,7 +43,7 @@ func wentByLoans(c *Comm, k uint32, rq *request) bool {
 // carry a reduction.
 func loanedRequest(mc matrixCase) *request {
 	rq := &request{call: call{op: mc.op, redop: mc.redop, root: mc.root}, dt: mc.dt}
-	if mc.op != OpAllReduce && mc.op != OpReduceScatter {
+	if mc.op != OpAllReduce && mc.op != OpReduceScatter && mc.op != OpReduce {
 		rq.call.redop = 0
 	}
 	return rq
@@ -106,11 +106,11 @@ func TestLoanedAllReduce(t *testing.T) {
 	}
 }
 
-// An all-gather, a reduce-scatter and a broadcast (from either end's root)
-// by loans give the reference result for datatypes of each size (with
-// -short two), every reduction of a reduce-scatter (with -short two), in
-// and out of place, with blocks that end inside a chunk and ranges a
-// worker does not divide; between 2 ranks they go another way.
+// An all-gather, a reduce-scatter, a broadcast and a reduce (these two
+// from either end's root) by loans give the reference result for
+// datatypes of each size (with -short two), every reduction (with -short
+// two), in and out of place, with blocks that end inside a chunk and
+// ranges a worker does not divide; between 2 ranks they go another way.
 func TestLoanedMoves(t *testing.T) {
 	byLoans(t)
 	dts := []Datatype{Int8, BFloat16, Float32, Float64}
@@ -124,16 +124,18 @@ func TestLoanedMoves(t *testing.T) {
 			ctx := testCtx(t, 2*time.Minute)
 			comms := newLocal(t, n, WithTransport("shm"))
 			cases := 0
-			for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast} {
+			for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast, OpReduce} {
 				for _, dt := range dts {
 					es := dt.Size()
 					redops, roots := []ReduceOp{Sum}, []int{0}
+					reduces := op == OpReduceScatter || op == OpReduce
 					switch {
-					case op == OpReduceScatter && dt == Float32 && testing.Short():
+					case reduces && dt == Float32 && testing.Short():
 						redops = []ReduceOp{Sum, Avg}
-					case op == OpReduceScatter && dt == Float32:
+					case reduces && dt == Float32:
 						redops = ReduceOps()
-					case op == OpBroadcast:
+					}
+					if op == OpBroadcast || op == OpReduce {
 						roots = []int{0, n - 1}
 					}
 					for _, redop := range redops {
@@ -158,7 +160,7 @@ func TestLoanedMoves(t *testing.T) {
 	t.Run("n=2", func(t *testing.T) {
 		ctx := testCtx(t, time.Minute)
 		comms := newLocal(t, 2, WithTransport("shm"))
-		for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast} {
+		for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast, OpReduce} {
 			mc := matrixCase{op: op, dt: Float32, redop: Sum, count: 2 * loanedLeast(op, 3) / 4}
 			before := mailboxCalls(comms[0])
 			if err := runOnAll(comms, func(c *Comm) error { return runCase(ctx, c, mc) }); err != nil {
@@ -204,11 +206,12 @@ func TestLoanedSameBits(t *testing.T) {
 }
 
 // loanedOps are the operations that go by loans.
-var loanedOps = []Op{OpAllReduce, OpAllGather, OpReduceScatter, OpBroadcast}
+var loanedOps = []Op{OpAllReduce, OpAllGather, OpReduceScatter, OpBroadcast, OpReduce}
 
 // loanedCall makes a call of op of count float32 elements a rank (a
-// broadcast's buffer, from root) and returns its input and the buffer it
-// wrote into; fill, if not nil, gives the input's elements.
+// broadcast's buffer, from root; a reduce to root) and returns its input
+// and the buffer it wrote into (nil on a reduce's other ranks); fill, if
+// not nil, gives the input's elements.
 func loanedCall(ctx context.Context, c *Comm, op Op, count, root int, fill func(i int) float32) (in, out []float32, err error) {
 	n := c.Size()
 	in = make([]float32, count)
@@ -230,6 +233,11 @@ func loanedCall(ctx context.Context, c *Comm, op Op, count, root int, fill func(
 	case OpBroadcast:
 		out = in
 		err = Broadcast(ctx, c, in, out, root)
+	case OpReduce:
+		if c.Rank() == root {
+			out = make([]float32, count)
+		}
+		err = Reduce(ctx, c, in, out, Sum, root)
 	default:
 		out = in
 		err = AllReduce(ctx, c, in, out, Sum)
@@ -297,13 +305,14 @@ func TestLoanedDeadline(t *testing.T) {
 // returns (or a while passes, as it must where the call is right), and
 // rank 0 then overwrites its buffers at once; rank 1 must still get the
 // right result. A broadcast's rank 0 is its root, or a reader whose piece
-// the others read from its output.
+// the others read from its output; a reduce's its root, or a rank whose
+// input and reduced block the root (rank 1) reads.
 func TestLoanedHeldUntilRead(t *testing.T) {
 	byLoans(t)
 	for _, tc := range []struct {
 		op   Op
 		root int
-	}{{OpAllReduce, 0}, {OpAllGather, 0}, {OpReduceScatter, 0}, {OpBroadcast, 0}, {OpBroadcast, 2}} {
+	}{{OpAllReduce, 0}, {OpAllGather, 0}, {OpReduceScatter, 0}, {OpBroadcast, 0}, {OpBroadcast, 2}, {OpReduce, 0}, {OpReduce, 1}} {
 		t.Run(fmt.Sprintf("%v/root=%d", tc.op, tc.root), func(t *testing.T) {
 			op, n := tc.op, 2
 			if op != OpAllReduce {

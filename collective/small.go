@@ -155,6 +155,7 @@ type smallPath struct {
 	way       slotWay          // the running call's choice
 	lent      []bool           // by peer: the running call's data the peer lent (for all-gathers and broadcasts)
 	scratch   [][]byte         // a reduction by loans reads its peers' chunks here, one a worker (loaned.go)
+	reduced   []byte           // and a reduce's rank other than the root its reduced block
 	loanOrder []int            // and the peers whose blocks it has yet to gather
 
 	// live is held while a call touches the mailboxes; teardown takes it
@@ -266,8 +267,8 @@ func (s *smallPath) initRecords(rank int) {
 // takesSmall reports whether a call takes the mailbox path: an
 // all-reduce, broadcast or all-gather of at most smallLimit bytes per
 // rank, or a larger one, or a reduce-scatter, that goes by loans
-// (loanedFor) or in slices (slicesFor), or a barrier, on a communicator
-// that has the path. rq is
+// (loanedFor) or in slices (slicesFor), a reduce that goes by loans, or
+// a barrier, on a communicator that has the path. rq is
 // validated. Ranks that decide otherwise (their engines' spinning differs)
 // meet at the tag check and run the call on the engine together.
 func (c *Comm) takesSmall(rq *request) bool {
@@ -294,6 +295,9 @@ func (c *Comm) takesSmall(rq *request) bool {
 		rq.loaned = c.loanedFor(rq.call.op, len(rq.out), spin)
 		rq.slices = !rq.loaned && slicesFor(rq.call.op, c.size, spin)
 		return len(rq.out) > 0 && (rq.slices || rq.loaned)
+	case OpReduce:
+		rq.loaned = c.loanedFor(rq.call.op, len(rq.in), spin)
+		return len(rq.in) > 0 && rq.loaned && rq.call.root < 1<<7
 	case OpBarrier:
 		return true
 	}
@@ -1075,7 +1079,7 @@ func (s *smallPath) end(c *Comm, seq uint64, rq *request, sent int, st flowtel.S
 // the records took two or three times seventeen (BenchmarkSmallRecords).
 // Its sizes fit: takesSmall keeps calls of 4 GiB or more off the path.
 func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq *request, ts int64, st flowtel.Status, sent int, endAfter uint32) {
-	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes, x.EndAfter = ts, seq, s.wrs, uint32(len(rq.out)), endAfter
+	x.TsNs, x.CollSeq, x.WRSeq, x.CollBytes, x.EndAfter = ts, seq, s.wrs, uint32(max(len(rq.in), len(rq.out))), endAfter
 	x.Rank, x.Peer, x.QP, x.Comm, x.SendBytes, x.RecvBytes = int32(c.rank), int32(p), s.qpids[p], s.comm, uint32(sent), uint32(recvBytes(rq, p, sent))
 	x.Channel, x.Status, x.Op, x.Algo, x.Dtype = 0, st, uint8(rq.call.op), uint8(AlgoDirect), uint8(rq.dt)
 }
@@ -1083,7 +1087,7 @@ func (s *smallPath) exchange(x *flowtel.Exchange, c *Comm, p int, seq uint64, rq
 // recvBytes is what a call that sends sent bytes to each peer reads from
 // peer p's slots.
 func recvBytes(rq *request, p, sent int) int {
-	if (rq.slices || rq.loaned) && (rq.call.op == OpAllReduce || rq.call.op == OpReduceScatter) {
+	if (rq.slices || rq.loaned) && (rq.call.op == OpAllReduce || rq.call.op == OpReduceScatter || rq.call.op == OpReduce) {
 		return sent // as much each way
 	}
 	switch rq.call.op {
