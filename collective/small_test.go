@@ -52,8 +52,10 @@ func TestSmallMatrix(t *testing.T) {
 									t.Fatalf("%v: %v", mc, err)
 								}
 								took := mailboxCalls(comms[0]) != before
-								// Above the limit, some go in slices (slices_test.go).
-								if want := op == OpBarrier || count*dt.Size() <= limit || slicesFor(op, n, comms[0].engines[0].spins()); took != want {
+								// Above the limit, some go in slices (slices_test.go)
+								// or by loans (loaned_test.go).
+								spin := comms[0].engines[0].spins()
+								if want := op == OpBarrier || count*dt.Size() <= limit || slicesFor(op, n, spin) || comms[0].loanedFor(op, count*dt.Size(), spin); took != want {
 									t.Fatalf("%v (%d bytes a rank): mailbox path taken %v, want %v (threshold %d bytes)", mc, count*dt.Size(), took, want, limit)
 								}
 								cases++
