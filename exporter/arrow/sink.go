@@ -646,7 +646,7 @@ func (seg *segment) start(cfg config) error {
 	}
 	switch cfg.format {
 	case FormatStream:
-		pend := &bytes.Buffer{}
+		pend := &vectorWriter{}
 		seg.cw = &countingWriter{w: pend}
 		seg.w = ipc.NewWriter(seg.cw, opts...)
 		seg.commit = func() error { return commitOrdered(seg.f, seg.cw.n, pend) }
@@ -689,19 +689,18 @@ func (seg *segment) start(cfg config) error {
 // middle of a write leaves a stream that ends at its last complete batch,
 // whatever reads it. An 8-byte write at an offset that is a multiple of 8
 // never crosses a page and is never cut short.
-func commitOrdered(f *os.File, end int64, pend *bytes.Buffer) error {
-	b := pend.Bytes()
-	defer pend.Reset()
-	if len(b) == 0 {
+func commitOrdered(f *os.File, end int64, pend *vectorWriter) error {
+	defer pend.reset()
+	if pend.n == 0 {
 		return nil
 	}
-	at := end - int64(len(b))
-	if len(b) > 8 {
-		if _, err := f.WriteAt(b[8:], at+8); err != nil {
+	at := end - int64(pend.n)
+	if pend.n > 8 {
+		if err := writeVectorAt(f, pend.from(8), at+8); err != nil {
 			return err
 		}
 	}
-	_, err := f.WriteAt(b[:min(8, len(b))], at)
+	_, err := f.WriteAt(pend.head(8), at)
 	return err
 }
 
