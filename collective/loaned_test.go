@@ -39,6 +39,15 @@ func wentByLoans(c *Comm, k uint32, rq *request) bool {
 	return true
 }
 
+// loanComms returns n ranks over shm whose calls by loans split their
+// work n ways, whatever the machine's CPUs (up to four ways at the tests'
+// sizes), and a context for the test.
+func loanComms(t *testing.T, n int) (context.Context, []*Comm) {
+	loanWorkersForTests.Store(int32(n))
+	t.Cleanup(func() { loanWorkersForTests.Store(0) })
+	return testCtx(t, 2*time.Minute), newLocal(t, n, WithTransport("shm"))
+}
+
 // loanedRequest is what wentByLoans needs of mc's request: only reductions
 // carry a reduction.
 func loanedRequest(mc matrixCase) *request {
@@ -61,12 +70,7 @@ func TestLoanedAllReduce(t *testing.T) {
 	}
 	for _, n := range ns {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			// n workers a rank, whatever the machine's CPUs: the
-			// phases split, up to four ways at these sizes.
-			loanWorkersForTests.Store(int32(n))
-			t.Cleanup(func() { loanWorkersForTests.Store(0) })
-			ctx := testCtx(t, 2*time.Minute)
-			comms := newLocal(t, n, WithTransport("shm"))
+			ctx, comms := loanComms(t, n)
 			cases := 0
 			for _, dt := range dts {
 				es := dt.Size()
@@ -119,10 +123,7 @@ func TestLoanedMoves(t *testing.T) {
 	}
 	for _, n := range []int{3, 4} {
 		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) {
-			loanWorkersForTests.Store(int32(n))
-			t.Cleanup(func() { loanWorkersForTests.Store(0) })
-			ctx := testCtx(t, 2*time.Minute)
-			comms := newLocal(t, n, WithTransport("shm"))
+			ctx, comms := loanComms(t, n)
 			cases := 0
 			for _, op := range []Op{OpAllGather, OpReduceScatter, OpBroadcast, OpReduce} {
 				for _, dt := range dts {
