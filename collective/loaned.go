@@ -17,8 +17,8 @@ import (
 // Calls above the mailbox path's whole calls, between ranks that read
 // each other's memory and each have a core, go by loans over the
 // mailboxes (loanedMin says from what size): an all-reduce (decision
-// 0060), and an all-gather, a reduce-scatter and a broadcast (decision
-// 0061; their functions below say how). Each replaces the engine's
+// 0060), and an all-gather, a reduce-scatter, a broadcast and a reduce
+// (decision 0061; their functions below say how). Each replaces the engine's
 // messages, a message, a credit and an acknowledgement per chunk and
 // peer, with a hand-off or two a call.
 //
@@ -55,22 +55,22 @@ const loanChunk = 64 << 10
 
 // loanedMin is the smallest call of op, in bytes a rank (an all-gather's
 // input, a reduce-scatter's output, a broadcast's or a reduce's buffer),
-// that goes by
-// loans where it may (loanedFor) on a communicator of ranks ranks. From 3
-// ranks on: an all-reduce from 32 KiB, an all-gather from 8 KiB, a
-// reduce-scatter from 2 KiB, and a broadcast and a reduce from 256 KiB,
-// from where they measured faster than the engine at 8 and 16 ranks on 16
-// cores (1.1-3x; decision 0061), and smaller calls take the mailbox whole,
-// or measured level or slower by loans. Between 2 ranks an all-reduce goes by loans
-// from 2 MiB: there the engine runs a ring through the shm transport's
-// rings, which hands each piece over in the sender's cache, and a loan's
-// reader takes the peer's block from where the peer last wrote it: in
-// place, that is the peer's core's cache while a block fits there, and 2
-// ranks' 1 MiB in place went 0.7x the ring's speed (both the 2-core VM and
-// the 16-core host), 2 MiB level with it and more faster. The other
-// operations do not go by loans between 2 ranks: an all-gather and a
-// broadcast go in slices, lent where that measured faster (decision
-// 0054), and a reduce-scatter on the engine's ring.
+// that goes by loans where it may (loanedFor) on a communicator of ranks
+// ranks. From 3 ranks on: an all-reduce from 32 KiB, an all-gather from 8
+// KiB, a reduce-scatter from 2 KiB, and a broadcast and a reduce from 256
+// KiB, from where they measured faster than the engine at 8 and 16 ranks
+// on 16 cores (1.1-3x; decision 0061); smaller calls take the mailbox
+// whole, or measured level or slower by loans. Between 2 ranks an
+// all-reduce goes by loans from 2 MiB: there the engine runs a ring
+// through the shm transport's rings, which hands each piece over in the
+// sender's cache, and a loan's reader takes the peer's block from where
+// the peer last wrote it: in place, that is the peer's core's cache while
+// a block fits there, and 2 ranks' 1 MiB in place went 0.7x the ring's
+// speed (both the 2-core VM and the 16-core host), 2 MiB level with it
+// and more faster. The other operations do not go by loans between 2
+// ranks: an all-gather and a broadcast go in slices, lent where that
+// measured faster (decision 0054), and a reduce-scatter and a reduce on
+// the engine.
 func loanedMin(op Op, ranks int) int {
 	switch {
 	case ranks == 2 && op == OpAllReduce:
