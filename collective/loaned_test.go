@@ -9,6 +9,8 @@ import (
 	"strings"
 	"testing"
 	"time"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
 // loanedLeast is the fewest bytes a rank of a call of op that goes by
@@ -444,4 +446,37 @@ func TestLoanedRank(t *testing.T) {
 		}
 	}
 	fmt.Printf("loaned rank ok: rank %d\n", c.Rank())
+}
+
+// A call by loans writes the call's size in its coll records as the
+// engine's path does for the same call (its payload: an all-gather's and a
+// reduce-scatter's n blocks, the others' buffer), on every rank.
+func TestLoanedRecordsCallSize(t *testing.T) {
+	byLoans(t)
+	const n = 3
+	ctx := testCtx(t, time.Minute)
+	for _, op := range loanedOps {
+		t.Run(op.String(), func(t *testing.T) {
+			count := loanedLeast(op, n) / 4
+			sizes := func(opts ...Option) []uint64 {
+				comms, sink := recordRun(t, ctx, n, func(c *Comm) error {
+					_, _, err := loanedCall(ctx, c, op, count, 1, nil)
+					return err
+				}, append([]Option{WithTransport("shm")}, opts...)...)
+				got := make([]uint64, n)
+				for _, r := range sink.Records() {
+					if r.Comm == comms[0].ID() && r.Kind == flowtel.KindCollBegin && r.CollSeq == 1 {
+						got[r.Rank] = r.Bytes
+					}
+				}
+				return got
+			}
+			loaned, engine := sizes(), sizes(WithAlgorithm(AlgoRing))
+			for r := range n {
+				if loaned[r] == 0 || loaned[r] != engine[r] {
+					t.Errorf("rank %d: coll_begin says %d bytes by loans, %d on the engine", r, loaned[r], engine[r])
+				}
+			}
+		})
+	}
 }
