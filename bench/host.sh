@@ -1,20 +1,25 @@
 #!/bin/bash
-# All-reduce across the cores of one host, VCCL-Go (shared memory) against
+# Collectives across the cores of one host, VCCL-Go (shared memory) against
 # Gloo (torch.distributed on CPU tensors), with the host's memory bandwidth
 # measured in the same run: the BENCHMARKS.md section "All the cores of a
 # host". Needs the Go binaries in bin/ (go build -o bin/ ./cmd/vcclrun
 # ./cmd/vccl-bench), a C compiler, and python3 with torch for Gloo
 # (PYTHON=...; skipped if it has none).
 #
-#   bench/host.sh [-w "2 8 16"] [-b 1M] [-e 64M] [-r 3] OUTDIR
+#   bench/host.sh [-w "2 8 16"] [-o "allreduce allgather"] [-b 1M] [-e 64M] [-r 3] OUTDIR
 #
-# Each (tool, ranks) pair runs -r times, the pairs interleaved; host_report.py
-# host mode prints the medians. VCCL is timed in place, as Gloo is.
+# -o names the operations (vccl-bench's names; default allreduce); Gloo runs
+# those its benchmark has (allreduce, allgather, broadcast). Each (tool,
+# operation, ranks) triple runs -r times, interleaved; host_report.py prints
+# the medians, a table an operation, the all-reduce's against the memory
+# bound. VCCL is compared in place with Gloo's all-reduce and broadcast
+# (torch.distributed's only form) and out of place with its all-gather.
 set -euo pipefail
-worlds="2 8 16" lo=1M hi=64M reps=3
-while getopts "w:b:e:r:" o; do
+worlds="2 8 16" ops=allreduce lo=1M hi=64M reps=3
+while getopts "w:o:b:e:r:" o; do
 	case $o in
 	w) worlds=$OPTARG ;;
+	o) ops=$OPTARG ;;
 	b) lo=$OPTARG ;;
 	e) hi=$OPTARG ;;
 	r) reps=$OPTARG ;;
@@ -22,7 +27,7 @@ while getopts "w:b:e:r:" o; do
 	esac
 done
 shift $((OPTIND - 1))
-out=${1:?usage: bench/host.sh [-w worlds] [-b lo] [-e hi] [-r reps] OUTDIR}
+out=${1:?usage: bench/host.sh [-w worlds] [-o ops] [-b lo] [-e hi] [-r reps] OUTDIR}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
@@ -38,13 +43,17 @@ for w in $worlds; do "$out/membw" "$w" >"$out/membw-$w.txt"; done
 gloo=1
 "$python" -c 'import torch.distributed' 2>/dev/null || gloo=0
 for r in $(seq "$reps"); do
-	for w in $worlds; do
-		VCCL_TRANSPORT=shm bin/vcclrun -n "$w" --quiet -- bin/vccl-bench allreduce \
-			-b "$lo" -e "$hi" -f 4 -n 20 -w 5 --progress off >"$out/vccl-$w-$r.txt"
-		if [ $gloo = 1 ]; then
-			GLOO_SOCKET_IFNAME=lo bin/vcclrun -n "$w" --quiet --tag-output=false -- \
-				"$python" "$here/gloo/bench.py" allreduce -b "$lo" -e "$hi" -f 4 -n 20 -w 5 >"$out/gloo-$w-$r.txt"
-		fi
+	for op in $ops; do
+		for w in $worlds; do
+			VCCL_TRANSPORT=shm bin/vcclrun -n "$w" --quiet -- bin/vccl-bench "$op" \
+				-b "$lo" -e "$hi" -f 4 -n 20 -w 5 --progress off >"$out/vccl-$op-$w-$r.txt"
+			case "$gloo $op" in
+			"1 allreduce" | "1 allgather" | "1 broadcast")
+				GLOO_SOCKET_IFNAME=lo bin/vcclrun -n "$w" --quiet --tag-output=false -- \
+					"$python" "$here/gloo/bench.py" "$op" -b "$lo" -e "$hi" -f 4 -n 20 -w 5 >"$out/gloo-$op-$w-$r.txt"
+				;;
+			esac
+		done
 	done
 done
 "$python" "$here/host_report.py" "$out"

@@ -1,8 +1,11 @@
 #!/usr/bin/env python3
-"""Prints bench/host.sh's raw outputs as the Markdown table of BENCHMARKS.md's
-section "All the cores of a host": per world size and size, VCCL-Go's and
-Gloo's in-place all-reduce busbw (medians over the repetitions), their ratio,
-and VCCL-Go against the memory-bandwidth bound of the same run.
+"""Prints bench/host.sh's raw outputs as the Markdown tables of BENCHMARKS.md's
+section "All the cores of a host", one an operation: per world size and
+size, VCCL-Go's and Gloo's busbw (medians over the repetitions; in place,
+but an all-gather out of place, as Gloo's benchmark runs it), their ratio,
+and for the all-reduce VCCL-Go against the memory-bandwidth bound of the
+same run. Outputs of runs before host.sh's -o (vccl-W-R.txt) read as
+all-reduces.
 
 The bound: a reduce-scatter by slices and an all-gather in which each rank
 reads its peers' memory once move (3 - 1/W) bytes of memory traffic per
@@ -36,14 +39,25 @@ def bound(w, m):
     return 2 * (w - 1) * m / (w * (3 * w - 1))
 
 
-def medians(out, tool, w):
+def outputs(out, tool, op, w):
+    paths = glob.glob(os.path.join(out, f"{tool}-{op}-{w}-*.txt"))
+    if op == "allreduce":
+        paths += glob.glob(os.path.join(out, f"{tool}-{w}-*.txt"))
+    return sorted(paths)
+
+
+def medians(out, tool, op, w):
     per = {}
-    for path in sorted(glob.glob(os.path.join(out, f"{tool}-{w}-*.txt"))):
+    for path in outputs(out, tool, op, w):
         rows, failed = parse(path)
         if failed:
             print(f"<!-- {os.path.basename(path)}: FAILED -->")
         for size, r in rows.items():
-            m = r.get("ip") or r.get("oop")  # Gloo prints its in-place call in the first columns
+            # Gloo prints its one call in the first columns.
+            if op == "allgather" or tool == "gloo":
+                m = r.get("oop")
+            else:
+                m = r.get("ip") or r.get("oop")
             if m is None:
                 continue
             if m["wrong"] not in ("0", "N/A"):
@@ -54,23 +68,37 @@ def medians(out, tool, w):
 
 def main():
     out = sys.argv[1]
-    worlds = sorted({int(re.match(r"vccl-(\d+)-", os.path.basename(p)).group(1))
-                     for p in glob.glob(os.path.join(out, "vccl-*-*.txt"))})
+    runs = {}  # op -> world sizes
+    for p in glob.glob(os.path.join(out, "vccl-*.txt")):
+        m = re.match(r"vccl-(?:([a-z]+)-)?(\d+)-\d+\.txt$", os.path.basename(p))
+        if m:
+            runs.setdefault(m.group(1) or "allreduce", set()).add(int(m.group(2)))
     with open(os.path.join(out, "host.txt")) as f:
         for line in f:
             print(f"- {line.strip()}")
-    print()
-    print("| ranks | size | VCCL-Go busbw GB/s | Gloo busbw GB/s | VCCL/Gloo | memory bound busbw GB/s (membw, W threads) | VCCL/bound |")
-    print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-    for w in worlds:
-        v, g, m = medians(out, "vccl", w), medians(out, "gloo", w), membw(out, w)
-        for size in sorted(v):
-            b = bound(w, m) if m else None
-            gs = f"{g[size]:.2f}" if size in g else "-"
-            rs = f"{v[size] / g[size]:.2f}×" if g.get(size) else "-"
-            bs = f"{b:.2f} ({m:.0f} GB/s)" if b else "-"
-            fs = f"{v[size] / b:.0%}" if b else "-"
-            print(f"| {w} | {hsize(size)} | {v[size]:.2f} | {gs} | {rs} | {bs} | {fs} |")
+    for op in sorted(runs, key=lambda o: (o != "allreduce", o)):
+        print()
+        print(f"{op}:")
+        print()
+        if op == "allreduce":
+            print("| ranks | size | VCCL-Go busbw GB/s | Gloo busbw GB/s | VCCL/Gloo | memory bound busbw GB/s (membw, W threads) | VCCL/bound |")
+            print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
+        else:
+            print("| ranks | size | VCCL-Go busbw GB/s | Gloo busbw GB/s | VCCL/Gloo |")
+            print("| ---: | ---: | ---: | ---: | ---: |")
+        for w in sorted(runs[op]):
+            v, g = medians(out, "vccl", op, w), medians(out, "gloo", op, w)
+            m = membw(out, w) if op == "allreduce" else None
+            for size in sorted(v):
+                gs = f"{g[size]:.2f}" if size in g else "-"
+                rs = f"{v[size] / g[size]:.2f}×" if g.get(size) else "-"
+                row = f"| {w} | {hsize(size)} | {v[size]:.2f} | {gs} | {rs} |"
+                if op == "allreduce":
+                    b = bound(w, m) if m else None
+                    bs = f"{b:.2f} ({m:.0f} GB/s)" if b else "-"
+                    fs = f"{v[size] / b:.0%}" if b else "-"
+                    row += f" {bs} | {fs} |"
+                print(row)
 
 
 if __name__ == "__main__":
