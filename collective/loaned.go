@@ -194,17 +194,8 @@ func (c *Comm) loanedRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 			return err
 		}
 		part := uint32(i + 1)
-		for _, b := range s.boxes {
-			if b != nil {
-				b.PublishPart(k, part)
-			}
-		}
-		left := s.loanOrder[:0]
-		for d := 1; d < n; d++ {
-			left = append(left, (rank+n-d)%n)
-		}
-		s.loanOrder = left
-		if err := c.loanGather(ctx, k, part, seq, deadline, rq, left, block, i*per, per, workers); err != nil {
+		c.publishPart(k, part)
+		if err := c.loanGather(ctx, k, part, seq, deadline, rq, s.gatherOrder(rank, n, -1, -1), block, i*per, per, workers); err != nil {
 			return err
 		}
 	}
@@ -327,19 +318,10 @@ func (c *Comm) loanedReduce(ctx context.Context, k uint32, seq uint64, deadline 
 	if err != nil {
 		return err
 	}
-	for _, b := range s.boxes {
-		if b != nil {
-			b.PublishPart(k, 1)
-		}
-	}
+	c.publishPart(k, 1)
 	if rank == root {
-		left := s.loanOrder[:0]
-		for d := 1; d < n; d++ {
-			left = append(left, (rank+d)%n)
-		}
-		s.loanOrder = left
 		block := func(q int) (int, int) { return sliceBounds(0, count, n, q) }
-		if err := c.loanGather(ctx, k, 1, seq, deadline, rq, left, block, 0, count, workers); err != nil {
+		if err := c.loanGather(ctx, k, 1, seq, deadline, rq, s.gatherOrder(rank, n, 1, -1), block, 0, count, workers); err != nil {
 			return err
 		}
 	}
@@ -376,11 +358,7 @@ func (c *Comm) loanedBroadcast(ctx context.Context, k uint32, seq uint64, deadli
 				return nil
 			})
 		}
-		for _, b := range s.boxes {
-			if b != nil {
-				b.PublishPart(k, 1)
-			}
-		}
+		c.publishPart(k, 1)
 		return c.slicesPublishWait(ctx, k, 2, seq, deadline, rq) // every peer read its piece
 	}
 	lo, hi := block(rank)
@@ -391,21 +369,10 @@ func (c *Comm) loanedBroadcast(ctx context.Context, k uint32, seq uint64, deadli
 	if err != nil {
 		return fmt.Errorf("collective: %v seq %d: reading rank %d's buffer: %w", op, seq, root, err)
 	}
-	for _, b := range s.boxes {
-		if b != nil {
-			b.PublishPart(k, 1)
-		}
-	}
+	c.publishPart(k, 1)
 	// The other readers, from the next one on: at each step every reader
 	// reads a different one.
-	left := s.loanOrder[:0]
-	for d := 1; d < n; d++ {
-		if q := (rank + d) % n; q != root {
-			left = append(left, q)
-		}
-	}
-	s.loanOrder = left
-	if err := c.loanGather(ctx, k, 1, seq, deadline, rq, left, block, 0, count, workers); err != nil {
+	if err := c.loanGather(ctx, k, 1, seq, deadline, rq, s.gatherOrder(rank, n, 1, root), block, 0, count, workers); err != nil {
 		return err
 	}
 	return c.slicesPublishWait(ctx, k, 2, seq, deadline, rq) // every peer read this rank's piece
@@ -482,6 +449,20 @@ func loanRounds(count, n, es int) (per, rounds int) {
 	largest := (count + n - 1) / n
 	per = max(loanRound/es, 1)
 	return per, max((largest+per-1)/per, 1)
+}
+
+// gatherOrder returns the peers a rank of n gathers from, in the order it
+// tries them: from the one after it (step 1) or before it (step -1) on,
+// without skip (-1: none). It reuses smallPath.loanOrder.
+func (s *smallPath) gatherOrder(rank, n, step, skip int) []int {
+	left := s.loanOrder[:0]
+	for d := 1; d < n; d++ {
+		if q := (rank + n + step*d) % n; q != skip {
+			left = append(left, q)
+		}
+	}
+	s.loanOrder = left
+	return left
 }
 
 // loanGather reads elements [from, from+per) of every peer q's block of

@@ -267,12 +267,17 @@ func (c *Comm) piecesRun(ctx context.Context, k uint32, seq uint64, deadline *sm
 // slicesPublishWait publishes part i of call k to every peer and waits
 // until every peer has published it.
 func (c *Comm) slicesPublishWait(ctx context.Context, k, part uint32, seq uint64, deadline *smallDeadline, rq *request) error {
+	c.publishPart(k, part)
+	return c.slicesWait(ctx, k, part, seq, deadline, rq)
+}
+
+// publishPart publishes part i of call k to every peer.
+func (c *Comm) publishPart(k, part uint32) {
 	for _, b := range c.small.boxes {
 		if b != nil {
 			b.PublishPart(k, part)
 		}
 	}
-	return c.slicesWait(ctx, k, part, seq, deadline, rq)
 }
 
 // slicesRun runs a sliced call whose part 0 every peer has published with

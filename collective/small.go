@@ -830,13 +830,8 @@ func (c *Comm) readWhole(k uint32, rq *request) error {
 // read what it needed (part 1), and one that lent waits until every peer
 // has said so.
 func (c *Comm) lentDone(ctx context.Context, k uint32, seq uint64, deadline *smallDeadline, rq *request) error {
-	s := c.small
-	for _, b := range s.boxes {
-		if b != nil {
-			b.PublishPart(k, 1)
-		}
-	}
-	if s.way != wayLend {
+	c.publishPart(k, 1)
+	if c.small.way != wayLend {
 		return nil
 	}
 	return c.slicesWait(ctx, k, 1, seq, deadline, rq)
