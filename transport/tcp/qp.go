@@ -80,6 +80,7 @@ type QP struct {
 	closed        atomic.Bool   // Close was called: posts are refused
 	spinning      atomic.Bool   // the owner polls without pause (SetSpinning)
 	rwaiting      atomic.Bool   // the reader goroutine waits in poll(2), or is about to
+	rparked       atomic.Bool   // the reader goroutine waits on arm: it reads nothing until spinning stops
 	arm           chan struct{} // wakes the reader goroutine when spinning stops
 
 	mu        sync.Mutex
@@ -741,11 +742,13 @@ func (q *QP) readLoop() {
 	var err error
 	for rerr == nil && err == nil {
 		if q.spinning.Load() {
+			q.rparked.Store(true)
 			select {
 			case <-q.arm:
 			case <-q.dead:
 				err = net.ErrClosed
 			}
+			q.rparked.Store(false)
 			continue
 		}
 		q.rmu.Lock()

@@ -55,8 +55,10 @@ func pollN(t *testing.T, q *QP, n int) {
 func TestEventsOfOneReadShareStamp(t *testing.T) {
 	p := connect(t, Backend{}, "")
 	qa, qb := p.A.(*QP), p.B.(*QP)
-	qa.SetSpinning(true) // the reader goroutines stay parked: only Polls read
+	qa.SetSpinning(true) // the reader goroutines park: only Polls read
 	qb.SetSpinning(true)
+	waitParked(t, qa)
+	waitParked(t, qb)
 	const n = 100
 	// Two eager sends, written in one batch, wait in B's socket.
 	if err := qa.PostSend(transport.WR{ID: 1, Buf: make([]byte, n), More: true}); err != nil {

@@ -587,7 +587,8 @@ func TestSpinningOwnerKeepsFullBatch(t *testing.T) {
 		p := connect(t, Backend{}, "")
 		qa, qb := p.A.(*QP), p.B.(*QP)
 		qa.SetSpinning(true)
-		qb.SetSpinning(true) // B's reader goroutine stays parked
+		qb.SetSpinning(true) // B's reader goroutine parks
+		waitParked(t, qb)
 		dst := make([]byte, size)
 		p.B.PostRecv(transport.WR{ID: 1, Buf: dst})
 		qb.Poll(nil) // writes the credit
@@ -688,5 +689,20 @@ func TestSpinningKicksWaitingReader(t *testing.T) {
 	}
 	if qb.rwaiting.Load() {
 		t.Fatal("the reader goroutine went back to poll while its owner spins")
+	}
+}
+
+// waitParked waits until q's reader goroutine has parked for its spinning
+// owner: one that read the spinning flag just before it went up may still
+// take the socket's next bytes, which a test that wants only Polls to read
+// must not let it (on a loaded machine it did).
+func waitParked(t *testing.T, q *QP) {
+	t.Helper()
+	deadline := time.Now().Add(transporttest.Deadline)
+	for !q.rparked.Load() {
+		if time.Now().After(deadline) {
+			t.Fatal("the reader goroutine of a spinning owner never parked")
+		}
+		runtime.Gosched()
 	}
 }
