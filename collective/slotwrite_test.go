@@ -12,29 +12,34 @@ import (
 // slotWrites keeps the way that won most rounds of its measurement, ties
 // going in slotWay's order, per size class, and measures again after
 // reprobeEvery calls; it measures lending only where the table's calls
-// may lend and this call could.
+// may lend and this call could; a way that lost each of its first rounds
+// clearly is measured no more.
 func TestSlotWritesChoose(t *testing.T) {
 	const n = 64 << 10
 	flat := func(ns int64) func(int) int64 { return func(int) int64 { return ns } }
+	five, two, eight := probeRounds-3, dropAfter, probeRounds
 	for _, tc := range []struct {
 		name     string
 		lends    bool                // the table's calls may lend
 		canLend  func(call int) bool // nil: every call can
 		ns       [nWays]func(round int) int64
 		want     slotWay
-		ways     slotWay
-		rounds   int // the measurement's length: a leader no one can catch ends it
-		failEach int // every failEach-th call fails (not reported); 0: none
+		rounds   [nWays]int // rounds each way was measured: a leader no one can catch ends it
+		failEach int        // every failEach-th call fails (not reported); 0: none
 	}{
-		{name: "plain faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, rounds: 5},
-		{name: "stream faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(120)}, want: wayStream, ways: 2, rounds: 5},
-		{name: "tie", ns: [nWays]func(int) int64{flat(100), flat(1), func(r int) int64 { return 80 + int64(r%2)*40 }}, want: wayStream, ways: 2, rounds: probeRounds},
-		{name: "plain faster, calls failing", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, failEach: 3, rounds: 5},
-		{name: "lend faster", lends: true, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3, rounds: 5},
-		{name: "plain faster than lending", lends: true, ns: [nWays]func(int) int64{flat(100), flat(90), flat(80)}, want: wayPlain, ways: 3, rounds: 5},
-		{name: "lend and plain tie", lends: true, ns: [nWays]func(int) int64{flat(100), flat(70), func(r int) int64 { return 50 + int64(r%2)*40 }}, want: wayLend, ways: 3, rounds: probeRounds},
-		{name: "peers cannot read", lends: true, canLend: func(int) bool { return false }, ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, ways: 2, rounds: 5},
-		{name: "a call that cannot lend", lends: true, canLend: func(call int) bool { return call%5 != 0 }, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, ways: 3, rounds: 5},
+		{name: "plain faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, rounds: [nWays]int{five, 0, five}},
+		{name: "stream faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(120)}, want: wayStream, rounds: [nWays]int{five, 0, five}},
+		{name: "plain clearly faster", ns: [nWays]func(int) int64{flat(100), flat(1), flat(50)}, want: wayPlain, rounds: [nWays]int{two, 0, two}},
+		{name: "tie", ns: [nWays]func(int) int64{flat(100), flat(1), func(r int) int64 { return 80 + int64(r%2)*40 }}, want: wayStream, rounds: [nWays]int{eight, 0, eight}},
+		{name: "plain faster, calls failing", ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, failEach: 3, rounds: [nWays]int{five, 0, five}},
+		{name: "lend clearly faster", lends: true, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, rounds: [nWays]int{two, two, two}},
+		{name: "lend faster, one block preempted", lends: true, ns: [nWays]func(int) int64{flat(100), func(r int) int64 { return 60 + int64(max(1-r, 0))*140 }, flat(100)}, want: wayLend, rounds: [nWays]int{6, 6, 6}},
+		{name: "plain faster than lending", lends: true, ns: [nWays]func(int) int64{flat(100), flat(90), flat(80)}, want: wayPlain, rounds: [nWays]int{five, five, five}},
+		// Streaming lost both first rounds clearly and is dropped; lending
+		// and plain go on, each winning every other round.
+		{name: "lend and plain tie", lends: true, ns: [nWays]func(int) int64{flat(100), flat(70), func(r int) int64 { return 50 + int64(r%2)*40 }}, want: wayLend, rounds: [nWays]int{two, eight, eight}},
+		{name: "peers cannot read", lends: true, canLend: func(int) bool { return false }, ns: [nWays]func(int) int64{flat(100), flat(1), flat(80)}, want: wayPlain, rounds: [nWays]int{five, 0, five}},
+		{name: "a call that cannot lend", lends: true, canLend: func(call int) bool { return call%5 != 0 }, ns: [nWays]func(int) int64{flat(100), flat(60), flat(80)}, want: wayLend, rounds: [nWays]int{two, two, two}},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			w := slotWrites{lends: tc.lends}
@@ -67,11 +72,7 @@ func TestSlotWritesChoose(t *testing.T) {
 				counted[way]++
 			}
 			for way, got := range counted {
-				want := probeBlock * tc.rounds
-				if slotWay(way) == wayLend && tc.ways == 2 {
-					want = 0
-				}
-				if got != want {
+				if want := probeBlock * tc.rounds[way]; got != want {
 					t.Errorf("measured %d calls of way %d, want %d", got, way, want)
 				}
 			}
