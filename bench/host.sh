@@ -6,8 +6,11 @@
 # ./cmd/vccl-bench), a C compiler, and python3 with torch for Gloo
 # (PYTHON=...; skipped if it has none).
 #
-#   bench/host.sh [-w "2 8 16"] [-o "allreduce allgather"] [-b 1M] [-e 64M] [-r 3] OUTDIR
+#   bench/host.sh [-w "2 8 16"] [-o "allreduce allgather"] [-b 1M] [-e 64M] [-r 3] [-s] OUTDIR
 #
+# -s runs VCCL-Go a second time with buffers its peers map (vccl-bench
+# --device shared: shm.AllocShared, decision 0053), interleaved with the
+# first, as the tool "vcclshared".
 # -o names the operations (vccl-bench's names; default allreduce); Gloo runs
 # those its benchmark has (allreduce, allgather, broadcast). Each (tool,
 # operation, ranks) triple runs -r times, interleaved; host_report.py prints
@@ -15,19 +18,20 @@
 # bound. VCCL is compared in place with Gloo's all-reduce and broadcast
 # (torch.distributed's only form) and out of place with its all-gather.
 set -euo pipefail
-worlds="2 8 16" ops=allreduce lo=1M hi=64M reps=3
-while getopts "w:o:b:e:r:" o; do
+worlds="2 8 16" ops=allreduce lo=1M hi=64M reps=3 shared=0
+while getopts "w:o:b:e:r:s" o; do
 	case $o in
 	w) worlds=$OPTARG ;;
 	o) ops=$OPTARG ;;
 	b) lo=$OPTARG ;;
 	e) hi=$OPTARG ;;
 	r) reps=$OPTARG ;;
+	s) shared=1 ;;
 	*) exit 2 ;;
 	esac
 done
 shift $((OPTIND - 1))
-out=${1:?usage: bench/host.sh [-w worlds] [-o ops] [-b lo] [-e hi] [-r reps] OUTDIR}
+out=${1:?usage: bench/host.sh [-w worlds] [-o ops] [-b lo] [-e hi] [-r reps] [-s] OUTDIR}
 mkdir -p "$out"
 here=$(cd "$(dirname "$0")" && pwd)
 python=${PYTHON:-python3}
@@ -47,6 +51,10 @@ for r in $(seq "$reps"); do
 		for w in $worlds; do
 			VCCL_TRANSPORT=shm bin/vcclrun -n "$w" --quiet -- bin/vccl-bench "$op" \
 				-b "$lo" -e "$hi" -f 4 -n 20 -w 5 --progress off >"$out/vccl-$op-$w-$r.txt"
+			if ((shared)); then
+				VCCL_TRANSPORT=shm bin/vcclrun -n "$w" --quiet -- bin/vccl-bench "$op" --device shared \
+					-b "$lo" -e "$hi" -f 4 -n 20 -w 5 --progress off >"$out/vcclshared-$op-$w-$r.txt"
+			fi
 			case "$gloo $op" in
 			"1 allreduce" | "1 allgather" | "1 broadcast")
 				GLOO_SOCKET_IFNAME=lo bin/vcclrun -n "$w" --quiet --tag-output=false -- \

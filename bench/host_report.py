@@ -4,8 +4,9 @@ section "All the cores of a host", one an operation: per world size and
 size, VCCL-Go's and Gloo's busbw (medians over the repetitions; in place,
 but an all-gather out of place, as Gloo's benchmark runs it), their ratio,
 and for the all-reduce VCCL-Go against the memory-bandwidth bound of the
-same run. Outputs of runs before host.sh's -o (vccl-W-R.txt) read as
-all-reduces.
+same run; with host.sh -s, VCCL-Go with buffers its peers map
+(--device shared) in columns of its own. Outputs of runs before host.sh's
+-o (vccl-W-R.txt) read as all-reduces.
 
 The bound: a reduce-scatter by slices and an all-gather in which each rank
 reads its peers' memory once move (3 - 1/W) bytes of memory traffic per
@@ -80,26 +81,31 @@ def main():
         print()
         print(f"{op}:")
         print()
+        shared = any(medians(out, "vcclshared", op, w) for w in runs[op])
+        head = ["ranks", "size", "VCCL-Go busbw GB/s", "Gloo busbw GB/s", "VCCL/Gloo"]
         if op == "allreduce":
-            print("| ranks | size | VCCL-Go busbw GB/s | Gloo busbw GB/s | VCCL/Gloo | memory bound busbw GB/s (membw, W threads) | VCCL/bound |")
-            print("| ---: | ---: | ---: | ---: | ---: | ---: | ---: |")
-        else:
-            print("| ranks | size | VCCL-Go busbw GB/s | Gloo busbw GB/s | VCCL/Gloo |")
-            print("| ---: | ---: | ---: | ---: | ---: |")
+            head += ["memory bound busbw GB/s (membw, W threads)", "VCCL/bound"]
+        if shared:
+            head += ["VCCL-Go, shared buffers, GB/s", "shared/Gloo"] + (["shared/bound"] if op == "allreduce" else [])
+        print("| " + " | ".join(head) + " |")
+        print("|" + " ---: |" * len(head))
         for w in sorted(runs[op]):
             v, g = medians(out, "vccl", op, w), medians(out, "gloo", op, w)
+            vs = medians(out, "vcclshared", op, w)
             m = membw(out, w) if op == "allreduce" else None
+            b = bound(w, m) if m else None
             for size in sorted(v):
-                gs = f"{g[size]:.2f}" if size in g else "-"
-                rs = f"{v[size] / g[size]:.2f}×" if g.get(size) else "-"
-                row = f"| {w} | {hsize(size)} | {v[size]:.2f} | {gs} | {rs} |"
+                cells = [str(w), hsize(size), f"{v[size]:.2f}",
+                         f"{g[size]:.2f}" if size in g else "-",
+                         f"{v[size] / g[size]:.2f}×" if g.get(size) else "-"]
                 if op == "allreduce":
-                    b = bound(w, m) if m else None
-                    bs = f"{b:.2f} ({m:.0f} GB/s)" if b else "-"
-                    fs = f"{v[size] / b:.0%}" if b else "-"
-                    row += f" {bs} | {fs} |"
-                print(row)
-
+                    cells += [f"{b:.2f} ({m:.0f} GB/s)" if b else "-", f"{v[size] / b:.0%}" if b else "-"]
+                if shared:
+                    s = vs.get(size)
+                    cells += [f"{s:.2f}" if s else "-", f"{s / g[size]:.2f}×" if s and g.get(size) else "-"]
+                    if op == "allreduce":
+                        cells.append(f"{s / b:.0%}" if s and b else "-")
+                print("| " + " | ".join(cells) + " |")
 
 if __name__ == "__main__":
     main()
