@@ -119,3 +119,96 @@ func TestSharedSlice(t *testing.T) {
 		}
 	}
 }
+
+// Calls by loans whose all-gather reads write past the caches
+// (gatherPastCaches, here at any size) from buffers the peers map give
+// every rank the whole result: an all-reduce, an all-gather and a
+// broadcast from either end, in place and apart, with blocks that end
+// off a cache line.
+func TestLoanedStreamSharedBuffers(t *testing.T) {
+	byLoans(t)
+	loanStreamForTests.Store(1)
+	t.Cleanup(func() { loanStreamForTests.Store(0) })
+	const n = 3
+	ctx, comms := loanComms(t, n)
+	alloc := func(count int) []float32 {
+		s, err := SharedSlice[float32](count)
+		if err != nil {
+			t.Fatal(err)
+		}
+		t.Cleanup(func() { FreeSharedSlice(s) })
+		return s
+	}
+	value := func(rank, nth, i int) float32 { return float32(rank*1000 + nth*7 + i%4093) }
+	nth := 0
+	for _, op := range []Op{OpAllReduce, OpAllGather, OpBroadcast} {
+		roots := []int{0}
+		if op == OpBroadcast {
+			roots = []int{0, n - 1}
+		}
+		count := loanedLeast(op, n)/4 + 3*loanChunk/4 + 5
+		for _, root := range roots {
+			for _, inPlace := range []bool{false, true} {
+				nth++
+				ins, outs := make([][]float32, n), make([][]float32, n)
+				for r := range n {
+					ins[r] = alloc(count)
+					for i := range ins[r] {
+						ins[r][i] = value(r, nth, i)
+					}
+					switch {
+					case op == OpAllGather && inPlace:
+						outs[r] = alloc(n * count)
+						copy(outs[r][r*count:], ins[r])
+						ins[r] = outs[r][r*count : (r+1)*count]
+					case op == OpAllGather:
+						outs[r] = alloc(n * count)
+					case inPlace:
+						outs[r] = ins[r]
+					default:
+						outs[r] = alloc(count)
+					}
+				}
+				err := runOnAll(comms, func(c *Comm) error {
+					r := c.Rank()
+					switch op {
+					case OpAllReduce:
+						return AllReduce(ctx, c, ins[r], outs[r], Sum)
+					case OpAllGather:
+						return AllGather(ctx, c, ins[r], outs[r])
+					}
+					return Broadcast(ctx, c, ins[r], outs[r], root)
+				})
+				what := fmt.Sprintf("%v root %d in place %v, %d elements a rank", op, root, inPlace, count)
+				if err != nil {
+					t.Fatalf("%s: %v", what, err)
+				}
+				rq := &request{call: call{op: op, root: root}, dt: Float32}
+				if op == OpAllReduce {
+					rq.call.redop = Sum
+				}
+				if !wentByLoans(comms[0], mailboxCalls(comms[0]), rq) {
+					t.Fatalf("%s: not by loans", what)
+				}
+				for r := range n {
+					for i, got := range outs[r] {
+						var want float32
+						switch op {
+						case OpAllReduce:
+							for q := range n {
+								want += value(q, nth, i)
+							}
+						case OpAllGather:
+							want = value(i/count, nth, i%count)
+						default:
+							want = value(root, nth, i)
+						}
+						if got != want {
+							t.Fatalf("%s: rank %d element %d = %g, want %g", what, r, i, got, want)
+						}
+					}
+				}
+			}
+		}
+	}
+}

@@ -182,12 +182,16 @@ type Mailbox interface {
 	// (collective's all-reduce by loans reads its output that way, at a
 	// distance the lender's slot gives); its bounds are the caller's
 	// protocol, and a read outside the lender's memory fails.
+	// ReadLentStream is ReadLent for a destination nothing reads soon: where
+	// the copy is this process's own (the peer's buffer is mapped here) it
+	// writes past the caches.
 	ReadsPeer() bool
 	PeerReadsMine() bool
 	Lend(k uint32, addr uintptr)
 	Withdraw(k uint32)
 	PeerLent(k uint32) bool
 	ReadLent(k uint32, dst []byte, off int) error
+	ReadLentStream(k uint32, dst []byte, off int) error
 }
 
 // WC is a work completion.

@@ -158,7 +158,7 @@ func (c *cmaPeer) probe(sc sideCtl) error {
 		return errors.New("the peer published no probe word")
 	}
 	v := new(uint64)
-	if err := c.read(unsafe.Slice((*byte)(unsafe.Pointer(v)), 8), addr); err != nil {
+	if err := c.read(unsafe.Slice((*byte)(unsafe.Pointer(v)), 8), addr, false); err != nil {
 		return err
 	}
 	if *v != cookie {
@@ -184,14 +184,19 @@ func (q *QP) warnNoCMA(why error) {
 }
 
 // read copies len(dst) bytes at addr in the peer into dst, from this
-// process's mapping where they lie in a shared buffer of the peer's, then
-// checks that the peer is still the process it was at set-up.
-func (c *cmaPeer) read(dst []byte, addr uint64) error {
+// process's mapping where they lie in a shared buffer of the peer's (past
+// the caches if stream), then checks that the peer is still the process it
+// was at set-up.
+func (c *cmaPeer) read(dst []byte, addr uint64, stream bool) error {
 	if cmaFault.Load() {
 		return fmt.Errorf("process_vm_readv from pid %d: %w (injected)", c.pid, unix.EFAULT)
 	}
 	if v := c.mem.view(addr, len(dst)); v != nil {
-		copy(dst, v)
+		if stream {
+			copyStream(dst, v)
+		} else {
+			copy(dst, v)
+		}
 		dst = nil
 	}
 	for len(dst) > 0 {

@@ -5,12 +5,15 @@ package shm
 import (
 	"bytes"
 	"os"
+	"slices"
 	"strconv"
 	"strings"
 	"testing"
 	"unsafe"
 
 	"golang.org/x/sys/unix"
+
+	"github.com/vccl-go/vccl/transport"
 )
 
 // spanAt returns the receiver's knowledge of the peer's mapping at b's
@@ -250,5 +253,51 @@ func TestInsertSpanKeepsSpansDisjoint(t *testing.T) {
 	}
 	if v := m.find(0x5800).view(0x5800, 0x801); v != nil {
 		t.Fatal("a view past the shared span's end")
+	}
+}
+
+// ReadLentStream reads a loan whole at any offset and length: from the
+// reader's own mapping of a shared buffer (written past the caches, its
+// unaligned head and tail copied plainly), and by process_vm_readv from
+// ordinary memory, as ReadLent does.
+func TestMailboxReadLentStream(t *testing.T) {
+	p, _, _ := cmaPair(t)
+	a, b := p.A.(transport.Mailboxer).Mailbox(), p.B.(transport.Mailboxer).Mailbox()
+	if !b.ReadsPeer() {
+		t.Fatal("b cannot read a")
+	}
+	n := 3*MailboxSlot + 77
+	shared, err := AllocShared(n)
+	if err != nil {
+		t.Fatal(err)
+	}
+	defer FreeShared(shared)
+	copy(shared, patternOf(n, 5))
+	for i, tc := range []struct {
+		name string
+		buf  []byte
+	}{
+		{"shared buffer", shared},
+		{"ordinary memory", patternOf(n, 11)},
+	} {
+		k := uint32(2*i + 1)
+		a.Lend(k, uintptr(unsafe.Pointer(&tc.buf[0])))
+		a.Publish(k, 1<<31)
+		for _, r := range []struct{ off, len, at int }{{0, n, 0}, {3, n - 3, 1}, {17, 100, 5}, {64, 4096, 0}, {n - 9, 9, 3}} {
+			got := make([]byte, r.len+r.at+7)
+			if err := b.ReadLentStream(k, got[r.at:r.at+r.len], r.off); err != nil {
+				t.Fatalf("%s: bytes %d-%d: %v", tc.name, r.off, r.off+r.len, err)
+			}
+			if !bytes.Equal(got[r.at:r.at+r.len], tc.buf[r.off:r.off+r.len]) {
+				t.Fatalf("%s: bytes %d-%d read into offset %d differ", tc.name, r.off, r.off+r.len, r.at)
+			}
+			if slices.ContainsFunc(got[:r.at], func(c byte) bool { return c != 0 }) || slices.ContainsFunc(got[r.at+r.len:], func(c byte) bool { return c != 0 }) {
+				t.Fatalf("%s: bytes %d-%d: the read wrote outside its destination", tc.name, r.off, r.off+r.len)
+			}
+		}
+		span := b.(*Mailbox).rd.mem.find(uint64(uintptr(unsafe.Pointer(&tc.buf[0]))))
+		if known, mapped := span != nil, span != nil && span.local != nil; !known || mapped != (i == 0) {
+			t.Fatalf("%s: the reader knows its span %v, mapped here %v; want known, mapped %v", tc.name, known, mapped, i == 0)
+		}
 	}
 }

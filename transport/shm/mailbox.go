@@ -339,7 +339,20 @@ var errWithdrawn = errors.New("the peer withdrew its buffer (its call failed) wh
 // other memory the peer keeps for the call). It fails if this side cannot
 // read the peer, if the peer did not lend call k, or withdrew it before
 // the copy ended, or is gone.
-func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error {
+func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error { return m.readLent(k, dst, off, false) }
+
+// ReadLentStream is ReadLent writing dst past the caches (non-temporal
+// stores) where the lent buffer is one of the peer's shared buffers
+// (AllocShared), which this process copies from itself; a read by
+// process_vm_readv is the kernel's copy and stays as it is. For a
+// destination nothing reads before it leaves the caches anyway: an
+// all-reduce of 64 MiB at 8 and 16 ranks then ran 1.1-1.5x faster
+// (decision 0062).
+func (m *Mailbox) ReadLentStream(k uint32, dst []byte, off int) error {
+	return m.readLent(k, dst, off, true)
+}
+
+func (m *Mailbox) readLent(k uint32, dst []byte, off int, stream bool) error {
 	if m.rd == nil {
 		return errNoCMA
 	}
@@ -349,7 +362,7 @@ func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error {
 	if len(dst) == 0 {
 		return nil
 	}
-	if err := m.rd.read(dst, m.peer.addr[k&1].Load()+uint64(off)); err != nil {
+	if err := m.rd.read(dst, m.peer.addr[k&1].Load()+uint64(off), stream); err != nil {
 		if err == errPeerExited {
 			return fmt.Errorf("%w: shm peer (pid %d) left during a single-copy read", transport.ErrPeerDead, m.q.peerPid)
 		}

@@ -709,7 +709,7 @@ func (q *QP) readCMA(r *recvOp, msgLen int, addr uint64) bool {
 		}
 	case q.cma != nil:
 		t0 := flowtel.Monotonic()
-		err = q.cma.read(r.wr.Buf[:msgLen], addr)
+		err = q.cma.read(r.wr.Buf[:msgLen], addr, false)
 		if err == nil && msgLen >= rateSample {
 			q.noteRead(msgLen, flowtel.Monotonic()-t0)
 		}
@@ -763,7 +763,7 @@ func (q *QP) readReduce(r *recvOp, msgLen int, addr uint64) (partial bool, err e
 	defer bounces.Put(b)
 	for off := 0; off < msgLen; {
 		n := min(pullPiece, msgLen-off)
-		if err := q.cma.read(b[:n], addr+uint64(off)); err != nil {
+		if err := q.cma.read(b[:n], addr+uint64(off), false); err != nil {
 			return off > 0, err
 		}
 		r.wr.Reduce(r.wr.Buf[off:off+n], b[:n], r.wr.Src[off:off+n])
