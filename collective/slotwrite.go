@@ -64,7 +64,7 @@ type slotClass struct {
 	sum    int64          // ns of the counted calls of the block being measured
 	sums   [nWays]int64   // each way's block of the round being measured
 	wins   [nWays]uint16  // rounds each way won, in this measurement
-	lost   [nWays]uint8   // rounds each way lost by more than clearLoss
+	lost   [nWays]uint8   // rounds each way lost clearly
 	chosen bool           // a measurement has ended
 }
 
@@ -81,15 +81,14 @@ const (
 	// inheritCheck: calls of a class that adopted a smaller class's choice
 	// before it measures its own.
 	inheritCheck = 128
-	// dropAfter rounds each lost by more than clearLoss (the winner's
-	// time times clearLoss[0]/clearLoss[1]) drop a way from a measurement:
+	// dropAfter rounds each lost clearly drop a way from a measurement:
 	// twice, so that one preempted block does not decide.
 	dropAfter = 2
+	// A block lost its round clearly when it took more than
+	// lossNum/lossDen of the fastest block's time: where the ways
+	// differ, they differed by 1.3-2x.
+	lossNum, lossDen = 5, 4
 )
-
-// clearLoss is the ratio to the round's fastest block beyond which a
-// block lost clearly: where the ways differ, they differed by 1.3-2x.
-var clearLoss = [2]int64{5, 4}
 
 // measureCalls is a measurement's length in calls, comparing ways ways.
 func measureCalls(ways slotWay) int { return probeBlock * probeRounds * int(ways) }
@@ -170,7 +169,7 @@ func (w *slotWrites) done(n int, ns int64) {
 	cl.wins[best]++
 	kept := uint8(0)
 	for _, wy := range cl.ways[:cl.nways] {
-		if cl.sums[wy]*clearLoss[1] > cl.sums[best]*clearLoss[0] {
+		if cl.sums[wy]*lossDen > cl.sums[best]*lossNum {
 			cl.lost[wy]++
 		}
 		if cl.rounds < dropAfter || cl.lost[wy] < cl.rounds {
