@@ -339,7 +339,9 @@ var errWithdrawn = errors.New("the peer withdrew its buffer (its call failed) wh
 // other memory the peer keeps for the call). It fails if this side cannot
 // read the peer, if the peer did not lend call k, or withdrew it before
 // the copy ended, or is gone.
-func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error { return m.readLent(k, dst, off, false) }
+func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error {
+	return m.readLent(k, dst, off, false)
+}
 
 // ReadLentStream is ReadLent writing dst past the caches (non-temporal
 // stores) where the lent buffer is one of the peer's shared buffers
