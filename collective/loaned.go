@@ -287,11 +287,13 @@ func (c *Comm) loanedAllGather(ctx context.Context, k uint32, seq uint64, deadli
 		}
 		for d := 1; d < n; d++ {
 			q := (rank + d) % n
-			read := s.boxes[q].ReadLent
+			var err error
 			if stream {
-				read = s.boxes[q].ReadLentStream
+				err = s.boxes[q].ReadLentStream(k, out[q*blk+a:q*blk+b], a)
+			} else {
+				err = s.boxes[q].ReadLent(k, out[q*blk+a:q*blk+b], a)
 			}
-			if err := read(k, out[q*blk+a:q*blk+b], a); err != nil {
+			if err != nil {
 				return fmt.Errorf("collective: %v seq %d: reading rank %d's input: %w", op, seq, q, err)
 			}
 		}
