@@ -39,14 +39,16 @@ func (b Buffer) Len() int {
 
 // Handle is an operation in flight.
 type Handle struct {
-	tasks  []*task
-	comm   *Comm
-	err    error
-	waited bool
-	dev    *deviceWait  // a device operation: the engine waits
-	small  *smallWait   // a call on the mailbox path (small.go)
-	inline bool         // a blocking call's, never seen by the caller: reused once waited
-	left   atomic.Int32 // not inline: tasks not finished; the last to finish ends the call (Comm.pending)
+	tasks   []*task
+	comm    *Comm
+	err     error
+	waited  bool
+	dev     *deviceWait  // a device operation: the engine waits
+	small   *smallWait   // a call on the mailbox path (small.go)
+	inline  bool         // a blocking call's, never seen by the caller: reused once waited
+	probeAt int64        // a blocking call loanChoice times: when it started, else 0
+	probeN  int          // and its bytes a rank
+	left    atomic.Int32 // not inline: tasks not finished; the last to finish ends the call (Comm.pending)
 }
 
 // Wait blocks until the operation finished or ctx ended, and returns its
@@ -126,6 +128,7 @@ type request struct {
 	seq     uint64   // set: the sequence number of a mailbox call run again on the engine (small.go)
 	slices  bool     // a mailbox call above a slot, in slices (slices.go)
 	loaned  bool     // a mailbox call by loans (loaned.go)
+	probeAt int64    // a call loanChoice times: when it started (flowtel.Monotonic), else 0
 }
 
 func (c *Comm) check(b Buffer, what string) error {
@@ -192,6 +195,9 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 	}
 	if h == nil {
 		h = &Handle{comm: c, inline: inline}
+	}
+	if inline {
+		h.probeAt, h.probeN = rq.probeAt, len(rq.in)
 	}
 	old := h.tasks[:cap(h.tasks)]
 	h.tasks = h.tasks[:0]

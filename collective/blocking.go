@@ -6,6 +6,8 @@ import (
 	"encoding/json"
 	"fmt"
 	"slices"
+
+	"github.com/vccl-go/vccl/flowtel"
 )
 
 // wait finishes a blocking call. A handle whose tasks all finished is
@@ -23,6 +25,9 @@ func (c *Comm) wait(ctx context.Context, h *Handle, err error) error {
 		defer c.pending.Done()
 	}
 	err = h.Wait(ctx)
+	if err == nil && h.probeAt != 0 {
+		c.small.loans.done(h.probeN, false, flowtel.Monotonic()-h.probeAt)
+	}
 	if h.waited && h.inline {
 		c.recycle(h)
 	}

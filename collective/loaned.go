@@ -61,16 +61,16 @@ const loanChunk = 64 << 10
 // KiB, from where they measured faster than the engine at 8 and 16 ranks
 // on 16 cores (1.1-3x; decision 0061); smaller calls take the mailbox
 // whole, or measured level or slower by loans. Between 2 ranks an
-// all-reduce goes by loans from 2 MiB: there the engine runs a ring
-// through the shm transport's rings, which hands each piece over in the
-// sender's cache, and a loan's reader takes the peer's block from where
-// the peer last wrote it: in place, that is the peer's core's cache while
-// a block fits there, and 2 ranks' 1 MiB in place went 0.7x the ring's
-// speed (both the 2-core VM and the 16-core host), 2 MiB level with it
-// and more faster. The other operations do not go by loans between 2
-// ranks: an all-gather and a broadcast go in slices, lent where that
-// measured faster (decision 0054), and a reduce-scatter and a reduce on
-// the engine.
+// all-reduce may go by loans from 2 MiB, where the ranks measure it
+// against the ring (loanChoice): the engine runs the ring through the shm
+// transport's rings, which hands each piece over in the sender's cache,
+// and a loan's reader takes the peer's block from where the peer last
+// wrote it: in place, that is the peer's core's cache while a block fits
+// there, and 2 ranks' 1 MiB in place went 0.7x the ring's speed (both the
+// 2-core VM and the 16-core host), 2 MiB level with it. The other
+// operations do not go by loans between 2 ranks: an all-gather and a
+// broadcast go in slices, lent where that measured faster (decision
+// 0054), and a reduce-scatter and a reduce on the engine.
 func loanedMin(op Op, ranks int) int {
 	switch {
 	case ranks == 2 && op == OpAllReduce:

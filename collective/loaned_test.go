@@ -43,11 +43,31 @@ func wentByLoans(c *Comm, k uint32, rq *request) bool {
 
 // loanComms returns n ranks over shm whose calls by loans split their
 // work n ways, whatever the machine's CPUs (up to four ways at the tests'
-// sizes), and a context for the test.
+// sizes) and whose all-reduces that may go by loans do (loanedLocal), and
+// a context for the test.
 func loanComms(t *testing.T, n int) (context.Context, []*Comm) {
 	loanWorkersForTests.Store(int32(n))
 	t.Cleanup(func() { loanWorkersForTests.Store(0) })
-	return testCtx(t, 2*time.Minute), newLocal(t, n, WithTransport("shm"))
+	return testCtx(t, 2*time.Minute), loanedLocal(t, n)
+}
+
+// loanedLocal returns n ranks over shm whose all-reduces that may go by
+// loans do without a measurement (loanChoice's tests measure).
+func loanedLocal(t *testing.T, n int) []*Comm {
+	comms := newLocal(t, n, WithTransport("shm"))
+	for _, c := range comms {
+		chooseWay(&c.small.loans, wayLoans)
+	}
+	return comms
+}
+
+// chooseWay has every class of lc keep way, as if it had measured it.
+func chooseWay(lc *loanChoice, way slotWay) {
+	lc.mu.Lock()
+	defer lc.mu.Unlock()
+	for i := range lc.class {
+		lc.class[i] = slotClass{way: way, chosen: true}
+	}
 }
 
 // loanedRequest is what wentByLoans needs of mc's request: only reductions
@@ -289,7 +309,7 @@ func TestLoanedDeadline(t *testing.T) {
 			if op != OpAllReduce {
 				n = 3
 			}
-			comms := newLocal(t, n, WithTransport("shm"))
+			comms := loanedLocal(t, n)
 			ctx, cancel := context.WithTimeout(context.Background(), 300*time.Millisecond)
 			defer cancel()
 			_, _, err := loanedCall(ctx, comms[0], op, loanedLeast(op, n)/4, 0, nil)
@@ -321,7 +341,7 @@ func TestLoanedHeldUntilRead(t *testing.T) {
 			if op != OpAllReduce {
 				n = 3
 			}
-			comms := newLocal(t, n, WithTransport("shm"))
+			comms := loanedLocal(t, n)
 			ctx := testCtx(t, time.Minute)
 			count := loanedLeast(op, n) / 4
 			returned := make(chan struct{})

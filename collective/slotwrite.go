@@ -53,6 +53,9 @@ const (
 	nWays
 )
 
+// slotClass is the choice of a size class and its measurement. It
+// compares ways numbered as slotWay numbers the slot writes (ties going to
+// the lower number); loanChoice numbers its two ways so too.
 type slotClass struct {
 	calls  uint32         // calls since the class last chose
 	way    slotWay        // the choice
@@ -103,47 +106,59 @@ func slotClassOf(n int) int {
 // lend says whether this call may lend (its peers can read it); a class
 // whose measurement began while it could not compares the other two ways.
 func (w *slotWrites) way(n int, lend bool) (way slotWay, timed bool) {
-	cl := &w.class[slotClassOf(n)]
-	if cl.chosen && cl.calls < reprobeEvery {
-		cl.calls++
-		if cl.way == wayLend && !lend {
-			return wayStream, false
-		}
-		return cl.way, false
+	c := slotClassOf(n)
+	ways := uint8(1<<wayStream | 1<<wayPlain)
+	if w.lends && lend {
+		ways |= 1 << wayLend
 	}
-	if cl.chosen {
-		*cl = slotClass{} // measure again
-	} else if cl.nways == 0 {
-		for c := slotClassOf(n) - 1; c >= 0; c-- {
-			if from := &w.class[c]; from.chosen {
-				*cl = slotClass{way: from.way, chosen: true, calls: reprobeEvery - inheritCheck}
-				return w.way(n, lend)
-			}
-		}
-	}
-	if cl.nways == 0 {
-		// wayLend is left out where the table's calls may not lend.
-		for wy := range nWays {
-			if wy != wayLend || w.lends && lend {
-				cl.ways[cl.nways] = wy
-				cl.nways++
-			}
-		}
-	}
-	way = cl.ways[cl.block]
+	way, timed = w.class[c].next(w.class[:c], ways)
 	if way == wayLend && !lend {
 		// This one call cannot lend: it is not counted, and the next one
 		// is timed in its place.
 		return wayStream, false
 	}
-	return way, true
+	return way, timed
+}
+
+// next reports the way of the class's next call and whether it is timed:
+// the class's choice until reprobeEvery calls went by since it chose, then
+// a new measurement of the ways in the mask ways (bit i: way i). A class
+// that never chose first adopts the choice of the nearest class of below
+// (the table's smaller classes) that has one.
+func (cl *slotClass) next(below []slotClass, ways uint8) (slotWay, bool) {
+	if cl.chosen && cl.calls < reprobeEvery {
+		cl.calls++
+		return cl.way, false
+	}
+	if cl.chosen {
+		*cl = slotClass{} // measure again
+	} else if cl.nways == 0 {
+		for c := len(below) - 1; c >= 0; c-- {
+			if from := &below[c]; from.chosen {
+				*cl = slotClass{way: from.way, chosen: true, calls: reprobeEvery - inheritCheck + 1}
+				return cl.way, false
+			}
+		}
+	}
+	if cl.nways == 0 {
+		for wy := range nWays {
+			if ways>>wy&1 != 0 {
+				cl.ways[cl.nways] = wy
+				cl.nways++
+			}
+		}
+	}
+	return cl.ways[cl.block], true
 }
 
 // done takes the duration in ns of a timed call of n bytes (way said
 // timed). A failed call is not reported: the next call of the class then
 // goes the same way and is timed in its place.
-func (w *slotWrites) done(n int, ns int64) {
-	cl := &w.class[slotClassOf(n)]
+func (w *slotWrites) done(n int, ns int64) { w.class[slotClassOf(n)].done(ns) }
+
+// done takes the duration in ns of the class's timed call (next said
+// timed).
+func (cl *slotClass) done(ns int64) {
 	if cl.chosen || cl.nways == 0 {
 		return
 	}
@@ -178,7 +193,7 @@ func (w *slotWrites) done(n int, ns int64) {
 		}
 	}
 	cl.nways = kept
-	pick, second := wayStream, -1
+	pick, second := slotWay(0), -1
 	for wy := range nWays {
 		if cl.wins[wy] > cl.wins[pick] {
 			pick = wy

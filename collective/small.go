@@ -140,6 +140,8 @@ type smallPath struct {
 	issued uint32    // tickets handed out, to every collective call
 	async  []*Handle // engine calls started async, maybe unfinished
 
+	loans loanChoice // whether 2 ranks' all-reduces go by loans (its own lock)
+
 	// The turn: tickets finish in order. done is written under turnMu.
 	turnMu   sync.Mutex
 	turn     *sync.Cond
@@ -285,6 +287,12 @@ func (c *Comm) takesSmall(rq *request) bool {
 		// Above the limit, some go by loans (loaned.go) or in slices
 		// (slices.go).
 		rq.loaned = len(rq.in) > limit && c.loanedFor(rq.call.op, len(rq.in), spin)
+		if rq.loaned && measuresLoans(rq.call.op, c.size) {
+			var timed bool
+			if rq.loaned, timed = c.small.loans.choose(len(rq.in)); timed {
+				rq.probeAt = flowtel.Monotonic()
+			}
+		}
 		rq.slices = len(rq.in) > limit && !rq.loaned && slicesFor(rq.call.op, c.size, spin)
 		return len(rq.in) > 0 && (len(rq.in) <= limit || rq.slices || rq.loaned)
 	case OpBroadcast:
@@ -485,6 +493,12 @@ func (c *Comm) smallExec(ctx context.Context, k uint32, seq uint64, prev []*Hand
 		err = ErrAborted
 	case err == nil:
 		err = c.smallRun(ctx, k, seq, deadline, rq)
+	}
+	switch {
+	case err == nil && rq.probeAt != 0 && w == nil:
+		s.loans.done(len(rq.in), rq.loaned, flowtel.Monotonic()-rq.probeAt)
+	case err == errFallback && rq.loaned && measuresLoans(rq.call.op, c.size):
+		s.loans.fellBack(len(rq.in))
 	}
 	var h *Handle
 	if err == errFallback {
