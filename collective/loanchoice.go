@@ -8,18 +8,19 @@ import (
 // loanChoice chooses, per size class, whether 2 ranks' all-reduces that
 // may go by loans (loanedFor) do, or go as they would without loans (on
 // the engine's ring, or in slices where the engines do not spin). Which is
-// faster depends on how fast this host's process_vm_readv is, which nothing
-// the rank can read tells: on the 16-core host and an Intel VM loans ran
-// 1.4-2x the ring from 4 MiB, on an AMD VM the ring 1.7-2.2x the loans
-// (decision 0063). It measures as slotWrites does (slotClass), both ranks
-// in step: they make the same calls, so each times the same calls the same
-// way, and ties keep the calls off loans. A class does not adopt a smaller
-// one's choice: where the buffers outgrow the caches the ways may rank
-// otherwise, and a wrong choice there costs up to half a call's time where
-// a measurement costs about 8 calls of the losing way. Ranks whose verdicts still
-// differ meet at the tag check and run the call on the engine; the rank
-// whose call by loans so fell back keeps its calls of the class off loans
-// until it measures again, so that the ranks agree from the next call.
+// faster depends on how fast the host's process_vm_readv is, which nothing
+// the rank can read tells: on a 16-core host loans ran 1.4-2x the ring
+// from 4 MiB one day and level with it another, on an AMD VM the ring
+// 1.7-2.2x the loans (decision 0063). It measures as slotWrites does
+// (slotClass), both ranks in step: they make the same calls, so each
+// times the same calls the same way, and ties keep the calls off loans.
+// Ranks whose verdicts still differ meet at the tag check and run the
+// call on the engine; the rank whose call by loans so fell back keeps its
+// calls of the class off loans until it measures again, so that the ranks
+// agree from the next call. A class does not adopt a smaller one's choice:
+// where the buffers outgrow the caches the ways may rank otherwise, and a
+// wrong choice costs up to half of each call's time where a measurement
+// costs about 8 calls of the losing way.
 type loanChoice struct {
 	mu    sync.Mutex // blocking calls report from their callers' goroutines
 	class [loanClasses]slotClass
