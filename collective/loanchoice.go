@@ -20,7 +20,7 @@ import (
 // agree from the next call. A class does not adopt a smaller one's choice:
 // where the buffers outgrow the caches the ways may rank otherwise, and a
 // wrong choice costs up to half of each call's time where a measurement
-// costs about 8 calls of the losing way.
+// costs about 4 calls of the losing way.
 type loanChoice struct {
 	mu    sync.Mutex // blocking calls report from their callers' goroutines
 	class [loanClasses]slotClass
@@ -49,7 +49,7 @@ func measuresLoans(op Op, ranks int) bool { return op == OpAllReduce && ranks ==
 // whether it is timed (then done reports its duration).
 func (lc *loanChoice) choose(n int) (loans, timed bool) {
 	lc.mu.Lock()
-	way, timed := lc.class[loanClassOf(n)].next(nil, 1<<wayAsBefore|1<<wayLoans)
+	way, timed := lc.class[loanClassOf(n)].next(nil, 1<<wayAsBefore|1<<wayLoans, probeBlockFor(n))
 	lc.mu.Unlock()
 	return way == wayLoans, timed
 }

@@ -33,7 +33,7 @@ func TestLoanChoiceChooses(t *testing.T) {
 			calls := 0
 			var counted [2]int
 			for !lc.class[loanClassOf(n)].chosen {
-				if calls > 10*measureCalls(2) {
+				if calls > 10*measureCalls(2, n) {
 					t.Fatalf("no choice after %d calls", calls)
 				}
 				calls++
@@ -48,11 +48,11 @@ func TestLoanChoiceChooses(t *testing.T) {
 				if tc.stray {
 					lc.done(n, !loans, 1)
 				}
-				lc.done(n, loans, tc.ns[way](counted[way]/probeBlock))
+				lc.done(n, loans, tc.ns[way](counted[way]/int(probeBlockFor(n))))
 				counted[way]++
 			}
 			for way, got := range counted {
-				if want := probeBlock * tc.rounds; got != want {
+				if want := int(probeBlockFor(n)) * tc.rounds; got != want {
 					t.Errorf("measured %d calls of way %d, want %d", got, way, want)
 				}
 			}
@@ -133,12 +133,12 @@ func TestLoanChoiceOverShm(t *testing.T) {
 				}
 				return ways
 			}
-			// A measurement takes measureCalls(2) calls at most; calls
+			// A measurement takes measureCalls calls at most; calls
 			// that fall back where the ranks disagree are not counted.
 			var took [2]map[string]int
 			call := 0
 			for ; !cl(0).chosen || !cl(1).chosen; call++ {
-				if call == 4*measureCalls(2) {
+				if call == 4*measureCalls(2, mc.count*4) {
 					t.Fatalf("no choice after %d calls: rank 0 %+v, rank 1 %+v", call, *cl(0), *cl(1))
 				}
 				for r, way := range run(call) {

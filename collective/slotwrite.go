@@ -16,8 +16,8 @@ import "math/bits"
 // (decision 0054); there one copy by the reader, for a system call and one
 // more hand-off, beat the slots' two copies by a quarter to a half
 // (decision 0055). The same VM drew either kind from run to run, so the
-// rank measures: a measurement of a class runs probeBlock calls each way
-// in turn, probeRounds rounds of them; each round scores for its fastest
+// rank measures: a measurement of a class runs blocks of calls each way
+// in turn (probeBlockFor), probeRounds rounds of them; each round scores for its fastest
 // block, and the class keeps the way with most wins (ties in the order of
 // slotWay) for reprobeEvery calls, then measures again. A block's first
 // call is not counted: a broadcast root's call waits for the peer's read
@@ -63,6 +63,7 @@ type slotClass struct {
 	nways  uint8          // how many (0: not started)
 	block  uint8          // ways[block] is the way of the block being measured
 	pos    uint8          // the block's calls so far
+	blockN uint8          // calls a block (probeBlockFor)
 	rounds uint8          // rounds measured
 	sum    int64          // ns of the counted calls of the block being measured
 	sums   [nWays]int64   // each way's block of the round being measured
@@ -75,7 +76,6 @@ const (
 	// Size classes: 16 KiB (streamSlotMin) to 16 KiB<<(slotClasses-1)
 	// and more, one a power of two.
 	slotClasses = 8
-	probeBlock  = 4
 	probeRounds = 8
 	// reprobeEvery calls of a class between measurements: a measurement's
 	// losing blocks cost, where they lose, up to half of their calls'
@@ -93,8 +93,27 @@ const (
 	lossNum, lossDen = 5, 4
 )
 
-// measureCalls is a measurement's length in calls, comparing ways ways.
-func measureCalls(ways slotWay) int { return probeBlock * probeRounds * int(ways) }
+// probeBlockFor is how many calls of n bytes a measurement's block runs:
+// 4 (3 counted), but 2 (1 counted) from 2 MiB, where a call takes
+// milliseconds and a benchmark makes few: nccl-tests' and the comparison's
+// 20 calls of 16 MiB went mostly to measuring. 2 ranks on the AMD VM,
+// 16-64 MiB, 20 calls a size, ten launches of each alternated (medians,
+// us out of place / in place): all-gather 16 MiB 1370 / 1054 -> 1365 /
+// 834, 64 MiB 5664 / 3350 -> 5086 / 3460; broadcast 16 MiB 2199 / 1828
+// -> 2298 / 1294, 64 MiB 7587 / 3307 -> 6209 / 3288; 1 and 4 MiB of 200
+// calls level.
+func probeBlockFor(n int) uint8 {
+	if n >= 2<<20 {
+		return 2
+	}
+	return 4
+}
+
+// measureCalls is the longest measurement of calls of n bytes, in calls,
+// comparing ways ways.
+func measureCalls(ways slotWay, n int) int {
+	return int(probeBlockFor(n)) * probeRounds * int(ways)
+}
 
 func slotClassOf(n int) int {
 	c := bits.Len(uint(n/streamSlotMin)) - 1
@@ -111,7 +130,7 @@ func (w *slotWrites) way(n int, lend bool) (way slotWay, timed bool) {
 	if w.lends && lend {
 		ways |= 1 << wayLend
 	}
-	way, timed = w.class[c].next(w.class[:c], ways)
+	way, timed = w.class[c].next(w.class[:c], ways, probeBlockFor(n))
 	if way == wayLend && !lend {
 		// This one call cannot lend: it is not counted, and the next one
 		// is timed in its place.
@@ -122,10 +141,11 @@ func (w *slotWrites) way(n int, lend bool) (way slotWay, timed bool) {
 
 // next reports the way of the class's next call and whether it is timed:
 // the class's choice until reprobeEvery calls went by since it chose, then
-// a new measurement of the ways in the mask ways (bit i: way i). A class
-// that never chose first adopts the choice of the nearest class of below
-// (the table's smaller classes) that has one.
-func (cl *slotClass) next(below []slotClass, ways uint8) (slotWay, bool) {
+// a new measurement of the ways in the mask ways (bit i: way i), in
+// blocks of block calls. A class that never chose first adopts the choice
+// of the nearest class of below (the table's smaller classes) that has
+// one.
+func (cl *slotClass) next(below []slotClass, ways, block uint8) (slotWay, bool) {
 	if cl.chosen && cl.calls < reprobeEvery {
 		cl.calls++
 		return cl.way, false
@@ -141,6 +161,7 @@ func (cl *slotClass) next(below []slotClass, ways uint8) (slotWay, bool) {
 		}
 	}
 	if cl.nways == 0 {
+		cl.blockN = block
 		for wy := range nWays {
 			if ways>>wy&1 != 0 {
 				cl.ways[cl.nways] = wy
@@ -165,7 +186,7 @@ func (cl *slotClass) done(ns int64) {
 	if cl.pos != 0 {
 		cl.sum += max(ns, 1)
 	}
-	if cl.pos++; cl.pos < probeBlock {
+	if cl.pos++; cl.pos < cl.blockN {
 		return
 	}
 	cl.sums[cl.ways[cl.block]], cl.sum, cl.pos = cl.sum, 0, 0

@@ -13,9 +13,14 @@ import (
 // going in slotWay's order, per size class, and measures again after
 // reprobeEvery calls; it measures lending only where the table's calls
 // may lend and this call could; a way that lost each of its first rounds
-// clearly is measured no more.
+// clearly is measured no more; a large class measures in shorter blocks.
 func TestSlotWritesChoose(t *testing.T) {
-	const n = 64 << 10
+	for _, n := range []int{64 << 10, 4 << 20} { // blocks of 4 calls, of 2
+		t.Run(fmt.Sprintf("n=%d", n), func(t *testing.T) { slotWritesChoose(t, n) })
+	}
+}
+
+func slotWritesChoose(t *testing.T, n int) {
 	flat := func(ns int64) func(int) int64 { return func(int) int64 { return ns } }
 	five, two, eight := probeRounds-3, dropAfter, probeRounds
 	for _, tc := range []struct {
@@ -50,7 +55,7 @@ func TestSlotWritesChoose(t *testing.T) {
 			calls := 0
 			var counted [nWays]int
 			for !w.class[slotClassOf(n)].chosen {
-				if calls > 10*measureCalls(3) {
+				if calls > 10*measureCalls(3, n) {
 					t.Fatalf("no choice after %d calls", calls)
 				}
 				calls++
@@ -68,11 +73,11 @@ func TestSlotWritesChoose(t *testing.T) {
 				if tc.failEach > 0 && calls%tc.failEach == 0 {
 					continue
 				}
-				w.done(n, tc.ns[way](counted[way]/probeBlock))
+				w.done(n, tc.ns[way](counted[way]/int(probeBlockFor(n))))
 				counted[way]++
 			}
 			for way, got := range counted {
-				if want := probeBlock * tc.rounds[way]; got != want {
+				if want := int(probeBlockFor(n)) * tc.rounds[way]; got != want {
 					t.Errorf("measured %d calls of way %d, want %d", got, way, want)
 				}
 			}
@@ -125,6 +130,18 @@ func TestSlotWritesLendChosenCannot(t *testing.T) {
 	}
 }
 
+// Measurements of calls from 2 MiB run blocks of 2 calls, below of 4.
+func TestProbeBlockFor(t *testing.T) {
+	for _, tc := range []struct {
+		n    int
+		want uint8
+	}{{streamSlotMin, 4}, {2<<20 - 1, 4}, {2 << 20, 2}, {64 << 20, 2}} {
+		if got := probeBlockFor(tc.n); got != tc.want {
+			t.Errorf("probeBlockFor(%d) = %d, want %d", tc.n, got, tc.want)
+		}
+	}
+}
+
 func TestSlotClassOf(t *testing.T) {
 	for _, tc := range []struct{ n, want int }{
 		{streamSlotMin, 0}, {2*streamSlotMin - 1, 0}, {2 * streamSlotMin, 1},
@@ -158,7 +175,7 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 		n := tc.bytes / 4
 		// A larger class first adopts a smaller one's choice, then
 		// measures its own.
-		for call := range inheritCheck + measureCalls(3) {
+		for call := range inheritCheck + measureCalls(3, tc.bytes) {
 			err := runOnAll(comms, func(c *Comm) error {
 				fill := func(b []float32, rank int) {
 					for i := range b {
@@ -204,7 +221,7 @@ func TestSlotWritesBothWaysOverShm(t *testing.T) {
 			writer = comms[1]
 		}
 		if cl := writer.small.writesFor(tc.op, tc.op == OpBroadcast).class[slotClassOf(tc.bytes)]; !cl.chosen || cl.calls >= reprobeEvery-inheritCheck {
-			t.Errorf("%v of %d bytes a rank: rank %d measured no choice of its own in %d calls", tc.op, tc.bytes, writer.Rank(), inheritCheck+measureCalls(3))
+			t.Errorf("%v of %d bytes a rank: rank %d measured no choice of its own in %d calls", tc.op, tc.bytes, writer.Rank(), inheritCheck+measureCalls(3, tc.bytes))
 		}
 	}
 }
