@@ -153,7 +153,7 @@ func (c *Comm) start(ctx context.Context, inline bool, rq request) (*Handle, err
 	if rq.call.op.Rooted() && (rq.call.root < 0 || rq.call.root >= c.size) {
 		return nil, fmt.Errorf("collective: %v root %d out of range for %d ranks", rq.call.op, rq.call.root, c.size)
 	}
-	if c.takesSmall(&rq) {
+	if c.takesSmall(&rq, inline) {
 		return c.smallStart(ctx, inline, rq)
 	}
 	// A call whose context has no deadline gets the communicator's timeout,

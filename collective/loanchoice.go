@@ -46,11 +46,25 @@ func loanClassOf(n int) int {
 func measuresLoans(op Op, ranks int) bool { return op == OpAllReduce && ranks == 2 }
 
 // choose reports whether a call of n bytes a rank goes by loans, and
-// whether it is timed (then done reports its duration).
-func (lc *loanChoice) choose(n int) (loans, timed bool) {
+// whether it is timed (then done reports its duration). Only a blocking
+// call (canTime) is timed: an async one's end is its caller's to see, and
+// its time would hold the calls queued before it. An async call takes the
+// class's choice, and by loans (decision 0060's choice) while the class
+// has none; it does not move a measurement on.
+func (lc *loanChoice) choose(n int, canTime bool) (loans, timed bool) {
 	lc.mu.Lock()
-	way, timed := lc.class[loanClassOf(n)].next(nil, 1<<wayAsBefore|1<<wayLoans, probeBlockFor(n))
-	lc.mu.Unlock()
+	defer lc.mu.Unlock()
+	cl := &lc.class[loanClassOf(n)]
+	if !canTime {
+		if !cl.chosen {
+			return true, false
+		}
+		if cl.calls < reprobeEvery {
+			cl.calls++
+		}
+		return cl.way == wayLoans, false
+	}
+	way, timed := cl.next(nil, 1<<wayAsBefore|1<<wayLoans, probeBlockFor(n))
 	return way == wayLoans, timed
 }
 

@@ -7,7 +7,8 @@ import (
 )
 
 // loanChoice keeps the way that won most rounds, ties left to the calls
-// off loans, per size class; a call reported for a way
+// off loans, per size class; async calls go by loans until it chose, its
+// choice after, and do not move a measurement on; a call reported for a way
 // the class is not measuring is not counted; a call by loans that fell
 // back keeps the class off loans until it measures again.
 func TestLoanChoiceChooses(t *testing.T) {
@@ -19,6 +20,7 @@ func TestLoanChoiceChooses(t *testing.T) {
 		want     slotWay
 		rounds   int  // rounds each way was measured
 		stray    bool // each timed call is first reported for the other way too
+		async    bool // an async call (untimed) comes before each timed call
 		fallBack bool // a call by loans falls back once the class chose
 	}{
 		{name: "loans clearly faster", ns: [2]func(int) int64{flat(100), flat(50)}, want: wayLoans, rounds: dropAfter},
@@ -27,6 +29,7 @@ func TestLoanChoiceChooses(t *testing.T) {
 		{name: "tie", ns: [2]func(int) int64{flat(100), func(r int) int64 { return 80 + int64(r%2)*40 }}, want: wayAsBefore, rounds: probeRounds},
 		{name: "reports of the other way", ns: [2]func(int) int64{flat(100), flat(50)}, want: wayLoans, rounds: dropAfter, stray: true},
 		{name: "loans faster, the peer not", ns: [2]func(int) int64{flat(100), flat(50)}, want: wayAsBefore, rounds: dropAfter, fallBack: true},
+		{name: "ring clearly faster, async calls between", ns: [2]func(int) int64{flat(50), flat(100)}, want: wayAsBefore, rounds: dropAfter, async: true},
 	} {
 		t.Run(tc.name, func(t *testing.T) {
 			var lc loanChoice
@@ -37,7 +40,12 @@ func TestLoanChoiceChooses(t *testing.T) {
 					t.Fatalf("no choice after %d calls", calls)
 				}
 				calls++
-				loans, timed := lc.choose(n)
+				if tc.async {
+					if loans, timed := lc.choose(n, false); !loans || timed {
+						t.Fatalf("async call before call %d: by loans %v timed %v, want by loans untimed", calls, loans, timed)
+					}
+				}
+				loans, timed := lc.choose(n, true)
 				if !timed {
 					t.Fatalf("call %d of the measurement not timed", calls)
 				}
@@ -57,18 +65,18 @@ func TestLoanChoiceChooses(t *testing.T) {
 				}
 			}
 			if tc.fallBack {
-				if loans, _ := lc.choose(n); loans {
+				if loans, _ := lc.choose(n, true); loans {
 					lc.fellBack(n)
 				}
 			}
 			for i := range reprobeEvery - 1 {
-				loans, timed := lc.choose(n)
+				loans, timed := lc.choose(n, i%2 == 0 || !tc.async)
 				if timed || loans != (tc.want == wayLoans) {
 					t.Fatalf("call %d after the choice: by loans %v timed %v, want by loans %v untimed", i, loans, timed, tc.want == wayLoans)
 				}
 			}
 			// The other classes measure on their own.
-			if _, timed := lc.choose(n << 4); !timed {
+			if _, timed := lc.choose(n<<4, true); !timed {
 				t.Fatal("a larger class adopted the choice")
 			}
 		})
@@ -80,7 +88,7 @@ func TestLoanChoiceChooses(t *testing.T) {
 func TestLoanChoiceClasses(t *testing.T) {
 	var lc loanChoice
 	lc.class[1] = slotClass{way: wayLoans, chosen: true}
-	if _, timed := lc.choose(loanedMin(OpAllReduce, 2) << 4); !timed {
+	if _, timed := lc.choose(loanedMin(OpAllReduce, 2)<<4, true); !timed {
 		t.Fatal("a larger class adopted class 1's choice")
 	}
 	for _, tc := range []struct{ n, want int }{

@@ -271,9 +271,10 @@ func (s *smallPath) initRecords(rank int) {
 // rank, or a larger one, or a reduce-scatter, that goes by loans
 // (loanedFor) or in slices (slicesFor), a reduce that goes by loans, or
 // a barrier, on a communicator that has the path. rq is
-// validated. Ranks that decide otherwise (their engines' spinning differs)
+// validated; inline says whether it is a blocking call (which loanChoice
+// may time). Ranks that decide otherwise (their engines' spinning differs)
 // meet at the tag check and run the call on the engine together.
-func (c *Comm) takesSmall(rq *request) bool {
+func (c *Comm) takesSmall(rq *request, inline bool) bool {
 	if c.small == nil || rq.seq != 0 {
 		return false
 	}
@@ -289,7 +290,7 @@ func (c *Comm) takesSmall(rq *request) bool {
 		rq.loaned = len(rq.in) > limit && c.loanedFor(rq.call.op, len(rq.in), spin)
 		if rq.loaned && measuresLoans(rq.call.op, c.size) {
 			var timed bool
-			if rq.loaned, timed = c.small.loans.choose(len(rq.in)); timed {
+			if rq.loaned, timed = c.small.loans.choose(len(rq.in), inline); timed {
 				rq.probeAt = flowtel.Monotonic()
 			}
 		}
