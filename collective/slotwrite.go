@@ -17,9 +17,9 @@ import "math/bits"
 // more hand-off, beat the slots' two copies by a quarter to a half
 // (decision 0055). The same VM drew either kind from run to run, so the
 // rank measures: a measurement of a class runs blocks of calls each way
-// in turn (probeBlockFor), probeRounds rounds of them; each round scores for its fastest
-// block, and the class keeps the way with most wins (ties in the order of
-// slotWay) for reprobeEvery calls, then measures again. A block's first
+// in turn (probeBlockFor), probeRounds rounds of them; each round scores
+// for its fastest block, and the class keeps the way with most wins (ties
+// in the order of slotWay) for reprobeEvery calls, then measures again. A block's first
 // call is not counted: a broadcast root's call waits for the peer's read
 // of the call before, written another way. Neighbouring blocks compare
 // under the same load, and a call preempted in the middle costs one round,
