@@ -93,7 +93,7 @@ func loanedMin(op Op, ranks int) int {
 // write past the caches (ReadLentStream): there nothing reads the pieces
 // before they leave the caches, and a plain store first reads each line it
 // overwrites. On the 16-core host (300 MiB L3), with buffers the peers
-// map, all-reduces of 64 MiB at 8 and 16 ranks ran 1.2-1.3x faster that
+// map, all-reduces of 64 MiB at 8 and 16 ranks ran 1.1-1.4x faster that
 // way, all-gathers of 64 and 256 MiB at 16 ranks 1.3-2x, and calls whose
 // buffers the cache holds slower (decision 0062).
 const loanStreamMin = 512 << 20

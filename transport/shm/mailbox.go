@@ -348,7 +348,7 @@ func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error {
 // (AllocShared), which this process copies from itself; a read by
 // process_vm_readv is the kernel's copy and stays as it is. For a
 // destination nothing reads before it leaves the caches anyway: an
-// all-reduce of 64 MiB at 8 and 16 ranks then ran 1.1-1.5x faster
+// all-reduce of 64 MiB at 8 and 16 ranks then ran 1.1-1.4x faster
 // (decision 0062).
 func (m *Mailbox) ReadLentStream(k uint32, dst []byte, off int) error {
 	return m.readLent(k, dst, off, true)
