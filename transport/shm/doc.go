@@ -51,6 +51,11 @@
 // ptrace_scope 2 or 3, a seccomp filter) keeps to the ring, and logs a
 // warning saying why, once.
 //
+// Single copy goes faster between huge pages, which heap memory mostly
+// lacks: AdviseSingleCopy, told of the buffers a call reads or lends that
+// way, collapses a buffer of 4 MiB or more into huge pages the second
+// time it sees it (decision 0064).
+//
 // Whoever holds the QP's progress lock moves data: the owner in Poll (and
 // a bounded amount of sends and announcements in PostSend/PostRecv, which
 // never wait), or the QP's
