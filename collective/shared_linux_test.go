@@ -1,6 +1,7 @@
 package collective
 
 import (
+	"context"
 	"fmt"
 	"math"
 	"os"
@@ -121,24 +122,39 @@ func TestSharedSlice(t *testing.T) {
 }
 
 // Calls by loans whose all-gather reads write past the caches
-// (gatherPastCaches, here at any size) from buffers the peers map give
-// every rank the whole result: an all-reduce, an all-gather and a
-// broadcast from either end, in place and apart, with blocks that end
-// off a cache line.
-func TestLoanedStreamSharedBuffers(t *testing.T) {
+// (gatherPastCaches, here at any size), from buffers the peers map and from
+// heap buffers (read by single copy through a bounce buffer, in pieces,
+// the last one short), give every rank the whole result: an all-reduce,
+// an all-gather and a broadcast from either end, in place and apart, with
+// blocks that end off a cache line.
+func TestLoanedStreamPastCaches(t *testing.T) {
 	byLoans(t)
 	loanStreamForTests.Store(1)
 	t.Cleanup(func() { loanStreamForTests.Store(0) })
 	const n = 3
 	ctx, comms := loanComms(t, n)
-	alloc := func(count int) []float32 {
-		s, err := SharedSlice[float32](count)
-		if err != nil {
-			t.Fatal(err)
+	for _, heap := range []bool{false, true} {
+		alloc := func(count int) []float32 {
+			if heap {
+				return make([]float32, count)
+			}
+			s, err := SharedSlice[float32](count)
+			if err != nil {
+				t.Fatal(err)
+			}
+			t.Cleanup(func() { FreeSharedSlice(s) })
+			return s
 		}
-		t.Cleanup(func() { FreeSharedSlice(s) })
-		return s
+		extra := 0
+		if heap {
+			extra = 3 * (512 << 10) / 4 // reads of several pieces
+		}
+		streamPastCaches(ctx, t, comms, alloc, extra, heap)
 	}
+}
+
+func streamPastCaches(ctx context.Context, t *testing.T, comms []*Comm, alloc func(int) []float32, extra int, heap bool) {
+	n := len(comms)
 	value := func(rank, nth, i int) float32 { return float32(rank*1000 + nth*7 + i%4093) }
 	nth := 0
 	for _, op := range []Op{OpAllReduce, OpAllGather, OpBroadcast} {
@@ -146,7 +162,7 @@ func TestLoanedStreamSharedBuffers(t *testing.T) {
 		if op == OpBroadcast {
 			roots = []int{0, n - 1}
 		}
-		count := loanedLeast(op, n)/4 + 3*loanChunk/4 + 5
+		count := loanedLeast(op, n)/4 + 3*loanChunk/4 + 5 + extra
 		for _, root := range roots {
 			for _, inPlace := range []bool{false, true} {
 				nth++
@@ -179,7 +195,7 @@ func TestLoanedStreamSharedBuffers(t *testing.T) {
 					}
 					return Broadcast(ctx, c, ins[r], outs[r], root)
 				})
-				what := fmt.Sprintf("%v root %d in place %v, %d elements a rank", op, root, inPlace, count)
+				what := fmt.Sprintf("%v root %d in place %v, %d elements a rank, heap %v", op, root, inPlace, count, heap)
 				if err != nil {
 					t.Fatalf("%s: %v", what, err)
 				}

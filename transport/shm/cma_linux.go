@@ -184,9 +184,14 @@ func (q *QP) warnNoCMA(why error) {
 }
 
 // read copies len(dst) bytes at addr in the peer into dst, from this
-// process's mapping where they lie in a shared buffer of the peer's (past
-// the caches if stream), then checks that the peer is still the process it
-// was at set-up.
+// process's mapping where they lie in a shared buffer of the peer's, then
+// checks that the peer is still the process it was at set-up. With stream,
+// dst is written past the caches: from the mapping directly, and by single
+// copy a piece at a time into a bounce buffer that stays in this core's
+// cache, streamed from there (the kernel's copy writes plainly, reading
+// each line of dst before overwriting it). 16 ranks on the 16-core host
+// gathered 64 MiB 1.7x faster so from heap buffers, and 8 ranks' all-reduce
+// of 64 MiB ran 1.15-1.25x faster (decision 0062's addendum).
 func (c *cmaPeer) read(dst []byte, addr uint64, stream bool) error {
 	if cmaFault.Load() {
 		return fmt.Errorf("process_vm_readv from pid %d: %w (injected)", c.pid, unix.EFAULT)
@@ -199,6 +204,26 @@ func (c *cmaPeer) read(dst []byte, addr uint64, stream bool) error {
 		}
 		dst = nil
 	}
+	if stream && len(dst) >= pullPiece {
+		bp := bounces.Get().(*[pullPiece]byte)
+		defer bounces.Put(bp)
+		for len(dst) > 0 {
+			b := bp[:min(len(dst), pullPiece)]
+			if err := c.readVM(b, addr); err != nil {
+				return err
+			}
+			copyStream(dst, b)
+			dst, addr = dst[len(b):], addr+uint64(len(b))
+		}
+	} else if err := c.readVM(dst, addr); err != nil {
+		return err
+	}
+	return c.alive()
+}
+
+// readVM copies len(dst) bytes at addr in the peer into dst by single
+// copy.
+func (c *cmaPeer) readVM(dst []byte, addr uint64) error {
 	for len(dst) > 0 {
 		n, err := processVMReadv(c.pid, dst, addr)
 		if err != nil {
@@ -213,7 +238,7 @@ func (c *cmaPeer) read(dst []byte, addr uint64, stream bool) error {
 		}
 		dst, addr = dst[n:], addr+uint64(n)
 	}
-	return c.alive()
+	return nil
 }
 
 // alive returns errPeerExited unless the peer is still the process it was

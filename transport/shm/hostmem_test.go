@@ -266,7 +266,7 @@ func TestMailboxReadLentStream(t *testing.T) {
 	if !b.ReadsPeer() {
 		t.Fatal("b cannot read a")
 	}
-	n := 3*MailboxSlot + 77
+	n := max(3*MailboxSlot, 3*pullPiece) + 77 // reads by single copy past the caches go a piece at a time
 	shared, err := AllocShared(n)
 	if err != nil {
 		t.Fatal(err)
@@ -283,7 +283,7 @@ func TestMailboxReadLentStream(t *testing.T) {
 		k := uint32(2*i + 1)
 		a.Lend(k, uintptr(unsafe.Pointer(&tc.buf[0])))
 		a.Publish(k, 1<<31)
-		for _, r := range []struct{ off, len, at int }{{0, n, 0}, {3, n - 3, 1}, {17, 100, 5}, {64, 4096, 0}, {n - 9, 9, 3}} {
+		for _, r := range []struct{ off, len, at int }{{0, n, 0}, {3, n - 3, 1}, {17, 100, 5}, {64, 4096, 0}, {5, pullPiece, 2}, {n - 9, 9, 3}} {
 			got := make([]byte, r.len+r.at+7)
 			if err := b.ReadLentStream(k, got[r.at:r.at+r.len], r.off); err != nil {
 				t.Fatalf("%s: bytes %d-%d: %v", tc.name, r.off, r.off+r.len, err)

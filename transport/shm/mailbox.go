@@ -344,12 +344,13 @@ func (m *Mailbox) ReadLent(k uint32, dst []byte, off int) error {
 }
 
 // ReadLentStream is ReadLent writing dst past the caches (non-temporal
-// stores) where the lent buffer is one of the peer's shared buffers
-// (AllocShared), which this process copies from itself; a read by
-// process_vm_readv is the kernel's copy and stays as it is. For a
+// stores): from this process's mapping where the lent buffer is one of the
+// peer's shared buffers (AllocShared), else by process_vm_readv a piece at
+// a time into a buffer in this core's cache, streamed from there. For a
 // destination nothing reads before it leaves the caches anyway: an
-// all-reduce of 64 MiB at 8 and 16 ranks then ran 1.1-1.4x faster
-// (decision 0062).
+// all-reduce of 64 MiB at 8 and 16 ranks then ran 1.1-1.4x faster from
+// shared buffers, 8 ranks' 1.15-1.25x from heap ones (decision 0062 and
+// its addendum).
 func (m *Mailbox) ReadLentStream(k uint32, dst []byte, off int) error {
 	return m.readLent(k, dst, off, true)
 }
