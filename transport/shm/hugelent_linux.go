@@ -1,6 +1,7 @@
 package shm
 
 import (
+	"slices"
 	"sync"
 	"unsafe"
 
@@ -100,7 +101,7 @@ func AdviseSingleCopy(b []byte) (asked bool) {
 // doneIn returns the collapsed range of done that holds s, or nil.
 func (s span) doneIn(done []collapsed) *collapsed {
 	for i := range done {
-		if t := &done[i]; t.a <= s.a && s.e <= t.e && t.e > t.a {
+		if t := &done[i]; t.holds(s) {
 			return t
 		}
 	}
@@ -109,10 +110,8 @@ func (s span) doneIn(done []collapsed) *collapsed {
 
 // in reports whether s lies within one of spans.
 func (s span) in(spans []span) bool {
-	for _, t := range spans {
-		if t.a <= s.a && s.e <= t.e && t.e > t.a {
-			return true
-		}
-	}
-	return false
+	return slices.ContainsFunc(spans, func(t span) bool { return t.holds(s) })
 }
+
+// holds reports whether s lies within t (an empty t holds nothing).
+func (t span) holds(s span) bool { return t.e > t.a && t.a <= s.a && s.e <= t.e }
